@@ -1,0 +1,196 @@
+// Package outbox is the writer side of pgoutbox: it writes events into the
+// outbox table inside the caller's own database transaction, so an event
+// exists if and only if the business change it describes was committed.
+//
+// A relay (cmd/outbox-relay) then publishes every committed event to Kafka at
+// least once, keyed by its aggregate ID, in insert order per aggregate.
+//
+//	tx, _ := pool.Begin(ctx)
+//	// ... business change on tx ...
+//	err := outbox.Add(ctx, tx, outbox.Event{
+//		ID:          outbox.NewID(),
+//		AggregateID: order.ID,
+//		Type:        "order.paid",
+//		Payload:     json.RawMessage(`{"amount":1200}`),
+//	})
+//	// ... tx.Commit(ctx)
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultMaxPayloadBytes is the default upper bound of an event's payload,
+// 1 MiB: Kafka's default broker message.max.bytes (1048588 bytes) rounded
+// down, so an accepted event is not refused by a default broker.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// DefaultChannel is the Postgres NOTIFY channel the relay listens on.
+const DefaultChannel = "outbox"
+
+// DefaultTable is the outbox table's name.
+const DefaultTable = "outbox"
+
+// Event is one event to publish. It becomes one Kafka record: key
+// AggregateID, value Payload, headers event_id, event_type, aggregate_id
+// plus Headers.
+type Event struct {
+	// ID identifies the event; consumers dedupe on it (Kafka header
+	// event_id). Make one with NewID. If zero, Add assigns a UUIDv7.
+	ID uuid.UUID
+	// AggregateID is the Kafka key: all events of one aggregate go to one
+	// partition, in insert order. Required, any non-empty text.
+	AggregateID string
+	// Type names the event, e.g. "payment.captured" (header event_type).
+	// Required.
+	Type string
+	// Payload is the record value: valid JSON of at most the writer's
+	// MaxPayloadBytes (default 1 MiB). Required; use `null` for none.
+	Payload json.RawMessage
+	// Headers are extra Kafka headers. Optional.
+	Headers map[string]string
+	// Topic overrides the relay's --topic for this event. Optional; must be
+	// a legal Kafka topic name ([a-zA-Z0-9._-], at most 249 characters).
+	Topic string
+}
+
+// NewID returns a new UUIDv7 (RFC 9562): time-ordered, so IDs of events
+// written one after the other sort by time, which keeps the primary key
+// index compact. It panics only if the system's random source fails.
+func NewID() uuid.UUID {
+	return uuid.Must(uuid.NewV7())
+}
+
+// Querier is what Add needs from a database handle: pgx.Tx, pgxpool.Tx,
+// *pgx.Conn, *pgxpool.Conn and *pgxpool.Pool all satisfy it. Pass the
+// transaction of the business change; a connection or pool outside a
+// transaction commits the events on their own.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// ErrInvalidEvent is wrapped by every *ValidationError.
+var ErrInvalidEvent = errors.New("invalid event")
+
+// ValidationError reports an event that Add refused before writing
+// anything. It wraps ErrInvalidEvent.
+type ValidationError struct {
+	// Index is the event's position in the Add call, from 0.
+	Index int
+	// Field is the offending field: "AggregateID", "Type", "Payload",
+	// "Headers" or "Topic".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("outbox: invalid event %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// Unwrap returns ErrInvalidEvent.
+func (e *ValidationError) Unwrap() error { return ErrInvalidEvent }
+
+// IsValidationError reports whether err is or wraps a *ValidationError.
+func IsValidationError(err error) bool {
+	var v *ValidationError
+	return errors.As(err, &v)
+}
+
+// WriterConfig configures a Writer. The zero value is valid.
+type WriterConfig struct {
+	// Table is the outbox table, optionally schema-qualified
+	// ("app.outbox"). Defaults to "outbox" (found through search_path).
+	Table string
+	// Channel is the NOTIFY channel that wakes the relay. Defaults to
+	// "outbox". It must match the relay's --channel.
+	Channel string
+	// MaxPayloadBytes bounds each payload, in bytes. Defaults to 1 MiB
+	// (DefaultMaxPayloadBytes).
+	MaxPayloadBytes int
+	// Wakeup chooses how the relay is woken after commit. Defaults to
+	// WakeupDebounced.
+	Wakeup WakeupMode
+	// WakeupInterval is the debounce window of WakeupDebounced: at most one
+	// transaction per window, per Writer, carries a notification. Defaults
+	// to 1ms.
+	WakeupInterval time.Duration
+}
+
+// WakeupMode says which transactions carry a pg_notify to the relay.
+type WakeupMode int
+
+const (
+	// WakeupDebounced notifies in at most one transaction per
+	// WakeupInterval. Postgres serializes the commits of all transactions
+	// that called NOTIFY on one cluster-wide lock held through the commit
+	// record's flush (PreCommit_Notify in src/backend/commands/async.c), so
+	// notifying in every transaction caps a busy writer's commit rate; the
+	// relay covers events committed inside a window by claiming again
+	// shortly after each notification (relay.Config.Linger).
+	WakeupDebounced WakeupMode = iota
+	// WakeupEveryTx notifies in every transaction that adds events: lowest
+	// latency at low rates, lowest writer throughput at high rates.
+	WakeupEveryTx
+	// WakeupNone never notifies; the relay finds the events by polling
+	// (--poll-interval).
+	WakeupNone
+)
+
+func (m WakeupMode) String() string {
+	switch m {
+	case WakeupDebounced:
+		return "debounced"
+	case WakeupEveryTx:
+		return "every-tx"
+	case WakeupNone:
+		return "none"
+	}
+	return fmt.Sprintf("WakeupMode(%d)", int(m))
+}
+
+func (c *WriterConfig) setDefaults() {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.Channel == "" {
+		c.Channel = DefaultChannel
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.WakeupInterval == 0 {
+		c.WakeupInterval = time.Millisecond
+	}
+}
+
+func (c *WriterConfig) validate() error {
+	if c.MaxPayloadBytes < 0 {
+		return fmt.Errorf("outbox: WriterConfig.MaxPayloadBytes: must be positive, got %d", c.MaxPayloadBytes)
+	}
+	if c.WakeupInterval < 0 {
+		return fmt.Errorf("outbox: WriterConfig.WakeupInterval: must be positive, got %s", c.WakeupInterval)
+	}
+	if c.Wakeup < WakeupDebounced || c.Wakeup > WakeupNone {
+		return fmt.Errorf("outbox: WriterConfig.Wakeup: unknown mode %d", int(c.Wakeup))
+	}
+	if strings.Count(c.Table, ".") > 1 || strings.HasPrefix(c.Table, ".") || strings.HasSuffix(c.Table, ".") {
+		return fmt.Errorf("outbox: WriterConfig.Table: %q is not a table or schema.table name", c.Table)
+	}
+	return nil
+}
+
+// TableIdentifier quotes a table name that may be schema-qualified
+// ("app.outbox" becomes "app"."outbox") for use in SQL text.
+func TableIdentifier(table string) string {
+	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
+}

@@ -1,0 +1,173 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Writer writes events into the outbox table. It is safe for concurrent use;
+// create one per process (its debounce state is shared by all callers).
+type Writer struct {
+	cfg        WriterConfig
+	insertSQL  string
+	notifySQL  string // insertSQL plus a pg_notify, in one statement
+	lastNotify atomic.Int64
+	now        func() time.Time
+}
+
+// NewWriter returns a Writer for cfg. It returns an error naming the first
+// invalid field of cfg.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	table := TableIdentifier(cfg.Table)
+	// unnest yields rows in array order, so seq (the identity) follows the
+	// order of the events in the call.
+	insert := `INSERT INTO ` + table + ` (id, aggregate_id, event_type, payload, headers, topic)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::text[]::jsonb[], $6::text[])`
+	return &Writer{
+		cfg:       cfg,
+		insertSQL: insert,
+		notifySQL: `WITH ins AS (` + insert + ` RETURNING 1) SELECT pg_notify($7, '') FROM (SELECT 1) AS one`,
+		now:       time.Now,
+	}, nil
+}
+
+var defaultWriter, _ = NewWriter(WriterConfig{})
+
+// Add writes events into the outbox table through q, the caller's
+// transaction, with the default WriterConfig (table "outbox", channel
+// "outbox", 1 MiB payloads, debounced wake-ups). See Writer.Add.
+func Add(ctx context.Context, q Querier, events ...Event) error {
+	return defaultWriter.Add(ctx, q, events...)
+}
+
+// Add validates every event, then inserts them all in one round trip through
+// q, in order, and (depending on WriterConfig.Wakeup) queues a pg_notify on
+// the relay's channel that Postgres delivers only if and when the
+// transaction commits; a rolled-back transaction leaves neither rows nor a
+// wake-up. An event with a zero ID gets a new UUIDv7.
+//
+// It returns a *ValidationError (wrapping ErrInvalidEvent) and writes
+// nothing if any event is invalid, or the database error wrapped as
+// "outbox: insert events: ...". A duplicate ID is a unique violation on
+// outbox_pkey (SQLSTATE 23505) and, inside a transaction, aborts it.
+func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(events))
+	aggs := make([]string, len(events))
+	types := make([]string, len(events))
+	payloads := make([]string, len(events))
+	headers := make([]*string, len(events))
+	topics := make([]*string, len(events))
+	for i := range events {
+		e := &events[i]
+		if err := w.validate(i, e); err != nil {
+			return err
+		}
+		ids[i] = e.ID
+		if ids[i] == uuid.Nil {
+			ids[i] = NewID()
+		}
+		aggs[i] = e.AggregateID
+		types[i] = e.Type
+		payloads[i] = string(e.Payload)
+		if len(e.Headers) > 0 {
+			b, err := json.Marshal(e.Headers)
+			if err != nil { // map[string]string always marshals
+				return fmt.Errorf("outbox: encode headers: %w", err)
+			}
+			s := string(b)
+			headers[i] = &s
+		}
+		if e.Topic != "" {
+			t := e.Topic
+			topics[i] = &t
+		}
+	}
+	var err error
+	if w.shouldNotify() {
+		_, err = q.Exec(ctx, w.notifySQL, ids, aggs, types, payloads, headers, topics, w.cfg.Channel)
+	} else {
+		_, err = q.Exec(ctx, w.insertSQL, ids, aggs, types, payloads, headers, topics)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: insert events: %w", err)
+	}
+	return nil
+}
+
+// shouldNotify decides whether this call carries a notification.
+func (w *Writer) shouldNotify() bool {
+	switch w.cfg.Wakeup {
+	case WakeupEveryTx:
+		return true
+	case WakeupNone:
+		return false
+	}
+	now := w.now().UnixNano()
+	last := w.lastNotify.Load()
+	if now-last < int64(w.cfg.WakeupInterval) {
+		return false
+	}
+	return w.lastNotify.CompareAndSwap(last, now)
+}
+
+func (w *Writer) validate(i int, e *Event) error {
+	bad := func(field, reason string) error {
+		return &ValidationError{Index: i, Field: field, Reason: reason}
+	}
+	switch {
+	case e.AggregateID == "":
+		return bad("AggregateID", "empty")
+	case e.Type == "":
+		return bad("Type", "empty")
+	case len(e.Payload) == 0:
+		return bad("Payload", "empty (use null for an event without a payload)")
+	case len(e.Payload) > w.cfg.MaxPayloadBytes:
+		return bad("Payload", fmt.Sprintf("%d bytes is over the limit of %d bytes", len(e.Payload), w.cfg.MaxPayloadBytes))
+	case !json.Valid(e.Payload):
+		return bad("Payload", "not valid JSON")
+	}
+	for k := range e.Headers {
+		if k == "" {
+			return bad("Headers", "empty header name")
+		}
+	}
+	if e.Topic != "" {
+		if err := ValidateTopic(e.Topic); err != nil {
+			return bad("Topic", err.Error())
+		}
+	}
+	return nil
+}
+
+// ValidateTopic checks a Kafka topic name the way the broker does
+// (org.apache.kafka.common.internals.Topic.validate): 1 to 249 characters
+// from [a-zA-Z0-9._-], and not "." or "..".
+func ValidateTopic(topic string) error {
+	if topic == "" {
+		return fmt.Errorf("topic name is empty")
+	}
+	if topic == "." || topic == ".." {
+		return fmt.Errorf("topic name %q is not allowed", topic)
+	}
+	if len(topic) > 249 {
+		return fmt.Errorf("topic name is %d characters, over the limit of 249", len(topic))
+	}
+	for _, r := range topic {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("topic name %q has %q; only [a-zA-Z0-9._-] are legal", topic, r)
+		}
+	}
+	return nil
+}
