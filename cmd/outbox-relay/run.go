@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/relay"
+)
+
+// runFlags are the flags of `outbox-relay run`.
+type runFlags struct {
+	commonFlags
+	brokers     string
+	kafka       kafka.Config
+	relay       relay.Config
+	lease       lease.Config
+	notify      notify.Config
+	noNotify    bool
+	startupWait time.Duration
+}
+
+func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
+	fs := newFlagSet(fsName, stderr)
+	f.commonFlags.register(fs)
+	fs.StringVar(&f.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port (required)")
+	fs.StringVar(&f.relay.Topic, "topic", "", "Kafka topic for events whose topic column is NULL")
+	fs.StringVar(&f.notify.Channel, "channel", notify.DefaultChannel, "Postgres NOTIFY channel to LISTEN on (must match the writers')")
+	fs.BoolVar(&f.noNotify, "no-notify", false, "do not LISTEN: find events by polling only")
+	fs.DurationVar(&f.lease.Lease, "lease", lease.DefaultLease, "how long a claim holds its rows before another relay may take them (min 1s)")
+	fs.IntVar(&f.lease.BatchSize, "batch-size", lease.DefaultBatchSize, fmt.Sprintf("most events per claim (1..%d)", lease.MaxBatchSize))
+	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
+	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "fallback poll interval when no notification arrives (jittered ±10%)")
+	fs.DurationVar(&f.relay.Linger, "linger", 2*time.Millisecond, "claim once more this long after a non-empty claim, for debounced wake-ups (negative: off)")
+	fs.DurationVar(&f.relay.RetryMin, "retry-min", 500*time.Millisecond, "first retry delay of a failed event; doubles per attempt")
+	fs.DurationVar(&f.relay.RetryMax, "retry-max", time.Minute, "longest retry delay of a failed event")
+	fs.DurationVar(&f.relay.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long in-flight publishes may take before leases are released")
+	fs.DurationVar(&f.startupWait, "startup-wait", 0, "how long to wait for Postgres and Kafka at start before giving up (0: forever)")
+	fs.StringVar(&f.kafka.ClientID, "kafka-client-id", "pgoutbox", "Kafka client.id")
+	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 10*time.Second, "timeout of one produce request")
+	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout (0: the publisher's small default)")
+	fs.StringVar(&f.kafka.Compression, "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
+	fs.BoolVar(&f.kafka.TLSEnabled, "kafka-tls", false, "connect to Kafka over TLS")
+	fs.StringVar(&f.kafka.TLSCAFile, "kafka-tls-ca", "", "PEM file of CA certificates for Kafka TLS (default: system roots)")
+	fs.StringVar(&f.kafka.TLSCertFile, "kafka-tls-cert", "", "PEM client certificate for Kafka mTLS")
+	fs.StringVar(&f.kafka.TLSKeyFile, "kafka-tls-key", "", "PEM client key for Kafka mTLS")
+	fs.BoolVar(&f.kafka.TLSInsecureSkipVerify, "kafka-tls-insecure-skip-verify", false, "do not verify the broker's certificate (testing only)")
+	fs.StringVar(&f.kafka.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: none)")
+	fs.StringVar(&f.kafka.SASLUsername, "kafka-sasl-username", "", "SASL user name")
+	fs.StringVar(&f.kafka.SASLPassword, "kafka-sasl-password", "", "SASL password (prefer the env OUTBOX_KAFKA_SASL_PASSWORD)")
+	return (*flagSet)(fs)
+}
+
+// validate maps each component's validation error onto its flag.
+func (f *runFlags) validate() error {
+	if f.brokers == "" {
+		return usagef("--brokers: required, e.g. --brokers localhost:9092")
+	}
+	for _, b := range strings.Split(f.brokers, ",") {
+		b = strings.TrimSpace(b)
+		if b == "" || !strings.Contains(b, ":") {
+			return usagef("--brokers: %q is not host:port", b)
+		}
+		f.kafka.Brokers = append(f.kafka.Brokers, b)
+	}
+	f.kafka.Topic = f.relay.Topic
+	f.lease.Table = f.table
+	f.notify.ReconnectMin, f.notify.ReconnectMax = 0, 0
+	for _, err := range []error{f.lease.Validate(), f.relay.Validate(), f.notify.Validate(), f.kafka.Validate()} {
+		if err != nil {
+			return usageError{errors.New(flagError(err))}
+		}
+	}
+	if f.relay.Topic == "" {
+		return usagef("--topic: required (events without a topic column need a destination)")
+	}
+	if f.startupWait < 0 {
+		return usagef("--startup-wait: must not be negative")
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	var f runFlags
+	fs := f.register("run", stderr)
+	if err := parse(fs.std(), args); err != nil {
+		return err
+	}
+	log, err := f.logger(stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	if err := f.validate(); err != nil {
+		return err
+	}
+	pcfg, err := f.poolConfig()
+	if err != nil {
+		return err
+	}
+	if pcfg.MaxConns < 4 {
+		pcfg.MaxConns = 4
+	}
+
+	startCtx := ctx
+	if f.startupWait > 0 {
+		var cancel context.CancelFunc
+		startCtx, cancel = context.WithTimeout(ctx, f.startupWait)
+		defer cancel()
+	}
+
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	if err := waitFor(startCtx, log, "database", func(ctx context.Context) error { return pool.Ping(ctx) }); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
+		return err
+	}
+	if err := checkTable(ctx, pool, f.table); err != nil {
+		return err
+	}
+
+	pub, err := kafka.NewPublisher(f.kafka, log)
+	if err != nil {
+		return usagef("--kafka-*: %v", err)
+	}
+	defer pub.Close()
+	if err := waitFor(startCtx, log, "kafka", pub.Ping); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	claimer, err := lease.New(pool, f.lease)
+	if err != nil {
+		return usageError{err}
+	}
+	var wake <-chan struct{}
+	var listener *notify.Listener
+	if !f.noNotify {
+		listener, err = notify.New(f.notify, connectFunc(pcfg.ConnConfig), pool, log)
+		if err != nil {
+			return usageError{err}
+		}
+		wake = listener.Wake()
+	}
+	r, err := relay.New(f.relay, claimer, pub, wake, log)
+	if err != nil {
+		return usageError{err}
+	}
+	log.Info("relay starting",
+		zap.String("relay_id", claimer.Config().RelayID),
+		zap.String("table", f.table),
+		zap.String("topic", f.relay.Topic),
+		zap.Strings("brokers", f.kafka.Brokers),
+		zap.Bool("notify", listener != nil),
+		zap.Duration("lease", claimer.Config().Lease),
+		zap.Duration("poll_interval", f.relay.PollInterval),
+		zap.Int("batch_size", claimer.Config().BatchSize))
+
+	g, gctx := errgroup.WithContext(ctx)
+	if listener != nil {
+		lctx, stopListener := context.WithCancel(context.WithoutCancel(gctx))
+		defer stopListener()
+		g.Go(func() error {
+			err := listener.Run(lctx)
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		})
+		g.Go(func() error {
+			err := r.Run(gctx)
+			stopListener() // the listener outlives the relay so wake-ups never block
+			return err
+		})
+	} else {
+		g.Go(func() error { return r.Run(gctx) })
+	}
+	return g.Wait()
+}
+
+// checkTable fails fast, with a clear message, when the outbox table is
+// missing or has the wrong shape.
+func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	cols := "seq, id, aggregate_id, event_type, payload, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error"
+	_, err := pool.Exec(ctx, "SELECT "+cols+" FROM "+outbox.TableIdentifier(table)+" LIMIT 0")
+	switch {
+	case err == nil:
+		return nil
+	case lease.IsMissingTable(err):
+		return fmt.Errorf("outbox table %q not found: run `outbox-relay migrate` first (%v)", table, err)
+	case lease.IsSchemaMismatch(err):
+		return fmt.Errorf("table %q is not an outbox table of this version: run `outbox-relay migrate` (%v)", table, err)
+	}
+	return fmt.Errorf("check outbox table %q: %w", table, err)
+}
+
+// configFlags maps "<package>.<Config field>" onto the flag that sets it.
+var configFlags = map[string]string{
+	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
+	"relay.Topic": "--topic", "relay.PollInterval": "--poll-interval", "relay.Linger": "--linger",
+	"relay.RetryMin": "--retry-min", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
+	"notify.Channel": "--channel",
+	"kafka.Brokers":  "--brokers", "kafka.Topic": "--topic", "kafka.ClientID": "--kafka-client-id",
+	"kafka.WriteTimeout": "--kafka-write-timeout", "kafka.BatchTimeout": "--kafka-batch-timeout",
+	"kafka.Compression": "--kafka-compression", "kafka.TLSCAFile": "--kafka-tls-ca", "kafka.TLSCertFile": "--kafka-tls-cert",
+	"kafka.TLSKeyFile": "--kafka-tls-key", "kafka.SASLMechanism": "--kafka-sasl-mechanism",
+	"kafka.SASLUsername": "--kafka-sasl-username", "kafka.SASLPassword": "--kafka-sasl-password",
+}
+
+var configErrRE = regexp.MustCompile(`^(\w+): Config\.(\w+): (.*)$`)
+
+// flagError rewrites a component's "pkg: Config.Field: reason" error as
+// "--flag: reason", so the user sees the flag they typed.
+func flagError(err error) string {
+	m := configErrRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	if fl, ok := configFlags[m[1]+"."+m[2]]; ok {
+		return fl + ": " + m[3]
+	}
+	return err.Error()
+}

@@ -1,0 +1,323 @@
+// Package lease claims batches of outbox rows for one relay, marks them
+// published and releases them, with all lease arithmetic done by the
+// database clock.
+//
+// A claim is one short transaction: it takes the lowest-seq unpublished rows
+// whose lease is free (locked_until NULL or past), skipping rows locked by a
+// concurrent claimer (FOR UPDATE SKIP LOCKED) and rows whose aggregate has an
+// earlier event that another relay holds or that is backing off, sets
+// locked_until = now() + lease and a fresh claim token, and commits at once.
+// Kafka is never called inside it. MarkPublished and Release are fenced by the
+// claim token: once a lease expired and another relay re-claimed the rows, the
+// first holder's late mark or release changes nothing.
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a Claimer.
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified. Defaults to
+	// "outbox".
+	Table string
+	// Lease is how long a claim holds its rows before another relay may
+	// take them: it must cover publishing and marking one batch. Defaults
+	// to 30s. Minimum 1s.
+	Lease time.Duration
+	// BatchSize is the most rows one claim returns. Defaults to 500.
+	BatchSize int
+	// RelayID names this relay in locked_by (status, logs). Defaults to
+	// "<hostname>-<random>".
+	RelayID string
+}
+
+// DefaultLease is Config.Lease's default.
+const DefaultLease = 30 * time.Second
+
+// DefaultBatchSize is Config.BatchSize's default.
+const DefaultBatchSize = 500
+
+// MaxBatchSize bounds Config.BatchSize.
+const MaxBatchSize = 10000
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = "outbox"
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.RelayID == "" {
+		c.RelayID = DefaultRelayID()
+	}
+}
+
+// Validate returns an error naming the first invalid field, after defaults
+// are applied.
+func (c *Config) Validate() error {
+	c.setDefaults()
+	if c.Lease < time.Second {
+		return fmt.Errorf("lease: Config.Lease: must be at least 1s, got %s", c.Lease)
+	}
+	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
+		return fmt.Errorf("lease: Config.BatchSize: must be 1..%d, got %d", MaxBatchSize, c.BatchSize)
+	}
+	if strings.Count(c.Table, ".") > 1 {
+		return fmt.Errorf("lease: Config.Table: %q is not a table or schema.table name", c.Table)
+	}
+	return nil
+}
+
+// Row is one claimed outbox row.
+type Row struct {
+	// Seq is the insert order (the identity column).
+	Seq int64
+	// ID is the event ID, the Kafka header event_id.
+	ID uuid.UUID
+	// AggregateID is the Kafka key.
+	AggregateID string
+	// EventType is the Kafka header event_type.
+	EventType string
+	// Payload is the jsonb payload as JSON text; nil if the column is NULL.
+	Payload []byte
+	// Headers are the row's extra headers (jsonb object of strings); nil if
+	// none.
+	Headers map[string]string
+	// Topic is the row's topic, "" to use the relay's.
+	Topic string
+	// CreatedAt is the inserting transaction's start time (database clock).
+	CreatedAt time.Time
+	// Attempts counts earlier failed publishes of this row.
+	Attempts int
+}
+
+// Batch is the result of one claim.
+type Batch struct {
+	// Token fences MarkPublished and Release to this claim.
+	Token uuid.UUID
+	// Rows are ordered by Seq.
+	Rows []Row
+	// LockedUntil is when the lease ends, by the database clock.
+	LockedUntil time.Time
+	// Claimed is when the claim committed, by this host's clock; with
+	// Config.Lease it gives a local deadline that is safe against clock
+	// skew because it only measures elapsed time.
+	Claimed time.Time
+}
+
+// Deadline is the local time (monotonic clock) by which the batch must be
+// published and marked before its lease may pass to another relay.
+func (b *Batch) Deadline(lease time.Duration) time.Time { return b.Claimed.Add(lease) }
+
+// Claimer claims, marks and releases outbox rows through a pool.
+type Claimer struct {
+	cfg        Config
+	pool       *pgxpool.Pool
+	claimSQL   string
+	markSQL    string
+	releaseSQL string
+	lockSQL    string
+}
+
+// New returns a Claimer on pool. It returns cfg's validation error.
+func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
+	c := &Claimer{cfg: cfg, pool: pool}
+	// Claims of all relays on one table serialize on a transaction-level
+	// advisory lock keyed by the table's OID. Without it, two concurrent
+	// claims could split one aggregate's consecutive events between two
+	// relays (the second one skips the rows the first has locked but not
+	// yet leased), which would let them be published out of order. The
+	// lock lasts only the claim statement, a few milliseconds.
+	c.lockSQL = `SELECT pg_advisory_xact_lock(1869574000, '` + strings.ReplaceAll(t, `'`, `''`) + `'::regclass::oid::int)`
+	// One statement: a CTE picks and row-locks the candidates, the UPDATE
+	// leases exactly those. Never `UPDATE ... WHERE id IN (SELECT ... LIMIT
+	// n FOR UPDATE SKIP LOCKED)`: the planner may run that subquery more
+	// than once and lease more than n rows (PostgreSQL bug #15715).
+	//
+	// The NOT EXISTS guard keeps per-aggregate order across relays and
+	// across retries: a row is not claimable while an earlier unpublished
+	// row of its aggregate is leased by another relay, or is backing off
+	// after a failed publish (locked_by NULL, locked_until in the future).
+	// This relay's own leases do not block it: it publishes its batches one
+	// after the other, in seq order.
+	c.claimSQL = `WITH candidates AS (
+  SELECT o.id FROM ` + t + ` o
+  WHERE o.published_at IS NULL
+    AND (o.locked_until IS NULL OR o.locked_until <= now())
+    AND NOT EXISTS (
+      SELECT 1 FROM ` + t + ` p
+      WHERE p.aggregate_id = o.aggregate_id
+        AND p.published_at IS NULL
+        AND p.seq < o.seq
+        AND p.locked_until > now()
+        AND p.locked_by IS DISTINCT FROM $3)
+  ORDER BY o.seq
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + t + ` o
+SET locked_until = now() + $2 * interval '1 millisecond', locked_by = $3, claim_token = $4
+FROM candidates c
+WHERE o.id = c.id
+RETURNING o.seq, o.id, o.aggregate_id, o.event_type, o.payload::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until`
+	c.markSQL = `UPDATE ` + t + `
+SET published_at = now(), locked_until = NULL, last_error = NULL
+WHERE id = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+	c.releaseSQL = `UPDATE ` + t + `
+SET locked_until = CASE WHEN $3 > 0 THEN now() + $3 * interval '1 millisecond' END,
+    locked_by = NULL, claim_token = NULL,
+    attempts = attempts + $4, last_error = COALESCE($5, last_error)
+WHERE id = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+	return c, nil
+}
+
+// Config returns the Claimer's configuration with defaults applied.
+func (c *Claimer) Config() Config { return c.cfg }
+
+// Claim leases up to Config.BatchSize claimable rows for Config.Lease and
+// returns them ordered by seq. An empty batch (no rows) is not an error.
+// Errors are wrapped as "claim batch: ...": see IsMissingTable.
+func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
+	token := uuid.Must(uuid.NewV7())
+	b := &pgx.Batch{}
+	b.Queue(c.lockSQL)
+	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.cfg.RelayID, token)
+	// Both statements run in one implicit transaction, in one round trip;
+	// it commits when the batch completes, releasing the advisory lock.
+	br := c.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	batch := &Batch{Token: token}
+	var headers []byte
+	var payload, topic *string
+	for rows.Next() {
+		var r Row
+		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		if payload != nil {
+			r.Payload = []byte(*payload)
+		}
+		if topic != nil {
+			r.Topic = *topic
+		}
+		if len(headers) > 0 && string(headers) != "null" {
+			r.Headers, err = decodeHeaders(headers)
+			if err != nil {
+				// A plain-SQL writer stored headers that are not an object
+				// of strings: keep them visible rather than dropping them.
+				r.Headers = map[string]string{"outbox_headers_raw": string(headers)}
+			}
+		}
+		batch.Rows = append(batch.Rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("claim batch: commit: %w", err)
+	}
+	batch.Claimed = time.Now()
+	// RETURNING is not ordered; the relay needs seq order.
+	sortRows(batch.Rows)
+	return batch, nil
+}
+
+func decodeHeaders(b []byte) (map[string]string, error) {
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		switch v := v.(type) {
+		case string:
+			out[k] = v
+		default:
+			enc, _ := json.Marshal(v)
+			out[k] = string(enc)
+		}
+	}
+	return out, nil
+}
+
+// MarkPublished sets published_at on the rows with ids that are still held
+// by token, and returns how many it marked. Rows whose lease passed to
+// another claim are left alone (fewer than len(ids) are marked; not an
+// error: those events will be published again, which at-least-once allows).
+// Errors are wrapped as "mark published: ...".
+func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid.UUID) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := c.pool.Exec(ctx, c.markSQL, ids, token)
+	if err != nil {
+		return 0, fmt.Errorf("mark published: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Release gives rows still held by token back. retryDelay > 0 keeps them,
+// and every later event of their aggregates, unclaimable until then (a
+// failed publish backs off); 0 makes them claimable at once (shutdown).
+// countAttempt adds one to attempts; lastError, if not empty, replaces
+// last_error. It returns how many rows it released. Errors are wrapped as
+// "release: ...".
+func (c *Claimer) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, retryDelay time.Duration, countAttempt bool, lastError string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var le *string
+	if lastError != "" {
+		le = &lastError
+	}
+	inc := 0
+	if countAttempt {
+		inc = 1
+	}
+	tag, err := c.pool.Exec(ctx, c.releaseSQL, ids, token, retryDelay.Milliseconds(), inc, le)
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// IsMissingTable reports whether err comes from a missing outbox table
+// (SQLSTATE 42P01 undefined_table): run `outbox-relay migrate`.
+func IsMissingTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
+// IsSchemaMismatch reports whether err comes from a table whose shape is
+// not the outbox's (SQLSTATE 42703 undefined_column, 42804 datatype
+// mismatch): a column is missing or has the wrong type.
+func IsSchemaMismatch(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42703" || pgErr.Code == "42804")
+}

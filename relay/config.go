@@ -1,0 +1,97 @@
+// Package relay is the outbox relay's engine: woken by a notification
+// (package notify), by a jittered poll ticker, or at once while claims come
+// back full, it claims a batch of outbox rows (package lease), publishes
+// them to Kafka (package kafka) outside any database transaction, and marks
+// the delivered rows published.
+//
+// Three goroutines form a pipeline, each holding at most one batch, so
+// memory is bounded by about three batches: the claimer claims batch N+1
+// while the publisher publishes batch N and the marker marks batch N-1.
+//
+// Guarantees: at-least-once delivery (a row is marked only after Kafka
+// acknowledged it with acks=all; a crash in between publishes it again, with
+// the same event_id), and per-aggregate order: an event is never published
+// before an earlier event (by seq) of its aggregate. If an event fails, the
+// later events of its aggregate are neither published nor marked until it
+// succeeds, while other aggregates go on.
+package relay
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// Config configures a Relay. Durations are wall-clock durations; all lease
+// arithmetic itself is done by the database clock (package lease).
+type Config struct {
+	// Topic is the Kafka topic for rows whose topic column is NULL. Required
+	// unless every row names its topic.
+	Topic string
+	// PollInterval is the fallback poll: with no notification for this long,
+	// the relay claims anyway (events from writers that do not notify, and
+	// notifications lost while the listener reconnects). Jittered by ±10%.
+	// Defaults to 500ms.
+	PollInterval time.Duration
+	// Linger is how long after a claim that returned rows (but not a full
+	// batch) the relay claims once more, to pick up events committed by
+	// writers whose wake-up was debounced (outbox.WakeupDebounced). Defaults
+	// to 2ms; negative disables it.
+	Linger time.Duration
+	// RetryMin is the delay before a failed event is retried; it doubles
+	// per failed attempt of that event, with ±20% jitter, up to RetryMax.
+	// Defaults to 500ms.
+	RetryMin time.Duration
+	// RetryMax caps the retry delay. Defaults to 1m.
+	RetryMax time.Duration
+	// ShutdownTimeout bounds a graceful stop: after the context given to
+	// Run is done, the in-flight publish may take this long; then delivered
+	// rows are marked, the rest released, and Run returns. Defaults to 10s.
+	ShutdownTimeout time.Duration
+	// DBTimeout bounds each claim, mark and release statement. Defaults to
+	// 10s.
+	DBTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.PollInterval == 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.Linger == 0 {
+		c.Linger = 2 * time.Millisecond
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 500 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = time.Minute
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.DBTimeout == 0 {
+		c.DBTimeout = 10 * time.Second
+	}
+}
+
+// Validate applies defaults and returns an error naming the first invalid
+// field.
+func (c *Config) Validate() error {
+	c.setDefaults()
+	switch {
+	case c.Topic != "" && outbox.ValidateTopic(c.Topic) != nil:
+		return fmt.Errorf("relay: Config.Topic: %w", outbox.ValidateTopic(c.Topic))
+	case c.PollInterval < time.Millisecond:
+		return fmt.Errorf("relay: Config.PollInterval: must be at least 1ms, got %s", c.PollInterval)
+	case c.RetryMin <= 0:
+		return fmt.Errorf("relay: Config.RetryMin: must be positive, got %s", c.RetryMin)
+	case c.RetryMax < c.RetryMin:
+		return fmt.Errorf("relay: Config.RetryMax: %s is less than RetryMin %s", c.RetryMax, c.RetryMin)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("relay: Config.ShutdownTimeout: must be positive, got %s", c.ShutdownTimeout)
+	case c.DBTimeout <= 0:
+		return fmt.Errorf("relay: Config.DBTimeout: must be positive, got %s", c.DBTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,513 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
+)
+
+// Publisher is what the relay needs from a Kafka producer;
+// *kafka.Publisher implements it.
+type Publisher interface {
+	// Publish writes msgs and returns nil when all were acknowledged, a
+	// *kafka.PublishError with one entry per message, or an error for the
+	// whole call.
+	Publish(ctx context.Context, msgs []kafka.Message) error
+	// MaxBatchBytes is the most bytes one Publish call may carry so that
+	// each partition's share goes in one produce request.
+	MaxBatchBytes() int64
+}
+
+// Claimer is what the relay needs from the lease store; *lease.Claimer
+// implements it.
+type Claimer interface {
+	Claim(ctx context.Context) (*lease.Batch, error)
+	MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid.UUID) (int64, error)
+	Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, retryDelay time.Duration, countAttempt bool, lastError string) (int64, error)
+	Config() lease.Config
+}
+
+// Stats are cumulative counters of one Relay, for tests, benchmarks and
+// metrics.
+type Stats struct {
+	// Claims counts claim statements run; EmptyClaims those that found no
+	// row.
+	Claims, EmptyClaims int64
+	// Published counts events Kafka acknowledged; Marked those marked
+	// published (fewer when a lease was lost); Failed publish failures;
+	// Skipped events held back behind a failed earlier event of their
+	// aggregate; Released events given back.
+	Published, Marked, Failed, Skipped, Released int64
+	// Wakeups counts wake-ups by cause.
+	WakeNotify, WakePoll, WakeLinger, WakeBacklog int64
+}
+
+// Relay moves events from the outbox table to Kafka.
+type Relay struct {
+	cfg     Config
+	lease   lease.Config
+	claimer Claimer
+	pub     Publisher
+	wake    <-chan struct{}
+	log     *zap.Logger
+
+	// claimStarts numbers claims in the order they start; the publisher
+	// uses it to know which claimed batches may still hold events of an
+	// aggregate whose earlier event just failed.
+	claimStarts atomic.Uint64
+	// pauseUntil (unix nanos) holds the claimer back after a publish
+	// failed for a whole batch: the broker is down, claiming more only
+	// churns rows.
+	pauseUntil atomic.Int64
+
+	stats struct {
+		claims, emptyClaims, published, marked, failed, skipped, released atomic.Int64
+		wakeNotify, wakePoll, wakeLinger, wakeBacklog                     atomic.Int64
+	}
+
+	// OnPublished, if set before Run, is called after each publish with the
+	// rows Kafka acknowledged (for tests and benchmarks; keep it fast).
+	OnPublished func(rows []lease.Row)
+}
+
+// New returns a Relay. wake delivers wake-up signals (notify.Listener.Wake);
+// nil means poll only. It returns cfg's validation error.
+func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logger *zap.Logger) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if claimer == nil || pub == nil {
+		return nil, errors.New("relay: claimer and publisher are required")
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	return &Relay{cfg: cfg, lease: claimer.Config(), claimer: claimer, pub: pub, wake: wake, log: logger.Named("relay")}, nil
+}
+
+// Stats returns a snapshot of the relay's counters.
+func (r *Relay) Stats() Stats {
+	s := &r.stats
+	return Stats{
+		Claims: s.claims.Load(), EmptyClaims: s.emptyClaims.Load(),
+		Published: s.published.Load(), Marked: s.marked.Load(), Failed: s.failed.Load(),
+		Skipped: s.skipped.Load(), Released: s.released.Load(),
+		WakeNotify: s.wakeNotify.Load(), WakePoll: s.wakePoll.Load(),
+		WakeLinger: s.wakeLinger.Load(), WakeBacklog: s.wakeBacklog.Load(),
+	}
+}
+
+// claimed is a batch with the number of the claim that produced it.
+type claimed struct {
+	*lease.Batch
+	no uint64
+}
+
+// markJob is work for the marker: rows to mark published.
+type markJob struct {
+	token uuid.UUID
+	ids   []uuid.UUID
+}
+
+// Run relays until ctx is done, then shuts down gracefully within
+// Config.ShutdownTimeout and returns nil. Database and broker errors are
+// logged and retried with backoff; they never end Run.
+func (r *Relay) Run(ctx context.Context) error {
+	// work outlives ctx by at most ShutdownTimeout: in-flight publishes,
+	// marks and releases finish on it.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopHard := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(r.cfg.ShutdownTimeout, cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stopHard()
+
+	batches := make(chan claimed, 1)
+	marks := make(chan markJob, 4)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		r.runMarker(work, marks)
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(marks)
+		r.runPublisher(ctx, work, batches, marks)
+	}()
+	r.runClaimer(ctx, batches)
+	close(batches)
+	wg.Wait()
+	r.log.Info("relay stopped", zap.Int64("published", r.stats.published.Load()))
+	return nil
+}
+
+// runClaimer waits for a reason to claim, claims, and hands batches over.
+func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
+	poll := time.NewTimer(jitter(r.cfg.PollInterval, 0.1))
+	defer poll.Stop()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	lingerArmed := false
+	backlog := true // claim at once on start
+	failures := 0
+	for {
+		if !backlog {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.wake:
+				r.stats.wakeNotify.Add(1)
+			case <-poll.C:
+				r.stats.wakePoll.Add(1)
+			case <-linger.C:
+				lingerArmed = false
+				r.stats.wakeLinger.Add(1)
+			}
+		} else {
+			r.stats.wakeBacklog.Add(1)
+			backlog = false
+		}
+		if wait := time.Until(time.Unix(0, r.pauseUntil.Load())); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		// Drain a pending notification: this claim covers it.
+		select {
+		case <-r.wake:
+		default:
+		}
+		resetTimer(poll, jitter(r.cfg.PollInterval, 0.1))
+
+		no := r.claimStarts.Add(1)
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+		b, err := r.claimer.Claim(cctx)
+		cancel()
+		r.stats.claims.Add(1)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			d := backoff(r.cfg.RetryMin, r.cfg.RetryMax/4, failures)
+			fields := []zap.Field{zap.Error(err), zap.Duration("retry_in", d), zap.Int("failures", failures)}
+			switch {
+			case lease.IsMissingTable(err):
+				r.log.Error("outbox table not found: run `outbox-relay migrate`", append(fields, zap.String("table", r.lease.Table))...)
+			case lease.IsSchemaMismatch(err):
+				r.log.Error("outbox table has the wrong shape: run `outbox-relay migrate`", append(fields, zap.String("table", r.lease.Table))...)
+			default:
+				r.log.Warn("claim failed", fields...)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+			backlog = true
+			continue
+		}
+		failures = 0
+		if len(b.Rows) == 0 {
+			r.stats.emptyClaims.Add(1)
+			continue
+		}
+		select {
+		case out <- claimed{Batch: b, no: no}:
+		case <-ctx.Done():
+			// Shutting down with a batch nobody will publish: give it back.
+			r.release(context.WithoutCancel(ctx), b.Token, rowIDs(b.Rows), 0, false, "")
+			return
+		}
+		if len(b.Rows) >= r.lease.BatchSize {
+			backlog = true
+		} else if r.cfg.Linger > 0 && !lingerArmed {
+			resetTimer(linger, r.cfg.Linger)
+			lingerArmed = true
+		}
+	}
+}
+
+// runPublisher publishes batches in claim order. It stops publishing new
+// batches when ctx is done and releases them instead; work bounds the
+// in-flight publish.
+func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks chan<- markJob) {
+	// blocked maps an aggregate whose event failed to the last claim
+	// number that may still hold its later events (claims that started
+	// before the failed row's release committed).
+	blocked := map[string]uint64{}
+	for b := range in {
+		for agg, no := range blocked {
+			if no < b.no {
+				delete(blocked, agg)
+			}
+		}
+		if ctx.Err() != nil {
+			r.release(work, b.Token, rowIDs(b.Rows), 0, false, "")
+			continue
+		}
+		r.publishBatch(ctx, work, b, blocked, marks)
+	}
+}
+
+type failure struct {
+	row lease.Row
+	err error
+}
+
+func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[string]uint64, marks chan<- markJob) {
+	maxBytes := r.pub.MaxBatchBytes()
+	failedAggs := map[string]bool{}
+	var skipped []uuid.UUID
+	var failures []failure
+	var unsent []uuid.UUID
+
+	rows := b.Rows
+	msgs := make([]kafka.Message, 0, len(rows))
+	chunk := make([]lease.Row, 0, len(rows))
+	for start := 0; start < len(rows); {
+		if ctx.Err() != nil || work.Err() != nil {
+			// Shutdown: what was not sent yet goes back at once.
+			unsent = append(unsent, rowIDs(rows[start:])...)
+			break
+		}
+		// Build the next chunk: at most maxBytes (one produce request per
+		// partition), skipping aggregates that failed or are blocked.
+		msgs, chunk = msgs[:0], chunk[:0]
+		var size int64
+		i := start
+		for ; i < len(rows); i++ {
+			row := rows[i]
+			if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no {
+				skipped = append(skipped, row.ID)
+				continue
+			}
+			m := r.message(row)
+			n := messageSize(m)
+			if n > maxBytes {
+				failures = append(failures, failure{row, fmt.Errorf("event is %d bytes, over the publisher's limit of %d bytes (message.max.bytes)", n, maxBytes)})
+				failedAggs[row.AggregateID] = true
+				continue
+			}
+			if size+n > maxBytes && len(msgs) > 0 {
+				break
+			}
+			size += n
+			msgs = append(msgs, m)
+			chunk = append(chunk, row)
+		}
+		start = i
+		if len(msgs) == 0 {
+			continue
+		}
+		err := r.pub.Publish(work, msgs)
+		var delivered []uuid.UUID
+		var deliveredRows []lease.Row
+		var perr *kafka.PublishError
+		for j, row := range chunk {
+			var e error
+			switch {
+			case err == nil:
+			case errors.As(err, &perr) && len(perr.Errs) == len(chunk):
+				e = perr.Errs[j]
+			default:
+				e = err
+			}
+			if e == nil && failedAggs[row.AggregateID] {
+				// Delivered, but an earlier event of its aggregate in this
+				// chunk failed: do not mark it, so it is published again
+				// after that one.
+				skipped = append(skipped, row.ID)
+				continue
+			}
+			if e != nil {
+				failures = append(failures, failure{row, e})
+				failedAggs[row.AggregateID] = true
+				continue
+			}
+			delivered = append(delivered, row.ID)
+			deliveredRows = append(deliveredRows, row)
+		}
+		if len(delivered) > 0 {
+			r.stats.published.Add(int64(len(delivered)))
+			if r.OnPublished != nil {
+				r.OnPublished(deliveredRows)
+			}
+			marks <- markJob{token: b.Token, ids: delivered}
+		}
+		if err != nil && len(delivered) == 0 {
+			// Nothing got through: stop this batch and hold the claimer
+			// back, the broker is likely down.
+			for _, row := range rows[start:] {
+				if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no {
+					skipped = append(skipped, row.ID)
+				} else {
+					unsent = append(unsent, row.ID)
+				}
+			}
+			pause := backoff(r.cfg.RetryMin, r.cfg.RetryMax, 1)
+			r.pauseUntil.Store(time.Now().Add(pause).UnixNano())
+			break
+		}
+	}
+
+	if len(failures) > 0 {
+		r.stats.failed.Add(int64(len(failures)))
+		r.releaseFailures(work, b.Token, failures)
+		// Batches whose claim started before that release committed may
+		// hold later events of these aggregates: hold them back there too.
+		last := r.claimStarts.Load()
+		for agg := range failedAggs {
+			blocked[agg] = last
+		}
+	}
+	if len(skipped) > 0 {
+		r.stats.skipped.Add(int64(len(skipped)))
+		r.release(work, b.Token, skipped, 0, false, "")
+	}
+	if len(unsent) > 0 {
+		r.release(work, b.Token, unsent, 0, false, "")
+	}
+}
+
+// releaseFailures gives failed rows back with a per-row backoff and their
+// error, grouped so that rows with the same delay and error share a
+// statement.
+func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failure) {
+	type key struct {
+		attempts int
+		msg      string
+	}
+	groups := map[key][]uuid.UUID{}
+	for _, f := range fs {
+		k := key{f.row.Attempts, f.err.Error()}
+		groups[k] = append(groups[k], f.row.ID)
+		r.log.Warn("publish failed; will retry",
+			zap.String("event_id", f.row.ID.String()),
+			zap.String("aggregate_id", f.row.AggregateID),
+			zap.Int("attempts", f.row.Attempts+1),
+			zap.Error(f.err))
+	}
+	for k, ids := range groups {
+		d := backoff(r.cfg.RetryMin, r.cfg.RetryMax, k.attempts+1)
+		r.release(ctx, token, ids, d, true, k.msg)
+	}
+}
+
+func (r *Relay) release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, delay time.Duration, countAttempt bool, lastError string) {
+	if len(ids) == 0 {
+		return
+	}
+	// A release must happen even on a hard shutdown; bound it on its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+	defer cancel()
+	n, err := r.claimer.Release(rctx, token, ids, delay, countAttempt, lastError)
+	if err != nil {
+		r.log.Warn("release failed; rows come back when their lease ends", zap.Error(err), zap.Int("rows", len(ids)))
+		return
+	}
+	r.stats.released.Add(n)
+}
+
+// runMarker marks delivered rows published, retrying a failed mark while
+// the lease lasts.
+func (r *Relay) runMarker(work context.Context, in <-chan markJob) {
+	for job := range in {
+		for attempt := 1; ; attempt++ {
+			mctx, cancel := context.WithTimeout(work, r.cfg.DBTimeout)
+			n, err := r.claimer.MarkPublished(mctx, job.token, job.ids)
+			cancel()
+			if err == nil {
+				r.stats.marked.Add(n)
+				if n < int64(len(job.ids)) {
+					r.log.Warn("lease lost before mark: another relay holds these rows and will publish them again",
+						zap.Int("rows", len(job.ids)), zap.Int64("marked", n))
+				}
+				break
+			}
+			if work.Err() != nil || attempt >= 5 {
+				r.log.Error("mark published failed; rows will be published again after their lease", zap.Error(err), zap.Int("rows", len(job.ids)))
+				break
+			}
+			d := backoff(50*time.Millisecond, 2*time.Second, attempt)
+			r.log.Warn("mark published failed; retrying", zap.Error(err), zap.Duration("retry_in", d))
+			select {
+			case <-work.Done():
+			case <-time.After(d):
+			}
+		}
+	}
+}
+
+// message turns a row into a Kafka record: key aggregate ID, value the
+// payload, headers event_id, event_type, aggregate_id and the row's own.
+func (r *Relay) message(row lease.Row) kafka.Message {
+	h := make([]kafka.Header, 0, 3+len(row.Headers))
+	h = append(h,
+		kafka.Header{Key: "event_id", Value: []byte(row.ID.String())},
+		kafka.Header{Key: "event_type", Value: []byte(row.EventType)},
+		kafka.Header{Key: "aggregate_id", Value: []byte(row.AggregateID)},
+	)
+	for k, v := range row.Headers {
+		h = append(h, kafka.Header{Key: k, Value: []byte(v)})
+	}
+	topic := row.Topic
+	if topic == "" {
+		topic = r.cfg.Topic
+	}
+	return kafka.Message{Topic: topic, Key: []byte(row.AggregateID), Value: row.Payload, Headers: h}
+}
+
+// messageSize estimates a record's bytes in a produce request.
+func messageSize(m kafka.Message) int64 {
+	n := int64(len(m.Key) + len(m.Value) + 32)
+	for _, h := range m.Headers {
+		n += int64(len(h.Key) + len(h.Value) + 8)
+	}
+	return n
+}
+
+func rowIDs(rows []lease.Row) []uuid.UUID {
+	ids := make([]uuid.UUID, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].ID
+	}
+	return ids
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	t.Reset(d)
+}
+
+// jitter returns d ± frac·d, uniformly.
+func jitter(d time.Duration, frac float64) time.Duration {
+	return d + time.Duration(float64(d)*frac*(2*rand.Float64()-1))
+}
+
+// backoff returns min·2^(n-1) capped at max, ±20% jitter.
+func backoff(min, max time.Duration, n int) time.Duration {
+	d := min
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return jitter(d, 0.2)
+}
