@@ -1,0 +1,266 @@
+package kafka
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// Defaults applied by NewPublisher to zero-valued Config fields.
+const (
+	// DefaultClientID is the Kafka client.id sent to brokers.
+	DefaultClientID = "pgoutbox"
+
+	// DefaultBatchTimeout is how long kafka-go waits for more messages
+	// before sending a partially filled partition batch. See
+	// Config.BatchTimeout for why it is tiny.
+	DefaultBatchTimeout = 10 * time.Microsecond
+
+	// DefaultBatchSize is the maximum number of messages per produce request
+	// per partition, and the largest Publish call that is sent as one request
+	// per partition.
+	DefaultBatchSize = 1000
+
+	// DefaultBatchBytes is Kafka's default broker/topic message.max.bytes
+	// (1048588 since Kafka 0.11, rounded down to 1 MiB), see
+	// https://kafka.apache.org/documentation/#brokerconfigs_message.max.bytes.
+	DefaultBatchBytes = 1 << 20
+
+	// DefaultWriteTimeout bounds one produce attempt.
+	DefaultWriteTimeout = 10 * time.Second
+
+	// DefaultDialTimeout bounds establishing one broker connection
+	// (including TLS and SASL handshakes); it is kafka-go's default.
+	DefaultDialTimeout = 5 * time.Second
+
+	// DefaultMetadataTTL is kafka-go's Transport default for refreshing
+	// cached cluster metadata.
+	DefaultMetadataTTL = 6 * time.Second
+
+	// DefaultMaxAttempts is the number of produce attempts kafka-go makes
+	// per batch for retriable errors before giving up.
+	DefaultMaxAttempts = 3
+)
+
+// SASL mechanism names accepted in Config.SASLMechanism.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// Config configures a Publisher. The zero value of every field except Brokers
+// means "use the default"; each field documents its default. Fields are plain
+// types so that they map one-to-one to command-line flags.
+//
+// The producer always uses acks=all (kafka-go's RequireAll): a message counts
+// as delivered only once every in-sync replica has it. This is not
+// configurable on purpose: the zero value of kafka-go's Writer.RequiredAcks is
+// RequireNone (fire and forget), which would silently break at-least-once
+// delivery.
+type Config struct {
+	// Brokers lists bootstrap brokers as host:port. Required.
+	Brokers []string
+
+	// Topic is the topic for messages whose Message.Topic is empty.
+	// Defaults to "" (every message must then name its topic).
+	Topic string
+
+	// ClientID is the Kafka client.id. Defaults to "pgoutbox".
+	ClientID string
+
+	// BatchTimeout is how long kafka-go waits for more messages before
+	// sending a partially filled partition batch. In kafka-go's synchronous
+	// mode a batch that is not full is only sent when this timer fires
+	// (kafka-go's own default is 1s), so it is pure added latency for every
+	// Publish. A tiny value never splits one Publish call: kafka-go appends all
+	// of one call's messages for a partition while holding that partition's
+	// mutex, and the timer goroutine needs the same mutex to flush.
+	// Defaults to 10µs.
+	BatchTimeout time.Duration
+
+	// BatchSize is the maximum number of messages in one produce request for
+	// one partition (kafka-go's Writer.BatchSize). Publish calls with more
+	// messages are split into sequential sub-calls. kafka-go allocates a
+	// BatchSize-capacity slice of messages (about 150 bytes each) for every
+	// batch, so a very large value costs latency on small publishes.
+	// Defaults to 1000.
+	BatchSize int
+
+	// BatchBytes is the maximum size in bytes of one partition's batch as
+	// kafka-go counts it (kafka-go's Writer.BatchBytes); a single message
+	// larger than this fails with a permanent error. Keep it at or below the
+	// broker's message.max.bytes / topic max.message.bytes.
+	// Defaults to 1048576 (Kafka's default message.max.bytes, 1 MiB).
+	BatchBytes int64
+
+	// WriteTimeout bounds one produce attempt (request and acknowledgement).
+	// Defaults to 10s.
+	WriteTimeout time.Duration
+
+	// DialTimeout bounds connecting to one broker. Defaults to 5s.
+	DialTimeout time.Duration
+
+	// MetadataTTL is how often cached cluster metadata (partition counts,
+	// leaders) is refreshed. Defaults to 6s.
+	MetadataTTL time.Duration
+
+	// MaxAttempts is how many times kafka-go tries a produce request that
+	// fails with a retriable error before reporting it. Keep it small: the
+	// relay retries with its own backoff. Defaults to 3.
+	MaxAttempts int
+
+	// Compression is the batch compression codec: "none", "gzip", "snappy",
+	// "lz4" or "zstd". Defaults to "none".
+	Compression string
+
+	// AutoCreateTopic lets metadata requests create missing topics on
+	// brokers that allow it (auto.create.topics.enable). Defaults to false.
+	AutoCreateTopic bool
+
+	// TLSEnabled turns on TLS to brokers. Defaults to false.
+	TLSEnabled bool
+	// TLSCAFile is a PEM file of CAs to verify brokers with.
+	// Defaults to "" (system roots). Requires TLSEnabled.
+	TLSCAFile string
+	// TLSCertFile is a PEM client certificate for mutual TLS.
+	// Defaults to "" (none). Requires TLSEnabled and TLSKeyFile.
+	TLSCertFile string
+	// TLSKeyFile is the PEM private key for TLSCertFile.
+	// Defaults to "" (none). Requires TLSEnabled and TLSCertFile.
+	TLSKeyFile string
+	// TLSInsecureSkipVerify disables broker certificate verification.
+	// Defaults to false. Requires TLSEnabled.
+	TLSInsecureSkipVerify bool
+
+	// SASLMechanism is "", "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".
+	// Defaults to "" (no SASL).
+	SASLMechanism string
+	// SASLUsername is the SASL user. Defaults to "". Required with a
+	// SASLMechanism.
+	SASLUsername string
+	// SASLPassword is the SASL password. Defaults to "".
+	SASLPassword string
+}
+
+// compressions maps Config.Compression names to kafka-go codecs.
+var compressionNames = []string{"", "none", "gzip", "snappy", "lz4", "zstd"}
+
+func fieldErr(field, format string, args ...any) error {
+	return fmt.Errorf("kafka: Config.%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// Validate reports the first invalid field as an error of the form
+// "kafka: Config.<Field>: <reason>". Zero values are valid (they mean the
+// default) except for Brokers, which is required.
+func (c *Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return fieldErr("Brokers", "empty")
+	}
+	for i, b := range c.Brokers {
+		host, port, err := net.SplitHostPort(b)
+		if err != nil || host == "" || port == "" {
+			return fieldErr("Brokers", "entry %d %q: want host:port", i, b)
+		}
+	}
+	if strings.TrimSpace(c.Topic) != c.Topic {
+		return fieldErr("Topic", "%q has surrounding spaces", c.Topic)
+	}
+	if c.BatchTimeout < 0 {
+		return fieldErr("BatchTimeout", "negative")
+	}
+	if c.BatchSize < 0 {
+		return fieldErr("BatchSize", "negative")
+	}
+	if c.BatchBytes < 0 {
+		return fieldErr("BatchBytes", "negative")
+	}
+	if c.WriteTimeout < 0 {
+		return fieldErr("WriteTimeout", "negative")
+	}
+	if c.DialTimeout < 0 {
+		return fieldErr("DialTimeout", "negative")
+	}
+	if c.MetadataTTL < 0 {
+		return fieldErr("MetadataTTL", "negative")
+	}
+	if c.MaxAttempts < 0 {
+		return fieldErr("MaxAttempts", "negative")
+	}
+	okComp := false
+	for _, n := range compressionNames {
+		if strings.ToLower(c.Compression) == n {
+			okComp = true
+		}
+	}
+	if !okComp {
+		return fieldErr("Compression", "%q: want none, gzip, snappy, lz4 or zstd", c.Compression)
+	}
+	if !c.TLSEnabled {
+		switch {
+		case c.TLSCAFile != "":
+			return fieldErr("TLSCAFile", "set without Config.TLSEnabled")
+		case c.TLSCertFile != "":
+			return fieldErr("TLSCertFile", "set without Config.TLSEnabled")
+		case c.TLSKeyFile != "":
+			return fieldErr("TLSKeyFile", "set without Config.TLSEnabled")
+		case c.TLSInsecureSkipVerify:
+			return fieldErr("TLSInsecureSkipVerify", "set without Config.TLSEnabled")
+		}
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		if c.TLSCertFile == "" {
+			return fieldErr("TLSCertFile", "empty but Config.TLSKeyFile is set")
+		}
+		return fieldErr("TLSKeyFile", "empty but Config.TLSCertFile is set")
+	}
+	switch strings.ToUpper(c.SASLMechanism) {
+	case "":
+		if c.SASLUsername != "" || c.SASLPassword != "" {
+			return fieldErr("SASLMechanism", "empty but SASL credentials are set")
+		}
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		if c.SASLUsername == "" {
+			return fieldErr("SASLUsername", "empty with Config.SASLMechanism %s", c.SASLMechanism)
+		}
+	default:
+		return fieldErr("SASLMechanism", "%q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.SASLMechanism)
+	}
+	return nil
+}
+
+// withDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	c.Brokers = append([]string(nil), c.Brokers...)
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = DefaultBatchTimeout
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = DefaultBatchBytes
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.MetadataTTL == 0 {
+		c.MetadataTTL = DefaultMetadataTTL
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	c.Compression = strings.ToLower(c.Compression)
+	if c.Compression == "" {
+		c.Compression = "none"
+	}
+	c.SASLMechanism = strings.ToUpper(c.SASLMechanism)
+	return c
+}

@@ -1,0 +1,448 @@
+// Package kafka publishes outbox events to Kafka with segmentio/kafka-go.
+//
+// A Publisher sends messages synchronously with acks=all and reports, per
+// message, which were acknowledged, so the relay can mark exactly those rows
+// as published (at-least-once delivery). Messages are partitioned like the
+// Java client's default partitioner (murmur2 of the key), so every message of
+// one aggregate (key = aggregate ID) lands on one partition, in Publish order.
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"go.uber.org/zap"
+)
+
+// Header is one Kafka record header. Values may be nil.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is one record to publish.
+type Message struct {
+	// Topic to publish to; "" means Config.Topic.
+	Topic string
+	// Key is the record key, the aggregate ID; it selects the partition (see
+	// Partition). nil is a null key.
+	Key []byte
+	// Value is the payload (JSON); nil is a Kafka null value (a tombstone on
+	// compacted topics).
+	Value []byte
+	// Headers are sent in this order. The relay puts event_id, event_type and
+	// aggregate_id first, then the row's own headers.
+	Headers []Header
+}
+
+// Publisher publishes messages to Kafka through one kafka-go Writer. It is
+// safe for concurrent use, but per-key ordering is only guaranteed between
+// Publish calls that do not overlap in time: the relay must wait for one
+// call (and retry its failures) before publishing later events of the same
+// aggregates.
+type Publisher struct {
+	cfg       Config
+	log       *zap.Logger
+	w         *kafkago.Writer
+	transport *kafkago.Transport
+	dialer    *kafkago.Dialer
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewPublisher validates cfg, applies defaults and returns a Publisher. It
+// does not contact the brokers; use Ping for that. logger may be nil; the
+// Publisher logs to logger.Named("kafka").
+func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	log := logger.Named("kafka")
+
+	tlsCfg, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	mech, err := cfg.saslMechanism()
+	if err != nil {
+		return nil, err
+	}
+	var comp kafkago.Compression
+	switch cfg.Compression {
+	case "gzip":
+		comp = kafkago.Gzip
+	case "snappy":
+		comp = kafkago.Snappy
+	case "lz4":
+		comp = kafkago.Lz4
+	case "zstd":
+		comp = kafkago.Zstd
+	}
+
+	transport := &kafkago.Transport{
+		DialTimeout: cfg.DialTimeout,
+		MetadataTTL: cfg.MetadataTTL,
+		ClientID:    cfg.ClientID,
+		TLS:         tlsCfg,
+		SASL:        mech,
+	}
+	w := &kafkago.Writer{
+		Addr: kafkago.TCP(cfg.Brokers...),
+		// Java-compatible murmur2 partitioning; Consistent makes nil keys
+		// hash like empty keys instead of going to a random partition.
+		Balancer:     kafkago.Murmur2Balancer{Consistent: true},
+		MaxAttempts:  cfg.MaxAttempts,
+		BatchSize:    cfg.BatchSize,
+		BatchBytes:   cfg.BatchBytes,
+		BatchTimeout: cfg.BatchTimeout,
+		ReadTimeout:  cfg.WriteTimeout,
+		WriteTimeout: cfg.WriteTimeout,
+		// kafka-go's zero value is RequireNone; at-least-once needs all ISRs.
+		RequiredAcks:           kafkago.RequireAll,
+		Async:                  false,
+		Compression:            comp,
+		Transport:              transport,
+		AllowAutoTopicCreation: cfg.AutoCreateTopic,
+		ErrorLogger: kafkago.LoggerFunc(func(format string, args ...any) {
+			log.Warn("kafka-go: " + fmt.Sprintf(format, args...))
+		}),
+	}
+	dialer := &kafkago.Dialer{
+		ClientID:      cfg.ClientID,
+		Timeout:       cfg.DialTimeout,
+		DualStack:     true,
+		TLS:           tlsCfg,
+		SASLMechanism: mech,
+	}
+	log.Info("publisher configured",
+		zap.Strings("brokers", cfg.Brokers),
+		zap.String("topic", cfg.Topic),
+		zap.String("client_id", cfg.ClientID),
+		zap.Duration("batch_timeout", cfg.BatchTimeout),
+		zap.Int("batch_size", cfg.BatchSize),
+		zap.Int64("batch_bytes", cfg.BatchBytes),
+		zap.String("compression", cfg.Compression),
+		zap.Bool("tls", cfg.TLSEnabled),
+		zap.String("sasl_mechanism", cfg.SASLMechanism))
+	return &Publisher{cfg: cfg, log: log, w: w, transport: transport, dialer: dialer}, nil
+}
+
+func (c *Config) tlsConfig() (*tls.Config, error) {
+	if !c.TLSEnabled {
+		return nil, nil
+	}
+	t := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: c.TLSInsecureSkipVerify, //nolint:gosec // opt-in by config
+	}
+	if c.TLSCAFile != "" {
+		pem, err := os.ReadFile(c.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: Config.TLSCAFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fieldErr("TLSCAFile", "%s: no PEM certificates", c.TLSCAFile)
+		}
+		t.RootCAs = pool
+	}
+	if c.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: Config.TLSCertFile: %w", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+func (c *Config) saslMechanism() (sasl.Mechanism, error) {
+	switch c.SASLMechanism {
+	case SASLPlain:
+		return plain.Mechanism{Username: c.SASLUsername, Password: c.SASLPassword}, nil
+	case SASLScramSHA256, SASLScramSHA512:
+		m, err := newScram(c.SASLMechanism, c.SASLUsername, c.SASLPassword)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: Config.SASLMechanism: %w", err)
+		}
+		return m, nil
+	}
+	return nil, nil
+}
+
+// MaxBatchBytes returns Config.BatchBytes (after defaults): the most bytes,
+// as counted by MessageSize, that one Publish call may carry and still be
+// sent as a single produce request per partition. The relay should chunk its
+// claimed rows so that each call's total MessageSize stays within it.
+func (p *Publisher) MaxBatchBytes() int64 { return p.cfg.BatchBytes }
+
+// MaxBatchMessages returns Config.BatchSize (after defaults): the most
+// messages one Publish call may carry and still be sent as a single produce
+// request per partition.
+func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
+
+// MessageSize returns the size of m as kafka-go accounts it against
+// Config.BatchBytes (key, value and headers plus a fixed per-record overhead
+// of the legacy message format). It approximates, and slightly
+// overestimates, the bytes the record adds to a produce request.
+func MessageSize(m *Message) int64 {
+	// Mirrors kafka-go v0.4.51 Message.totalSize: size() + headerSize().
+	n := int64(4+1+1+8) + int64(4+len(m.Key)) + int64(4+len(m.Value))
+	n += int64(varIntLen(int64(len(m.Headers))))
+	for i := range m.Headers {
+		h := &m.Headers[i]
+		n += int64(varIntLen(int64(len(h.Key))) + len(h.Key))
+		n += int64(varIntLen(int64(len(h.Value))) + len(h.Value))
+	}
+	return n
+}
+
+func varIntLen(i int64) int {
+	u := uint64((i << 1) ^ (i >> 63)) // zig-zag
+	n := 1
+	for u >= 0x80 {
+		u >>= 7
+		n++
+	}
+	return n
+}
+
+// Publish writes msgs synchronously. It returns nil if every message was
+// acknowledged by all in-sync replicas. Otherwise it returns either
+//
+//   - a *PublishError with len(Errs) == len(msgs), where Errs[i] is nil if
+//     msgs[i] was delivered and the reason otherwise; callers mark only the
+//     delivered messages, or
+//   - any other error (wrapped as "publish: ..."), meaning no message is known
+//     to be delivered: ctx done, ErrClosed, ErrNoTopic, or a metadata
+//     failure before anything was sent (e.g. brokers unreachable).
+//
+// Messages for one partition are sent as one produce request, so they
+// succeed or fail together, as long as the call has at most
+// MaxBatchMessages() messages whose MessageSize sum to at most
+// MaxBatchBytes(). Larger calls are split, in order, into sub-calls that
+// fit; a sub-call is sent only after the previous one fully succeeded, and the
+// messages of sub-calls not sent get ErrNotAttempted. This keeps per-key
+// order: if a message fails, no later message of the call with the same key
+// is delivered. A single message larger than MaxBatchBytes() fails alone with
+// a permanent error wrapping kafka-go's MessageSizeTooLarge; the others are
+// still sent.
+//
+// If ctx ends first, Publish returns ctx's error, but messages already handed
+// to kafka-go may still be delivered later (a duplicate on retry); msgs'
+// byte slices must not be modified after such a return. One attempt is
+// bounded by Config.WriteTimeout; kafka-go retries retriable errors up to
+// Config.MaxAttempts times with 100ms-1s backoff.
+func (p *Publisher) Publish(ctx context.Context, msgs []Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if p.closed.Load() {
+		return fmt.Errorf("publish: %w", ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+
+	now := time.Now() // kafka-go would send a zero time as timestamp 0 (1970)
+	nh := 0
+	for i := range msgs {
+		nh += len(msgs[i].Headers)
+	}
+	hdrs := make([]kafkago.Header, 0, nh)
+	km := make([]kafkago.Message, 0, len(msgs))
+	sizes := make([]int64, 0, len(msgs))
+	var errs []error // allocated on first failure
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(msgs))
+		}
+		errs[i] = err
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		topic := m.Topic
+		if topic == "" {
+			topic = p.cfg.Topic
+			if topic == "" {
+				return fmt.Errorf("publish: message %d: %w", i, ErrNoTopic)
+			}
+		}
+		size := MessageSize(m)
+		if size > p.cfg.BatchBytes {
+			fail(i, fmt.Errorf("message of %d bytes exceeds Config.BatchBytes %d: %w",
+				size, p.cfg.BatchBytes, kafkago.MessageSizeTooLarge))
+			continue
+		}
+		start := len(hdrs)
+		for _, h := range m.Headers {
+			hdrs = append(hdrs, kafkago.Header{Key: h.Key, Value: h.Value})
+		}
+		km = append(km, kafkago.Message{
+			Topic:      topic,
+			Key:        m.Key,
+			Value:      m.Value,
+			Headers:    hdrs[start:len(hdrs):len(hdrs)],
+			Time:       now,
+			WriterData: i,
+		})
+		sizes = append(sizes, size)
+	}
+
+	for start := 0; start < len(km); {
+		end, total := start, int64(0)
+		for end < len(km) && end-start < p.cfg.BatchSize {
+			if end > start && total+sizes[end] > p.cfg.BatchBytes {
+				break
+			}
+			total += sizes[end]
+			end++
+		}
+		failed, err := p.write(ctx, km[start:end], fail)
+		if err != nil {
+			if start == 0 && errs == nil {
+				return fmt.Errorf("publish: %w", err) // nothing delivered
+			}
+			for j := start; j < end; j++ {
+				fail(km[j].WriterData.(int), err)
+			}
+			failed = true
+		}
+		start = end
+		if failed {
+			for j := start; j < len(km); j++ {
+				fail(km[j].WriterData.(int), ErrNotAttempted)
+			}
+			break
+		}
+	}
+	if errs == nil {
+		return nil
+	}
+	pe := &PublishError{Errs: errs}
+	if ce := p.log.Check(zap.DebugLevel, "publish failed"); ce != nil {
+		ce.Write(zap.Int("failed", pe.Failed()), zap.Int("messages", len(msgs)), zap.Error(pe))
+	}
+	return pe
+}
+
+// write sends one chunk with kafka-go and records per-message failures via
+// fail. It returns whether any message failed, or a whole-chunk error when
+// kafka-go sent nothing (or ctx ended).
+func (p *Publisher) write(ctx context.Context, chunk []kafkago.Message, fail func(int, error)) (bool, error) {
+	failed := false
+	// Each round either succeeds, fails as a whole, or drops one message that
+	// kafka-go found too large, so this loop ends.
+	for len(chunk) > 0 {
+		err := p.w.WriteMessages(ctx, chunk...)
+		if err == nil {
+			return failed, nil
+		}
+		var werrs kafkago.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == len(chunk) {
+			for j, e := range werrs {
+				if e != nil {
+					fail(chunk[j].WriterData.(int), e)
+					failed = true
+				}
+			}
+			return failed, nil
+		}
+		var tooLarge kafkago.MessageTooLargeError
+		if errors.As(err, &tooLarge) {
+			// Not expected: Publish pre-checks sizes with kafka-go's formula.
+			// kafka-go rejected the whole call without sending anything.
+			i, ok := tooLarge.Message.WriterData.(int)
+			if !ok {
+				return failed, err
+			}
+			fail(i, fmt.Errorf("message exceeds Config.BatchBytes %d: %w", p.cfg.BatchBytes, err))
+			failed = true
+			chunk = tooLarge.Remaining
+			continue
+		}
+		if errors.Is(err, io.ErrClosedPipe) {
+			err = ErrClosed
+		}
+		return failed, err
+	}
+	return failed, nil
+}
+
+// Ping checks that a broker is reachable and answers a metadata request. It
+// opens a fresh connection (kafka-go's Writer serves metadata from a cache)
+// to each of Config.Brokers in turn and returns nil at the first success, or
+// an error ("ping: ...") joining every broker's failure. Without a ctx
+// deadline it is bounded by Config.DialTimeout + Config.WriteTimeout. Use it
+// for readiness checks and for retrying at startup; IsRetriable tells
+// whether retrying makes sense.
+func (p *Publisher) Ping(ctx context.Context) error {
+	if p.closed.Load() {
+		return fmt.Errorf("ping: %w", ErrClosed)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.DialTimeout+p.cfg.WriteTimeout)
+		defer cancel()
+	}
+	errs := make([]error, 0, len(p.cfg.Brokers))
+	for _, b := range p.cfg.Brokers {
+		err := p.pingOne(ctx, b)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("broker %s: %w", b, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("ping: %w", errors.Join(errs...))
+}
+
+func (p *Publisher) pingOne(ctx context.Context, broker string) error {
+	conn, err := p.dialer.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	if dl, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(dl); err != nil {
+			return err
+		}
+	}
+	// Metadata request without topics: never auto-creates a topic.
+	_, err = conn.Brokers()
+	return err
+}
+
+// Close flushes and stops the writer, waits for in-flight Publish calls and
+// closes broker connections. Later Publish and Ping calls fail with
+// ErrClosed. It is safe to call more than once.
+func (p *Publisher) Close() error {
+	p.closeOnce.Do(func() {
+		p.closed.Store(true)
+		if err := p.w.Close(); err != nil {
+			p.closeErr = fmt.Errorf("close: %w", err)
+		}
+		p.transport.CloseIdleConnections()
+		p.log.Info("publisher closed")
+	})
+	return p.closeErr
+}
