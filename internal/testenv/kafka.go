@@ -1,0 +1,279 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestKafka is a Kafka cluster for one test.
+type TestKafka struct {
+	// Brokers are the seed broker addresses, host:port.
+	Brokers []string
+	// Cluster is the in-process kfake cluster, for fault injection
+	// (Cluster.ControlKey etc.); nil when OUTBOX_TEST_KAFKA_BROKERS points
+	// at external brokers. Tests that need it should t.Skip when nil.
+	Cluster *kfake.Cluster
+}
+
+// Kafka returns the Kafka cluster for t: the brokers listed in
+// OUTBOX_TEST_KAFKA_BROKERS (comma-separated) if set, else a new one-broker
+// kfake cluster listening on 127.0.0.1 at a random port, with automatic
+// topic creation enabled, closed when the test ends. Extra kfake options
+// (e.g. kfake.SeedTopics) are appended to the defaults and ignored for
+// external brokers.
+func Kafka(t testing.TB, opts ...kfake.Opt) *TestKafka {
+	t.Helper()
+	if v := os.Getenv(EnvKafkaBrokers); v != "" {
+		var brokers []string
+		for _, b := range strings.Split(v, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				brokers = append(brokers, b)
+			}
+		}
+		return &TestKafka{Brokers: brokers}
+	}
+	c, err := kfake.NewCluster(append([]kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.AllowAutoTopicCreation(),
+	}, opts...)...)
+	if err != nil {
+		t.Fatalf("testenv: kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return &TestKafka{Brokers: c.ListenAddrs(), Cluster: c}
+}
+
+// Client returns a new franz-go client seeded with k's brokers plus opts,
+// closed when the test ends (closing it earlier is fine).
+func (k *TestKafka) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, opts...)...)
+	if err != nil {
+		t.Fatalf("testenv: kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// Topic creates a topic with the given number of partitions (replication
+// factor: the broker default) and a unique name derived from t.Name(), and
+// waits up to 30 seconds until every partition has a leader in the
+// cluster's metadata. It returns the name.
+func (k *TestKafka) Topic(t testing.TB, partitions int32) string {
+	t.Helper()
+	name := topicName(t.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatalf("testenv: kafka client: %v", err)
+	}
+	defer cl.Close()
+
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = name
+	rt.NumPartitions = partitions
+	rt.ReplicationFactor = -1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("testenv: create topic %s: %v", name, err)
+	}
+	for _, rt := range resp.Topics {
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			msg := ""
+			if rt.ErrorMessage != nil {
+				msg = ": " + *rt.ErrorMessage
+			}
+			t.Fatalf("testenv: create topic %s: %v%s", name, err, msg)
+		}
+	}
+
+	var last string
+	for {
+		last = topicReady(ctx, cl, name, partitions)
+		if last == "" {
+			return name
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testenv: topic %s not ready: %s", name, last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// topicReady returns "" when topic has want partitions, each with a leader,
+// else what is missing.
+func topicReady(ctx context.Context, cl *kgo.Client, topic string, want int32) string {
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, mt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err.Error()
+	}
+	for _, rt := range resp.Topics {
+		if rt.Topic == nil || *rt.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+			return err.Error()
+		}
+		if int32(len(rt.Partitions)) != want {
+			return fmt.Sprintf("%d of %d partitions", len(rt.Partitions), want)
+		}
+		for _, p := range rt.Partitions {
+			if p.Leader < 0 {
+				return fmt.Sprintf("partition %d has no leader", p.Partition)
+			}
+		}
+		return ""
+	}
+	return "not in metadata"
+}
+
+// topicName makes a unique legal topic name ([a-zA-Z0-9._-], at most 249
+// characters) from a test name.
+func topicName(testName string) string {
+	var b strings.Builder
+	for _, r := range testName {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	s := b.String()
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return "t-" + s + "-" + randHex(6)
+}
+
+// Record is a consumed Kafka record.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	// Headers maps each header key to its value; for a key repeated in
+	// the record, the last value wins.
+	Headers   map[string]string
+	Timestamp time.Time
+}
+
+func toRecord(r *kgo.Record) Record {
+	h := make(map[string]string, len(r.Headers))
+	for _, kv := range r.Headers {
+		h[kv.Key] = string(kv.Value)
+	}
+	return Record{
+		Topic:     r.Topic,
+		Partition: r.Partition,
+		Offset:    r.Offset,
+		Key:       r.Key,
+		Value:     r.Value,
+		Headers:   h,
+		Timestamp: r.Timestamp,
+	}
+}
+
+// Consume reads topic from the start of every partition, with an
+// independent franz-go client and read_committed isolation, until it has
+// at least want records or timeout has passed, and returns what it read
+// (possibly fewer or more than want; callers assert). Records are in
+// arrival order, which is offset order within a partition.
+func (k *TestKafka) Consume(t testing.TB, topic string, want int, timeout time.Duration) []Record {
+	t.Helper()
+	c := k.Consumer(t, topic)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []Record
+	for len(out) < want {
+		r, err := c.Next(ctx)
+		if err != nil {
+			break
+		}
+		out = append(out, r)
+	}
+	// Include whatever else is already buffered, so duplicates show up.
+	out = append(out, c.buf...)
+	c.buf = nil
+	return out
+}
+
+// Consumer reads one topic from the start of every partition as records
+// arrive. It is not safe for concurrent use.
+type Consumer struct {
+	cl    *kgo.Client
+	buf   []Record
+	close sync.Once
+}
+
+// Consumer starts reading topic from the start of every partition (with
+// read_committed isolation) with an independent franz-go client. It is
+// closed when the test ends.
+func (k *TestKafka) Consumer(t testing.TB, topic string) *Consumer {
+	t.Helper()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(k.Brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(250*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatalf("testenv: kafka consumer: %v", err)
+	}
+	c := &Consumer{cl: cl}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Next returns the next record, waiting for one to arrive. It returns
+// ctx.Err() when ctx ends first, or kgo.ErrClientClosed after Close.
+// Transient fetch errors (e.g. the topic not existing yet) are retried.
+func (c *Consumer) Next(ctx context.Context) (Record, error) {
+	for len(c.buf) == 0 {
+		fs := c.cl.PollFetches(ctx)
+		if fs.IsClientClosed() {
+			return Record{}, kgo.ErrClientClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return Record{}, err
+		}
+		fs.EachRecord(func(r *kgo.Record) { c.buf = append(c.buf, toRecord(r)) })
+		if len(c.buf) == 0 {
+			// Only errors came back: avoid a hot loop.
+			select {
+			case <-ctx.Done():
+				return Record{}, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	r := c.buf[0]
+	c.buf = c.buf[1:]
+	return r, nil
+}
+
+// Close stops the consumer's client. It is idempotent.
+func (c *Consumer) Close() { c.close.Do(c.cl.Close) }
