@@ -72,8 +72,8 @@ var env struct {
 	once     sync.Once
 	dsn      string
 	err      error
-	source   string         // "DATABASE_URL", "docker" or "pgtemp"
-	teardown func() error   // stops what was started; nil if nothing
+	source   string          // "DATABASE_URL", "docker" or "pgtemp"
+	teardown func() error    // stops what was started; nil if nothing
 	ignore   []goleak.Option // goroutines started by the environment itself
 }
 
