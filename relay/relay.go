@@ -298,7 +298,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 				continue
 			}
 			m := r.message(row)
-			n := messageSize(m)
+			n := kafka.MessageSize(&m)
 			if n > maxBytes {
 				failures = append(failures, failure{row, fmt.Errorf("event is %d bytes, over the publisher's limit of %d bytes (message.max.bytes)", n, maxBytes)})
 				failedAggs[row.AggregateID] = true
@@ -333,6 +333,13 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 				// chunk failed: do not mark it, so it is published again
 				// after that one.
 				skipped = append(skipped, row.ID)
+				continue
+			}
+			if e != nil && work.Err() != nil {
+				// Cut off by the shutdown deadline, outcome unknown: give
+				// it back at once, without counting an attempt; whoever
+				// claims it next publishes it (again).
+				unsent = append(unsent, row.ID)
 				continue
 			}
 			if e != nil {
@@ -471,15 +478,6 @@ func (r *Relay) message(row lease.Row) kafka.Message {
 		topic = r.cfg.Topic
 	}
 	return kafka.Message{Topic: topic, Key: []byte(row.AggregateID), Value: row.Payload, Headers: h}
-}
-
-// messageSize estimates a record's bytes in a produce request.
-func messageSize(m kafka.Message) int64 {
-	n := int64(len(m.Key) + len(m.Value) + 32)
-	for _, h := range m.Headers {
-		n += int64(len(h.Key) + len(h.Value) + 8)
-	}
-	return n
 }
 
 func rowIDs(rows []lease.Row) []uuid.UUID {

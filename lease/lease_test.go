@@ -1,0 +1,299 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/lease"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func addEvents(t *testing.T, pool *pgxpool.Pool, aggs ...string) []uuid.UUID {
+	t.Helper()
+	var evs []outbox.Event
+	var ids []uuid.UUID
+	for i, a := range aggs {
+		id := outbox.NewID()
+		ids = append(ids, id)
+		evs = append(evs, outbox.Event{ID: id, AggregateID: a, Type: "t", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+	}
+	if err := outbox.Add(context.Background(), pool, evs...); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func newClaimer(t *testing.T, pool *pgxpool.Pool, cfg lease.Config) *lease.Claimer {
+	t.Helper()
+	c, err := lease.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func ids(b *lease.Batch) []uuid.UUID {
+	var out []uuid.UUID
+	for _, r := range b.Rows {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func TestClaimTakesLowestSeqUpToBatchSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	want := addEvents(t, db.Pool, "a", "b", "c", "d", "e", "f")
+	c := newClaimer(t, db.Pool, lease.Config{BatchSize: 4, RelayID: "r1"})
+	b1, err := c.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(b1); fmt.Sprint(got) != fmt.Sprint(want[:4]) {
+		t.Fatalf("first claim = %v, want %v", got, want[:4])
+	}
+	for i := 1; i < len(b1.Rows); i++ {
+		if b1.Rows[i].Seq <= b1.Rows[i-1].Seq {
+			t.Fatalf("rows not in seq order: %+v", b1.Rows)
+		}
+	}
+	b2, err := c.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(b2); fmt.Sprint(got) != fmt.Sprint(want[4:]) {
+		t.Fatalf("second claim = %v, want %v", got, want[4:])
+	}
+	b3, err := c.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b3.Rows) != 0 {
+		t.Fatalf("third claim got %d rows, want none (all leased)", len(b3.Rows))
+	}
+	// The lease end comes from the database clock: now() + 30s.
+	var dbNow time.Time
+	if err := db.Pool.QueryRow(ctx, "SELECT now()").Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	if d := b1.LockedUntil.Sub(dbNow); d < 25*time.Second || d > 31*time.Second {
+		t.Fatalf("locked_until - db now() = %s, want about the 30s lease", d)
+	}
+}
+
+func TestMarkAndReleaseAreFencedByClaimToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	want := addEvents(t, db.Pool, "a", "b")
+	c := newClaimer(t, db.Pool, lease.Config{RelayID: "r1"})
+	b, err := c.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.MarkPublished(ctx, uuid.New(), want); err != nil || n != 0 {
+		t.Fatalf("mark with a foreign token: n=%d err=%v, want 0 rows", n, err)
+	}
+	if n, err := c.Release(ctx, uuid.New(), want, 0, true, "x"); err != nil || n != 0 {
+		t.Fatalf("release with a foreign token: n=%d err=%v, want 0 rows", n, err)
+	}
+	if n, err := c.MarkPublished(ctx, b.Token, want[:1]); err != nil || n != 1 {
+		t.Fatalf("mark: n=%d err=%v, want 1", n, err)
+	}
+	if n, err := c.Release(ctx, b.Token, want[1:], 0, true, "broker said no"); err != nil || n != 1 {
+		t.Fatalf("release: n=%d err=%v, want 1", n, err)
+	}
+	var published *time.Time
+	var attempts int
+	var lastErr *string
+	var lockedUntil *time.Time
+	if err := db.Pool.QueryRow(ctx, "SELECT published_at FROM outbox WHERE id = $1", want[0]).Scan(&published); err != nil || published == nil {
+		t.Fatalf("marked row: published_at=%v err=%v", published, err)
+	}
+	if err := db.Pool.QueryRow(ctx, "SELECT attempts, last_error, locked_until FROM outbox WHERE id = $1", want[1]).Scan(&attempts, &lastErr, &lockedUntil); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 || lastErr == nil || *lastErr != "broker said no" || lockedUntil != nil {
+		t.Fatalf("released row: attempts=%d last_error=%v locked_until=%v", attempts, lastErr, lockedUntil)
+	}
+	// Released with no delay: claimable again at once.
+	b2, err := c.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b2.Rows) != 1 || b2.Rows[0].ID != want[1] || b2.Rows[0].Attempts != 1 {
+		t.Fatalf("re-claim = %+v, want the released row with attempts 1", b2.Rows)
+	}
+}
+
+func TestExpiredLeaseIsReclaimedAndLateMarkDoesNotClobber(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	want := addEvents(t, db.Pool, "a", "b", "c")
+	stalled := newClaimer(t, db.Pool, lease.Config{RelayID: "stalled", Lease: time.Second})
+	other := newClaimer(t, db.Pool, lease.Config{RelayID: "other", Lease: time.Minute})
+	b1, err := stalled.Claim(ctx)
+	if err != nil || len(b1.Rows) != 3 {
+		t.Fatalf("claim: %v rows=%d", err, len(b1.Rows))
+	}
+	var b2 *lease.Batch
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		b2, err = other.Claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b2.Rows) > 0
+	}, "the expired lease was never re-claimed")
+	if fmt.Sprint(ids(b2)) != fmt.Sprint(want) {
+		t.Fatalf("re-claim = %v, want %v", ids(b2), want)
+	}
+	if n, err := stalled.MarkPublished(ctx, b1.Token, want); err != nil || n != 0 {
+		t.Fatalf("late mark by the stalled relay: n=%d err=%v, want 0", n, err)
+	}
+	if n, err := stalled.Release(ctx, b1.Token, want, 0, true, "late"); err != nil || n != 0 {
+		t.Fatalf("late release by the stalled relay: n=%d err=%v, want 0", n, err)
+	}
+	if n, err := other.MarkPublished(ctx, b2.Token, want); err != nil || n != 3 {
+		t.Fatalf("mark by the new holder: n=%d err=%v, want 3", n, err)
+	}
+}
+
+func TestLaterEventsOfAnAggregateWaitForTheEarlierOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	want := addEvents(t, db.Pool, "x", "x", "y")
+	r1 := newClaimer(t, db.Pool, lease.Config{RelayID: "r1", BatchSize: 1})
+	r2 := newClaimer(t, db.Pool, lease.Config{RelayID: "r2"})
+	b1, err := r1.Claim(ctx)
+	if err != nil || len(b1.Rows) != 1 || b1.Rows[0].ID != want[0] {
+		t.Fatalf("r1 claim: %v %+v", err, b1)
+	}
+	// x#2 must not go to r2 while r1 holds x#1.
+	b2, err := r2.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids(b2)) != fmt.Sprint(want[2:]) {
+		t.Fatalf("r2 claim = %v, want only y %v", ids(b2), want[2:])
+	}
+	// x#1 fails and backs off for an hour: x#2 stays unclaimable for all.
+	if _, err := r1.Release(ctx, b1.Token, ids(b1), time.Hour, true, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*lease.Claimer{r1, r2} {
+		b, err := c.Claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Rows) != 0 {
+			t.Fatalf("%s claimed %v while x#1 backs off", c.Config().RelayID, ids(b))
+		}
+	}
+	// Its own leases do not block a relay: r1 may hold x#1 and x#2 at once.
+	if _, err := db.Pool.Exec(ctx, "UPDATE outbox SET locked_until = NULL WHERE id = $1", want[0]); err != nil {
+		t.Fatal(err)
+	}
+	r1b := newClaimer(t, db.Pool, lease.Config{RelayID: "r1", BatchSize: 1})
+	a, err := r1b.Claim(ctx)
+	if err != nil || len(a.Rows) != 1 || a.Rows[0].ID != want[0] {
+		t.Fatalf("claim x#1: %v %v", err, a)
+	}
+	b, err := r1b.Claim(ctx)
+	if err != nil || len(b.Rows) != 1 || b.Rows[0].ID != want[1] {
+		t.Fatalf("r1 claim of x#2 behind its own lease of x#1: %v %v", err, b)
+	}
+}
+
+func TestClaimNeverReturnsMoreThanBatchSizeUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	aggs := make([]string, 300)
+	for i := range aggs {
+		aggs[i] = fmt.Sprint("agg-", i)
+	}
+	addEvents(t, db.Pool, aggs...)
+	seen := make(chan []uuid.UUID, 64)
+	errs := make(chan error, 4)
+	for w := 0; w < 4; w++ {
+		c := newClaimer(t, db.Pool, lease.Config{RelayID: fmt.Sprint("r", w), BatchSize: 7})
+		go func() {
+			for {
+				b, err := c.Claim(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(b.Rows) > 7 {
+					errs <- fmt.Errorf("claim returned %d rows, batch size 7", len(b.Rows))
+					return
+				}
+				if len(b.Rows) == 0 {
+					errs <- nil
+					return
+				}
+				seen <- ids(b)
+			}
+		}()
+	}
+	got := map[uuid.UUID]int{}
+	done := 0
+	for done < 4 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done++
+		case b := <-seen:
+			for _, id := range b {
+				got[id]++
+			}
+		}
+	}
+	for len(seen) > 0 {
+		for _, id := range <-seen {
+			got[id]++
+		}
+	}
+	if len(got) != 300 {
+		t.Fatalf("claimed %d distinct rows, want 300", len(got))
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Fatalf("row %s claimed %d times", id, n)
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  lease.Config
+		want string
+	}{
+		{lease.Config{Lease: 10 * time.Millisecond}, "Config.Lease"},
+		{lease.Config{BatchSize: -1}, "Config.BatchSize"},
+		{lease.Config{BatchSize: lease.MaxBatchSize + 1}, "Config.BatchSize"},
+		{lease.Config{Table: "a.b.c"}, "Config.Table"},
+	} {
+		err := tc.cfg.Validate()
+		if err == nil || !contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

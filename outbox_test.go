@@ -1,0 +1,255 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func TestAddValidatesBeforeWriting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	w, err := outbox.NewWriter(outbox.WriterConfig{MaxPayloadBytes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{}`)}
+	cases := []struct {
+		name  string
+		ev    outbox.Event
+		field string
+	}{
+		{"empty aggregate", outbox.Event{Type: "t", Payload: json.RawMessage(`{}`)}, "AggregateID"},
+		{"empty type", outbox.Event{AggregateID: "a", Payload: json.RawMessage(`{}`)}, "Type"},
+		{"empty payload", outbox.Event{AggregateID: "a", Type: "t"}, "Payload"},
+		{"invalid json", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{"a":`)}, "Payload"},
+		{"too large", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`"0123456789abcdef"`)}, "Payload"},
+		{"bad topic", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`), Topic: "no spaces"}, "Topic"},
+		{"empty header name", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`), Headers: map[string]string{"": "x"}}, "Headers"},
+	}
+	for _, tc := range cases {
+		// The bad event comes second: the good first one must not be written.
+		err := w.Add(ctx, db.Pool, good, tc.ev)
+		var ve *outbox.ValidationError
+		if !errors.As(err, &ve) || ve.Field != tc.field || ve.Index != 1 || !errors.Is(err, outbox.ErrInvalidEvent) || !outbox.IsValidationError(err) {
+			t.Errorf("%s: err = %v, want a ValidationError on %s at index 1", tc.name, err, tc.field)
+		}
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d rows written by refused calls, want 0", n)
+	}
+}
+
+func TestAddWritesInOrderInOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit := outbox.NewID()
+	evs := []outbox.Event{
+		{ID: explicit, AggregateID: "order-1", Type: "order.created", Payload: json.RawMessage(`{"name":"Zoë ☕","items":[{"sku":"a","qty":2}]}`), Headers: map[string]string{"tenant": "t1"}, Topic: "orders"},
+		{AggregateID: "order-1", Type: "order.paid", Payload: json.RawMessage(`null`)},
+		{AggregateID: "order-2", Type: "order.created", Payload: json.RawMessage(`12345678901234567890123`)},
+	}
+	if err := outbox.Add(ctx, tx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Pool.Query(ctx, "SELECT id, aggregate_id, event_type, payload::text, headers::text, topic, published_at IS NULL, attempts FROM outbox ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		id                uuid.UUID
+		agg, typ, payload string
+		headers, topic    *string
+		unpublished       bool
+		attempts          int
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.id, &x.agg, &x.typ, &x.payload, &x.headers, &x.topic, &x.unpublished, &x.attempts)
+		return x, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("got %d rows, want 3", len(got))
+	}
+	if got[0].id != explicit || got[0].agg != "order-1" || got[0].typ != "order.created" || got[1].typ != "order.paid" || got[2].agg != "order-2" {
+		t.Fatalf("rows out of order or wrong: %+v", got)
+	}
+	var p0, want0 any
+	_ = json.Unmarshal([]byte(got[0].payload), &p0)
+	_ = json.Unmarshal(evs[0].Payload, &want0)
+	if !jsonEqual(p0, want0) {
+		t.Fatalf("payload = %s, want %s", got[0].payload, evs[0].Payload)
+	}
+	if got[0].headers == nil || !strings.Contains(*got[0].headers, `"tenant": "t1"`) || got[0].topic == nil || *got[0].topic != "orders" {
+		t.Fatalf("headers/topic = %v/%v", got[0].headers, got[0].topic)
+	}
+	if got[1].id == uuid.Nil || got[1].id.Version() != 7 || got[1].headers != nil || got[1].topic != nil {
+		t.Fatalf("second row: %+v (want a generated UUIDv7, no headers, no topic)", got[1])
+	}
+	for _, r := range got {
+		if !r.unpublished || r.attempts != 0 {
+			t.Fatalf("new row %+v should be unpublished with 0 attempts", r)
+		}
+	}
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+func TestWakeupIsDeliveredOnlyOnCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	listen, err := pgx.Connect(ctx, db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(ctx)
+	if _, err := listen.Exec(ctx, "LISTEN outbox"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupEveryTx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{}`)}
+
+	// Rolled back: no row and no notification. A sentinel notification sent
+	// after the rollback must be the first one to arrive.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(ctx, tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'sentinel')"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := listen.WaitForNotification(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Payload != "sentinel" {
+		t.Fatalf("first notification %q, want the sentinel: the rolled-back transaction notified", n.Payload)
+	}
+	var count int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&count); err != nil || count != 0 {
+		t.Fatalf("rows after rollback: %d (err %v), want 0", count, err)
+	}
+
+	// Committed: the notification arrives, and not before the commit.
+	tx, err = db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(ctx, tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'before-commit')"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = listen.WaitForNotification(wctx); err != nil || n.Payload != "before-commit" {
+		t.Fatalf("notification before commit = %v, %v; want only the marker", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = listen.WaitForNotification(wctx); err != nil || n.Payload != "" || n.Channel != "outbox" {
+		t.Fatalf("notification after commit = %+v, %v; want an empty payload on channel outbox", n, err)
+	}
+}
+
+func TestDebouncedWakeupNotifiesAtMostOncePerInterval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	listen, err := pgx.Connect(ctx, db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(ctx)
+	if _, err := listen.Exec(ctx, "LISTEN outbox"); err != nil {
+		t.Fatal(err)
+	}
+	// A window far longer than the test: only the first Add notifies.
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupDebounced, WakeupInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if err := w.Add(ctx, db.Pool, outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'sentinel')"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var got []string
+	for {
+		n, err := listen.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, n.Payload)
+		if n.Payload == "sentinel" {
+			break
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("notifications %q, want exactly one wake-up then the sentinel", got)
+	}
+}
+
+func TestNewWriterRejectsBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  outbox.WriterConfig
+		want string
+	}{
+		{outbox.WriterConfig{MaxPayloadBytes: -1}, "MaxPayloadBytes"},
+		{outbox.WriterConfig{WakeupInterval: -time.Second}, "WakeupInterval"},
+		{outbox.WriterConfig{Wakeup: 9}, "Wakeup"},
+		{outbox.WriterConfig{Table: "a.b.c"}, "Table"},
+	} {
+		if _, err := outbox.NewWriter(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewWriter(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,530 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/faultnet"
+	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/relay"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// harness is one relay (with its listener) on a test schema and topic.
+type harness struct {
+	t        *testing.T
+	db       *testenv.TestDB
+	kafka    *testenv.TestKafka
+	topic    string
+	relay    *relay.Relay
+	listener *notify.Listener
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+type opts struct {
+	relay    relay.Config
+	lease    lease.Config
+	noNotify bool
+	kafkaCfg func(*kafka.Config)
+}
+
+func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic string, o opts) *harness {
+	t.Helper()
+	h := &harness{t: t, db: db, kafka: k, topic: topic, done: make(chan struct{})}
+	kc := kafka.Config{Brokers: k.Brokers, Topic: topic, WriteTimeout: 3 * time.Second}
+	if o.kafkaCfg != nil {
+		o.kafkaCfg(&kc)
+	}
+	pub, err := kafka.NewPublisher(kc, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimer, err := lease.New(db.Pool, o.lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	var wg sync.WaitGroup
+	var wake <-chan struct{}
+	if !o.noNotify {
+		cc, err := pgx.ParseConfig(db.ConnString)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.listener, err = notify.New(notify.Config{PingInterval: 500 * time.Millisecond, PingTimeout: 2 * time.Second},
+			func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }, db.Pool, testenv.Logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wake = h.listener.Wake()
+	}
+	o.relay.Topic = topic
+	h.relay, err = relay.New(o.relay, claimer, pub, wake, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithCancel(context.Background())
+	if h.listener != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = h.listener.Run(lctx) }()
+		testenv.Eventually(t, 10*time.Second, func() bool { return h.listener.State() == notify.StateListening }, "listener never connected")
+	}
+	go func() {
+		_ = h.relay.Run(ctx)
+		lcancel()
+		wg.Wait()
+		_ = pub.Close()
+		close(h.done)
+	}()
+	t.Cleanup(h.stop)
+	return h
+}
+
+// stop shuts the relay down gracefully and waits for it.
+func (h *harness) stop() {
+	h.cancel()
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		h.t.Error("relay did not stop within 30s")
+	}
+}
+
+func event(agg string, n int) outbox.Event {
+	return outbox.Event{ID: outbox.NewID(), AggregateID: agg, Type: "test.event", Payload: json.RawMessage(fmt.Sprintf(`{"agg":%q,"n":%d}`, agg, n))}
+}
+
+func addTx(t *testing.T, db *testenv.TestDB, w *outbox.Writer, evs ...outbox.Event) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w == nil {
+		err = outbox.Add(ctx, tx, evs...)
+	} else {
+		err = w.Add(ctx, tx, evs...)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writer(t *testing.T, mode outbox.WakeupMode) *outbox.Writer {
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func unpublished(t *testing.T, db *testenv.TestDB) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE published_at IS NULL").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// firstAppearances returns event IDs in the order they first appear per
+// aggregate, and how many records carried an ID already seen.
+func firstAppearances(recs []testenv.Record) (map[string][]string, int) {
+	seen := map[string]bool{}
+	order := map[string][]string{}
+	dups := 0
+	for _, r := range recs {
+		id := r.Headers["event_id"]
+		if seen[id] {
+			dups++
+			continue
+		}
+		seen[id] = true
+		order[string(r.Key)] = append(order[string(r.Key)], id)
+	}
+	return order, dups
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 3)
+	startRelay(t, db, k, topic, opts{})
+	evs := []outbox.Event{
+		{ID: outbox.NewID(), AggregateID: "pay-1", Type: "payment.authorized", Payload: json.RawMessage(`{"amount":{"value":"12.50","currency":"EUR"},"note":"Grüße, 世界 🚀","tags":["a","b"],"nested":{"x":[1,{"y":null}]}}`), Headers: map[string]string{"tenant": "acme", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
+		{ID: outbox.NewID(), AggregateID: "pay-1", Type: "payment.captured", Payload: json.RawMessage(`{"ok":true}`)},
+		{ID: outbox.NewID(), AggregateID: "pay-2", Type: "payment.authorized", Payload: json.RawMessage(`[1,2.5,"three"]`)},
+	}
+	addTx(t, db, nil, evs...)
+	recs := k.Consume(t, topic, len(evs), 15*time.Second)
+	if len(recs) != len(evs) {
+		t.Fatalf("consumed %d records, want %d", len(recs), len(evs))
+	}
+	byID := map[string]testenv.Record{}
+	for _, r := range recs {
+		byID[r.Headers["event_id"]] = r
+	}
+	for _, e := range evs {
+		r, ok := byID[e.ID.String()]
+		if !ok {
+			t.Fatalf("event %s not on Kafka", e.ID)
+		}
+		if string(r.Key) != e.AggregateID || r.Headers["aggregate_id"] != e.AggregateID || r.Headers["event_type"] != e.Type {
+			t.Errorf("record %s: key %q headers %v", e.ID, r.Key, r.Headers)
+		}
+		if want := kafka.Partition([]byte(e.AggregateID), 3); int(r.Partition) != want {
+			t.Errorf("record %s on partition %d, Java's murmur2 says %d", e.ID, r.Partition, want)
+		}
+		var got, want any
+		if err := json.Unmarshal(r.Value, &got); err != nil {
+			t.Fatalf("value %q: %v", r.Value, err)
+		}
+		_ = json.Unmarshal(e.Payload, &want)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("payload %s, want %s", r.Value, e.Payload)
+		}
+		for hk, hv := range e.Headers {
+			if r.Headers[hk] != hv {
+				t.Errorf("header %s = %q, want %q", hk, r.Headers[hk], hv)
+			}
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return unpublished(t, db) == 0 }, "rows not marked published")
+}
+
+func TestRollbackPublishesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	startRelay(t, db, k, topic, opts{})
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phantom := event("acct-1", 1)
+	if err := outbox.Add(ctx, tx, phantom); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A later committed event on the same single partition: once it is on
+	// Kafka, anything before it would be too.
+	sentinel := event("acct-1", 2)
+	addTx(t, db, nil, sentinel)
+	recs := k.Consume(t, topic, 1, 15*time.Second)
+	if len(recs) != 1 || recs[0].Headers["event_id"] != sentinel.ID.String() {
+		t.Fatalf("records %v, want only the sentinel %s", recs, sentinel.ID)
+	}
+}
+
+func TestNotificationWakesRelayWithoutPolling(t *testing.T) {
+	t.Parallel()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	h := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: time.Minute}})
+	c := k.Consumer(t, topic)
+	// Let the start-up claim happen, so only a notification can wake it.
+	testenv.Eventually(t, 10*time.Second, func() bool { return h.relay.Stats().Claims >= 1 }, "no start-up claim")
+	ev := event("a", 1)
+	start := time.Now()
+	addTx(t, db, writer(t, outbox.WakeupEveryTx), ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := c.Next(ctx)
+	if err != nil {
+		t.Fatalf("event not published within 5s with a 1m poll interval: %v", err)
+	}
+	if r.Headers["event_id"] != ev.ID.String() {
+		t.Fatalf("got %v", r.Headers)
+	}
+	st := h.relay.Stats()
+	if st.WakeNotify < 1 || st.WakePoll != 0 {
+		t.Fatalf("stats %+v: want a notification wake-up and no poll", st)
+	}
+	t.Logf("commit-to-consume %s", time.Since(start))
+}
+
+func TestLostNotificationFallsBackToPollingAndListenerReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	h := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: 300 * time.Millisecond}})
+	c := k.Consumer(t, topic)
+
+	var pid uint32
+	if err := db.Pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE query ILIKE 'listen%' AND datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND query ILIKE '%outbox%' AND state = 'idle' AND application_name = '' AND usename = current_user AND (SELECT setting FROM pg_settings WHERE name='search_path') IS NOT NULL ORDER BY backend_start DESC LIMIT 1").Scan(&pid); err != nil {
+		t.Fatalf("find listener backend: %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	// An event with no wake-up at all, while the listener is down or back:
+	// the poll ticker must publish it.
+	polled := event("a", 1)
+	addTx(t, db, writer(t, outbox.WakeupNone), polled)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if r, err := c.Next(rctx); err != nil || r.Headers["event_id"] != polled.ID.String() {
+		t.Fatalf("polled event: %v %v", r.Headers, err)
+	}
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		return h.listener.Reconnects() >= 2 && h.listener.State() == notify.StateListening
+	}, "listener did not reconnect (reconnects=%d)", h.listener.Reconnects())
+	before := h.listener.Notifications()
+	notified := event("a", 2)
+	addTx(t, db, writer(t, outbox.WakeupEveryTx), notified)
+	if r, err := c.Next(rctx); err != nil || r.Headers["event_id"] != notified.ID.String() {
+		t.Fatalf("notified event: %v %v", r.Headers, err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return h.listener.Notifications() > before }, "no notification arrived after reconnect")
+}
+
+func TestCommitOrderDiffersFromInsertOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 2)
+	startRelay(t, db, k, topic, opts{})
+	c := k.Consumer(t, topic)
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+
+	t1, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer t1.Rollback(ctx) //nolint:errcheck
+	e1 := event("a", 1)    // lower seq, commits last
+	if err := outbox.Add(ctx, t1, e1); err != nil {
+		t.Fatal(err)
+	}
+	e2 := event("b", 1)
+	addTx(t, db, nil, e2)
+	if r, err := c.Next(rctx); err != nil || r.Headers["event_id"] != e2.ID.String() {
+		t.Fatalf("T2's event: %v %v", r.Headers, err)
+	}
+	if err := t1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Next(rctx); err != nil || r.Headers["event_id"] != e1.ID.String() {
+		t.Fatalf("T1's event (lower seq, committed later) was skipped: %v %v", r.Headers, err)
+	}
+}
+
+func TestThousandEventsInOneTransactionKeepAggregateOrder(t *testing.T) {
+	t.Parallel()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 4)
+	startRelay(t, db, k, topic, opts{lease: lease.Config{BatchSize: 128}})
+	var evs []outbox.Event
+	want := map[string][]string{}
+	for i := 0; i < 1000; i++ {
+		agg := fmt.Sprintf("agg-%02d", i%50)
+		e := event(agg, i)
+		evs = append(evs, e)
+		want[agg] = append(want[agg], e.ID.String())
+	}
+	addTx(t, db, nil, evs...)
+	recs := k.Consume(t, topic, 1000, 30*time.Second)
+	got, _ := firstAppearances(recs)
+	if len(got) != 50 {
+		t.Fatalf("%d aggregates on Kafka, want 50 (%d records)", len(got), len(recs))
+	}
+	for agg, ids := range want {
+		if fmt.Sprint(got[agg]) != fmt.Sprint(ids) {
+			t.Fatalf("aggregate %s: order on Kafka %v, want %v", agg, got[agg], ids)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return unpublished(t, db) == 0 }, "rows not marked")
+}
+
+func TestTwoRelaysPublishEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 4)
+	r1 := startRelay(t, db, k, topic, opts{lease: lease.Config{BatchSize: 20, RelayID: "r1"}})
+	r2 := startRelay(t, db, k, topic, opts{lease: lease.Config{BatchSize: 20, RelayID: "r2"}})
+	want := map[string][]string{}
+	total := 0
+	for tx := 0; tx < 50; tx++ {
+		var evs []outbox.Event
+		for i := 0; i < 10; i++ {
+			agg := fmt.Sprintf("agg-%d", (tx*10+i)%37)
+			e := event(agg, tx*10+i)
+			evs = append(evs, e)
+			want[agg] = append(want[agg], e.ID.String())
+		}
+		addTx(t, db, nil, evs...)
+		total += len(evs)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return unpublished(t, db) == 0 }, "not all rows published")
+	recs := k.Consume(t, topic, total, 15*time.Second)
+	got, dups := firstAppearances(recs)
+	if dups != 0 || len(recs) != total {
+		t.Fatalf("%d records for %d events, %d duplicates; want each once", len(recs), total, dups)
+	}
+	for agg, ids := range want {
+		if fmt.Sprint(got[agg]) != fmt.Sprint(ids) {
+			t.Fatalf("aggregate %s out of order: %v, want %v", agg, got[agg], ids)
+		}
+	}
+	s1, s2 := r1.relay.Stats(), r2.relay.Stats()
+	if s1.Published+s2.Published != int64(total) {
+		t.Fatalf("published %d + %d, want %d", s1.Published, s2.Published, total)
+	}
+	t.Logf("r1 published %d, r2 %d", s1.Published, s2.Published)
+}
+
+func TestStalledRelayLosesLeaseAndCannotClobber(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	evs := []outbox.Event{event("a", 1), event("a", 2), event("b", 1)}
+	addTx(t, db, nil, evs...)
+	// The stalled relay: it claimed with a 1s lease and then hangs.
+	stalled, err := lease.New(db.Pool, lease.Config{RelayID: "stalled", Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := stalled.Claim(ctx)
+	if err != nil || len(b.Rows) != 3 {
+		t.Fatalf("stalled claim: %v, %d rows", err, len(b.Rows))
+	}
+	startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: 100 * time.Millisecond}, lease: lease.Config{RelayID: "healthy"}})
+	recs := k.Consume(t, topic, 3, 20*time.Second)
+	got, _ := firstAppearances(recs)
+	if fmt.Sprint(got["a"]) != fmt.Sprint([]string{evs[0].ID.String(), evs[1].ID.String()}) || len(got["b"]) != 1 {
+		t.Fatalf("after lease expiry the healthy relay published %v", got)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return unpublished(t, db) == 0 }, "not marked")
+	// The stalled relay wakes up: its mark and release change nothing.
+	ids := []uuid.UUID{evs[0].ID, evs[1].ID, evs[2].ID}
+	if n, err := stalled.MarkPublished(ctx, b.Token, ids); err != nil || n != 0 {
+		t.Fatalf("late mark: %d %v", n, err)
+	}
+	if n, err := stalled.Release(ctx, b.Token, ids, 0, true, "late"); err != nil || n != 0 {
+		t.Fatalf("late release: %d %v", n, err)
+	}
+	var lockedBy string
+	if err := db.Pool.QueryRow(ctx, "SELECT string_agg(DISTINCT coalesce(locked_by, '-'), ',') FROM outbox").Scan(&lockedBy); err != nil {
+		t.Fatal(err)
+	}
+	if lockedBy != "healthy" {
+		t.Fatalf("locked_by after publish = %q, want the healthy relay's claim kept", lockedBy)
+	}
+}
+
+func TestBrokerDownMarksNothingThenDeliversEverything(t *testing.T) {
+	t.Parallel()
+	db := testenv.MigratedDB(t)
+	ln, err := faultnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := testenv.Kafka(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
+	if k.Cluster == nil {
+		t.Skip("needs the in-process broker")
+	}
+	topic := k.Topic(t, 2)
+	h := startRelay(t, db, k, topic, opts{
+		relay:    relay.Config{PollInterval: 100 * time.Millisecond, RetryMin: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond},
+		kafkaCfg: func(c *kafka.Config) { c.WriteTimeout = time.Second; c.MaxAttempts = 1 },
+	})
+	ln.SetMode(faultnet.Refuse)
+	var evs []outbox.Event
+	for i := 0; i < 20; i++ {
+		evs = append(evs, event(fmt.Sprint("agg-", i%5), i))
+	}
+	addTx(t, db, nil, evs...)
+	testenv.Eventually(t, 20*time.Second, func() bool { return h.relay.Stats().Failed >= 1 }, "no failed publish while the broker is down")
+	if n := unpublished(t, db); n != len(evs) {
+		t.Fatalf("%d rows unpublished while the broker is down, want %d: something was marked", n, len(evs))
+	}
+	var attempts int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT max(attempts) FROM outbox").Scan(&attempts); err != nil || attempts < 1 {
+		t.Fatalf("attempts = %d (%v), want failures recorded", attempts, err)
+	}
+	ln.SetMode(faultnet.Up)
+	testenv.Eventually(t, 30*time.Second, func() bool { return unpublished(t, db) == 0 }, "not delivered after the broker came back")
+	recs := k.Consume(t, topic, len(evs), 15*time.Second)
+	got, _ := firstAppearances(recs)
+	n := 0
+	for _, ids := range got {
+		n += len(ids)
+	}
+	if n != len(evs) {
+		t.Fatalf("%d distinct events on Kafka, want %d", n, len(evs))
+	}
+}
+
+func TestGracefulShutdownReleasesLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	ln, err := faultnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := testenv.Kafka(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
+	if k.Cluster == nil {
+		t.Skip("needs the in-process broker")
+	}
+	topic := k.Topic(t, 1)
+	// Relay A holds a 10-minute lease on everything, with a stalled broker.
+	a := startRelay(t, db, k, topic, opts{
+		lease:    lease.Config{RelayID: "a", Lease: 10 * time.Minute, BatchSize: 50},
+		relay:    relay.Config{ShutdownTimeout: 500 * time.Millisecond},
+		kafkaCfg: func(c *kafka.Config) { c.WriteTimeout = time.Minute },
+	})
+	ln.SetMode(faultnet.Blackhole)
+	var evs []outbox.Event
+	for i := 0; i < 100; i++ {
+		evs = append(evs, event(fmt.Sprint("agg-", i%7), i))
+	}
+	addTx(t, db, nil, evs...)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE locked_by = 'a'").Scan(&n)
+		return n > 0
+	}, "relay a never claimed")
+	stopped := time.Now()
+	a.stop()
+	if d := time.Since(stopped); d > 5*time.Second {
+		t.Fatalf("stop took %s with a 500ms shutdown timeout", d)
+	}
+	var held int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at IS NULL AND locked_until > now()").Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("%d rows still leased after a graceful stop", held)
+	}
+	ln.SetMode(faultnet.Up)
+	// Relay B publishes the rest at once, long before A's 10-minute lease.
+	startRelay(t, db, k, topic, opts{lease: lease.Config{RelayID: "b"}})
+	testenv.Eventually(t, 20*time.Second, func() bool { return unpublished(t, db) == 0 }, "relay b did not take over the released rows")
+}
