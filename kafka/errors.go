@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -52,7 +53,21 @@ func (e *PublishError) Error() string {
 			break
 		}
 	}
-	return fmt.Sprintf("publish: %d of %d messages failed: %v", e.Failed(), len(e.Errs), first)
+	return fmt.Sprintf("publish: %d of %d messages failed: %s", e.Failed(), len(e.Errs), shortError(first))
+}
+
+// shortError is err's text with kafka-go's long error descriptions cut to
+// "[code] Title", e.g. "[6] Not Leader For Partition".
+func shortError(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	s := err.Error()
+	var ke kafkago.Error
+	if errors.As(err, &ke) {
+		s = strings.Replace(s, ke.Error(), fmt.Sprintf("[%d] %s", int16(ke), ke.Title()), 1)
+	}
+	return s
 }
 
 // Unwrap returns the non-nil per-message errors, so that errors.Is and

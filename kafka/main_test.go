@@ -1,0 +1,176 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// externalBrokers returns OUTBOX_TEST_KAFKA_BROKERS (comma-separated), if set.
+func externalBrokers() []string {
+	v := strings.TrimSpace(os.Getenv("OUTBOX_TEST_KAFKA_BROKERS"))
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+var topicSeq atomic.Int64
+
+// broker is a Kafka-protocol broker for one test: in-process kfake unless
+// OUTBOX_TEST_KAFKA_BROKERS is set. cluster is nil for external brokers.
+type broker struct {
+	addrs   []string
+	cluster *kfake.Cluster
+}
+
+// newBroker starts a kfake cluster (or uses external brokers) and creates a
+// fresh topic with the given partition count, returning its name.
+func newBroker(tb testing.TB, partitions int32, opts ...kfake.Opt) (*broker, string) {
+	tb.Helper()
+	b := &broker{addrs: externalBrokers()}
+	if b.addrs == nil {
+		c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(c.Close)
+		b.cluster, b.addrs = c, c.ListenAddrs()
+	}
+	topic := fmt.Sprintf("outbox-kafka-test-%d-%d", time.Now().UnixNano(), topicSeq.Add(1))
+	if len(opts) == 0 { // SASL-enabled clusters create topics themselves
+		createTopic(tb, b.addrs, topic, partitions)
+	}
+	return b, topic
+}
+
+func (b *broker) needKfake(tb testing.TB) {
+	tb.Helper()
+	if b.cluster == nil {
+		tb.Skip("needs the in-process kfake broker (OUTBOX_TEST_KAFKA_BROKERS is set)")
+	}
+}
+
+func createTopic(tb testing.TB, addrs []string, topic string, partitions int32) {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, -1
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		tb.Fatalf("create topic %s: %v", topic, err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			tb.Fatalf("create topic %s: %v", topic, err)
+		}
+	}
+}
+
+// consume reads n records from topic with franz-go (independent of kafka-go).
+func consume(tb testing.TB, addrs []string, topic string, n int) []*kgo.Record {
+	tb.Helper()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(addrs...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for len(recs) < n {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			tb.Fatalf("consumed %d of %d records: %v", len(recs), n, err)
+		}
+		fs.EachError(func(t string, p int32, err error) { tb.Fatalf("fetch %s/%d: %v", t, p, err) })
+		recs = append(recs, fs.Records()...)
+	}
+	if len(recs) != n {
+		tb.Fatalf("consumed %d records, want %d", len(recs), n)
+	}
+	return recs
+}
+
+func newTestPublisher(tb testing.TB, cfg Config) *Publisher {
+	tb.Helper()
+	var log *zap.Logger
+	if t, ok := tb.(*testing.T); ok {
+		log = zaptest.NewLogger(t)
+	}
+	p, err := NewPublisher(cfg, log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return p
+}
+
+// failProduce makes kfake answer every Produce request that contains
+// topic/partition with code, while other requests are handled normally. It
+// returns a counter of the requests it answered.
+func failProduce(c *kfake.Cluster, topic string, partition int32, code int16) *atomic.Int64 {
+	var n atomic.Int64
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		hit := false
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				hit = hit || (t.Topic == topic && p.Partition == partition)
+			}
+		}
+		if !hit {
+			return nil, nil, false
+		}
+		n.Add(1)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, t := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = t.Topic, t.TopicID
+			for _, p := range t.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = code
+				rp.BaseOffset = -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	return &n
+}

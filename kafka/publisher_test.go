@@ -1,0 +1,654 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func testMessages(n int, keys []string) []Message {
+	msgs := make([]Message, n)
+	for i := range msgs {
+		key := keys[i%len(keys)]
+		id := fmt.Sprintf("00000000-0000-0000-0000-%012d", i)
+		msgs[i] = Message{
+			Key:   []byte(key),
+			Value: []byte(fmt.Sprintf(`{"n":%d,"text":"héllo wörld ✓ 日本語 🚀","key":%q}`, i, key)),
+			Headers: []Header{
+				{Key: "event_id", Value: []byte(id)},
+				{Key: "event_type", Value: []byte("order.créé")},
+				{Key: "aggregate_id", Value: []byte(key)},
+				{Key: "trace-id", Value: []byte(fmt.Sprintf("t%d", i))},
+				{Key: "empty", Value: nil},
+			},
+		}
+	}
+	return msgs
+}
+
+func TestRoundTrip(t *testing.T) {
+	const partitions = 3
+	b, topic := newBroker(t, partitions)
+	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+
+	keys := []string{"order-1", "order-2", "customer-ü", "x", "", "order-42", "a-much-longer-aggregate-id-0123456789"}
+	msgs := testMessages(100, keys)
+	msgs[7].Value = nil // tombstone
+	ctx := context.Background()
+	if err := p.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if err := p.Publish(ctx, msgs); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+
+	recs := consume(t, b.addrs, topic, len(msgs))
+	byID := map[string]int{}
+	for i, m := range msgs {
+		byID[string(m.Headers[0].Value)] = i
+	}
+	lastIndex := map[string]int{}    // key -> index in msgs of the last record seen
+	partOf := map[string]int32{}     // key -> partition
+	lastOffset := map[string]int64{} // key -> offset of the last record seen
+	seen := map[int]bool{}
+	// Records of one partition arrive in offset order from kgo.
+	for _, r := range recs {
+		if len(r.Headers) == 0 {
+			t.Fatalf("record without headers: %+v", r)
+		}
+		i, ok := byID[string(r.Headers[0].Value)]
+		if !ok || seen[i] {
+			t.Fatalf("unexpected or duplicate record %q", r.Headers[0].Value)
+		}
+		seen[i] = true
+		m := msgs[i]
+		if !bytes.Equal(r.Key, m.Key) {
+			t.Errorf("msg %d: key %q, want %q", i, r.Key, m.Key)
+		}
+		if (m.Value == nil) != (r.Value == nil) || !bytes.Equal(r.Value, m.Value) {
+			t.Errorf("msg %d: value %q, want %q", i, r.Value, m.Value)
+		}
+		if len(r.Headers) != len(m.Headers) {
+			t.Fatalf("msg %d: %d headers, want %d", i, len(r.Headers), len(m.Headers))
+		}
+		for j, h := range m.Headers {
+			if r.Headers[j].Key != h.Key || !bytes.Equal(r.Headers[j].Value, h.Value) {
+				t.Errorf("msg %d header %d: %q=%q, want %q=%q", i, j, r.Headers[j].Key, r.Headers[j].Value, h.Key, h.Value)
+			}
+		}
+		if want := Partition(m.Key, partitions); int(r.Partition) != want {
+			t.Errorf("msg %d key %q: partition %d, Partition() = %d", i, m.Key, r.Partition, want)
+		}
+		k := string(m.Key)
+		if pt, ok := partOf[k]; ok {
+			if pt != r.Partition {
+				t.Errorf("key %q on partitions %d and %d", k, pt, r.Partition)
+			}
+			if r.Offset <= lastOffset[k] || i <= lastIndex[k] {
+				t.Errorf("key %q out of order: msg %d at offset %d after msg %d at offset %d", k, i, r.Offset, lastIndex[k], lastOffset[k])
+			}
+		}
+		partOf[k], lastOffset[k], lastIndex[k] = r.Partition, r.Offset, i
+		if r.Timestamp.Before(time.Now().Add(-time.Minute)) {
+			t.Errorf("msg %d: timestamp %v, want about now", i, r.Timestamp)
+		}
+	}
+	used := map[int32]bool{}
+	for _, pt := range partOf {
+		used[pt] = true
+	}
+	if len(used) < 2 {
+		t.Errorf("keys landed on %d partition(s); test keys should spread", len(used))
+	}
+}
+
+func TestPartitionVectors(t *testing.T) {
+	// murmur2 outputs of the Java client's Utils.murmur2. The first group is
+	// from kafka-go's balancer_test.go (taken from librdkafka's rdmurmur2.c
+	// unit test, which checks against the Java implementation); the second
+	// from Apache Kafka's UtilsTest.testMurmur2 (signed Java ints).
+	hashes := []struct {
+		key  string
+		want uint32
+	}{
+		{"kafka", 0xd067cf64},
+		{"giberish123456789", 0x8f552b0c},
+		{"1234", 0x9fc97b14},
+		{"234", 0xe7c009ca},
+		{"34", 0x873930da},
+		{"4", 0x5a4b5ca1},
+		{"PreAmbleWillBeRemoved,ThePrePartThatIs", 0x78424f1c},
+		{"reAmbleWillBeRemoved,ThePrePartThatIs", 0x4a62b377},
+		{"eAmbleWillBeRemoved,ThePrePartThatIs", 0xe0e4e09e},
+		{"AmbleWillBeRemoved,ThePrePartThatIs", 0x62b8b43f},
+		{"", 0x106e08d9},
+
+		{"21", uint32(int32ToU(-973932308))},
+		{"foobar", uint32(int32ToU(-790332482))},
+		{"a-little-bit-long-string", uint32(int32ToU(-985981536))},
+		{"a-little-bit-longer-string", uint32(int32ToU(-1486304829))},
+		{"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", uint32(int32ToU(-58897971))},
+		{"abc", 479470107},
+	}
+	for _, c := range hashes {
+		if got := murmur2([]byte(c.key)); got != c.want {
+			t.Errorf("murmur2(%q) = %#x, want %#x", c.key, got, c.want)
+		}
+	}
+	if murmur2(nil) != murmur2([]byte{}) {
+		t.Error("nil and empty keys hash differently")
+	}
+
+	// Partitions over 1000 partitions from kafka-python's Murmur2Partitioner
+	// test (test_partitioner.py), also in kafka-go's balancer_test.go.
+	parts := []struct {
+		key  []byte
+		want int
+	}{
+		{[]byte(""), 681}, {[]byte("a"), 524}, {[]byte("ab"), 434},
+		{[]byte("abc"), 107}, {[]byte("123456789"), 566}, {[]byte{0, ' '}, 742},
+	}
+	for _, c := range parts {
+		if got := Partition(c.key, 1000); got != c.want {
+			t.Errorf("Partition(%q, 1000) = %d, want %d", c.key, got, c.want)
+		}
+	}
+
+	// Cross-check with franz-go's Kafka-compatible key partitioner and with
+	// the kafka-go balancer the Writer actually uses.
+	rng := rand.New(rand.NewPCG(1, 2))
+	kgoPart := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+	bal := kafkago.Murmur2Balancer{Consistent: true}
+	all := make([]int, 1024)
+	for i := range all {
+		all[i] = i
+	}
+	for i := 0; i < 20000; i++ {
+		key := make([]byte, rng.IntN(64))
+		for j := range key {
+			key[j] = byte(rng.UintN(256))
+		}
+		n := 1 + rng.IntN(len(all))
+		got := Partition(key, n)
+		if want := kgoPart.Partition(&kgo.Record{Key: key}, n); got != want {
+			t.Fatalf("Partition(%x, %d) = %d, franz-go %d", key, n, got, want)
+		}
+		if want := bal.Balance(kafkago.Message{Key: key}, all[:n]...); got != want {
+			t.Fatalf("Partition(%x, %d) = %d, kafka-go Murmur2Balancer %d", key, n, got, want)
+		}
+	}
+}
+
+func int32ToU(v int32) uint32 { return uint32(v) }
+
+func TestPartitionLanding(t *testing.T) {
+	for _, n := range []int32{1, 5, 7} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			b, topic := newBroker(t, n)
+			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+			var msgs []Message
+			for i := 0; i < 50; i++ {
+				id := fmt.Sprintf("agg-%d", i)
+				msgs = append(msgs, Message{Key: []byte(id), Value: []byte(`{}`), Headers: []Header{{Key: "event_id", Value: []byte(id)}}})
+			}
+			if err := p.Publish(context.Background(), msgs); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range consume(t, b.addrs, topic, len(msgs)) {
+				if want := Partition(r.Key, int(n)); int(r.Partition) != want {
+					t.Errorf("key %q: partition %d, want %d", r.Key, r.Partition, want)
+				}
+			}
+		})
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+func TestBrokerDown(t *testing.T) {
+	const writeTimeout = 2 * time.Second
+	msgs := testMessages(10, []string{"a", "b", "c"})
+
+	t.Run("refused", func(t *testing.T) {
+		p := newTestPublisher(t, Config{Brokers: []string{freePort(t)}, Topic: "t", WriteTimeout: writeTimeout})
+		start := time.Now()
+		err := p.Publish(context.Background(), msgs)
+		if err == nil {
+			t.Fatal("Publish succeeded with no broker")
+		}
+		if d := time.Since(start); d > 3*writeTimeout {
+			t.Errorf("Publish took %v", d)
+		}
+		if !IsRetriable(err) {
+			t.Errorf("IsRetriable(%v) = false", err)
+		}
+		perr := p.Ping(context.Background())
+		if perr == nil || !IsRetriable(perr) {
+			t.Errorf("Ping: %v, want retriable error", perr)
+		}
+		t.Logf("publish: %v; ping: %v", err, perr)
+	})
+
+	t.Run("closed", func(t *testing.T) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newTestPublisher(t, Config{Brokers: c.ListenAddrs(), Topic: "t", WriteTimeout: writeTimeout})
+		if err := p.Publish(context.Background(), msgs); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		start := time.Now()
+		err = p.Publish(context.Background(), msgs)
+		if err == nil {
+			t.Fatal("Publish succeeded after the broker closed")
+		}
+		// MaxAttempts (3) attempts, each bounded by WriteTimeout, plus backoff.
+		if d := time.Since(start); d > 3*writeTimeout+2*time.Second {
+			t.Errorf("Publish took %v", d)
+		}
+		if !IsRetriable(err) {
+			t.Errorf("IsRetriable(%v) = false", err)
+		}
+		var pe *PublishError
+		if errors.As(err, &pe) {
+			for i, e := range pe.Errs {
+				if e == nil || !IsRetriable(e) {
+					t.Errorf("Errs[%d] = %v, want retriable error", i, e)
+				}
+			}
+		}
+		t.Logf("after %v: %v", time.Since(start), err)
+	})
+
+	t.Run("ctx", func(t *testing.T) {
+		// A listener that accepts but never answers: only ctx ends the call.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = l.Close() }()
+		p := newTestPublisher(t, Config{Brokers: []string{l.Addr().String()}, Topic: "t", WriteTimeout: writeTimeout})
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err = p.Publish(ctx, msgs)
+		if !errors.Is(err, context.DeadlineExceeded) || !IsRetriable(err) {
+			t.Errorf("Publish = %v, want retriable deadline exceeded", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("Publish took %v", d)
+		}
+	})
+}
+
+func TestInjectedProduceErrors(t *testing.T) {
+	const partitions = 3
+	cases := []struct {
+		name      string
+		code      int16
+		kafkaErr  kafkago.Error
+		retriable bool
+	}{
+		{"message_too_large", kerr.MessageTooLarge.Code, kafkago.MessageSizeTooLarge, false},
+		{"not_leader", kerr.NotLeaderForPartition.Code, kafkago.NotLeaderForPartition, true},
+		{"not_enough_replicas", kerr.NotEnoughReplicas.Code, kafkago.NotEnoughReplicas, true},
+		{"topic_authorization_failed", kerr.TopicAuthorizationFailed.Code, kafkago.TopicAuthorizationFailed, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, topic := newBroker(t, partitions)
+			b.needKfake(t)
+			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, MaxAttempts: 2})
+			msgs := testMessages(60, []string{"k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"})
+			const bad = 1
+			n := failProduce(b.cluster, topic, bad, c.code)
+
+			err := p.Publish(context.Background(), msgs)
+			var pe *PublishError
+			if !errors.As(err, &pe) || len(pe.Errs) != len(msgs) {
+				t.Fatalf("Publish = %v, want *PublishError with %d entries", err, len(msgs))
+			}
+			failed := 0
+			for i, e := range pe.Errs {
+				onBad := Partition(msgs[i].Key, partitions) == bad
+				switch {
+				case onBad && e == nil:
+					t.Errorf("msg %d on partition %d delivered", i, bad)
+				case !onBad && e != nil:
+					t.Errorf("msg %d on another partition failed: %v", i, e)
+				case onBad:
+					failed++
+					if !errors.Is(e, c.kafkaErr) {
+						t.Errorf("Errs[%d] = %v, want %v", i, e, c.kafkaErr)
+					}
+					if IsRetriable(e) != c.retriable {
+						t.Errorf("IsRetriable(%v) = %v, want %v", e, !c.retriable, c.retriable)
+					}
+				}
+			}
+			if failed == 0 || failed == len(msgs) {
+				t.Fatalf("%d of %d failed; want only partition %d's", failed, len(msgs), bad)
+			}
+			if IsRetriable(err) != c.retriable {
+				t.Errorf("IsRetriable(PublishError) = %v, want %v", !c.retriable, c.retriable)
+			}
+			wantMsg := fmt.Sprintf("publish: %d of %d messages failed: ", failed, len(msgs))
+			if !strings.HasPrefix(err.Error(), wantMsg) {
+				t.Errorf("Error() = %q, want prefix %q", err, wantMsg)
+			}
+			wantAttempts := int64(1)
+			if c.retriable {
+				wantAttempts = 2 // MaxAttempts
+			}
+			if got := n.Load(); got != wantAttempts {
+				t.Errorf("%d produce attempts for partition %d, want %d", got, bad, wantAttempts)
+			}
+			// The other partitions' messages really arrived.
+			recs := consume(t, b.addrs, topic, len(msgs)-failed)
+			for _, r := range recs {
+				if r.Partition == bad {
+					t.Errorf("record on failed partition %d", bad)
+				}
+			}
+		})
+	}
+}
+
+func TestMessageTooLargeForBatchBytes(t *testing.T) {
+	b, topic := newBroker(t, 2)
+	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchBytes: 4096})
+	msgs := testMessages(10, []string{"a", "b"})
+	msgs[3].Value = bytes.Repeat([]byte("x"), 5000)
+	err := p.Publish(context.Background(), msgs)
+	var pe *PublishError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Publish = %v, want *PublishError", err)
+	}
+	for i, e := range pe.Errs {
+		if (i == 3) != (e != nil) {
+			t.Errorf("Errs[%d] = %v", i, e)
+		}
+	}
+	if !errors.Is(pe.Errs[3], kafkago.MessageSizeTooLarge) || IsRetriable(pe.Errs[3]) {
+		t.Errorf("Errs[3] = %v, want permanent MessageSizeTooLarge", pe.Errs[3])
+	}
+	if got := MessageSize(&msgs[3]); got <= p.MaxBatchBytes() {
+		t.Errorf("MessageSize = %d, not over %d", got, p.MaxBatchBytes())
+	}
+	consume(t, b.addrs, topic, 9)
+}
+
+func TestSplitLargeCalls(t *testing.T) {
+	b, topic := newBroker(t, 3)
+	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchSize: 10, BatchBytes: 2000})
+	if p.MaxBatchMessages() != 10 || p.MaxBatchBytes() != 2000 {
+		t.Fatalf("limits %d/%d", p.MaxBatchMessages(), p.MaxBatchBytes())
+	}
+	keys := []string{"a", "b", "c", "d"}
+	msgs := testMessages(57, keys)
+	if err := p.Publish(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	recs := consume(t, b.addrs, topic, len(msgs))
+	next := map[string]int{} // per key: index into the key's publish order
+	order := map[string][]string{}
+	for _, m := range msgs {
+		order[string(m.Key)] = append(order[string(m.Key)], string(m.Headers[0].Value))
+	}
+	for _, r := range recs {
+		k := string(r.Key)
+		if want := order[k][next[k]]; string(r.Headers[0].Value) != want {
+			t.Fatalf("key %q: got %s, want %s", k, r.Headers[0].Value, want)
+		}
+		next[k]++
+	}
+
+	t.Run("stop_after_failure", func(t *testing.T) {
+		b.needKfake(t)
+		failProduce(b.cluster, topic, int32(Partition(msgs[0].Key, 3)), kerr.InvalidRecord.Code)
+		err := p.Publish(context.Background(), msgs)
+		var pe *PublishError
+		if !errors.As(err, &pe) {
+			t.Fatalf("Publish = %v", err)
+		}
+		// The first sub-call holds msgs[0:k]; msgs[0]'s partition fails,
+		// everything after it is not attempted.
+		notAttempted := 0
+		for i, e := range pe.Errs {
+			if errors.Is(e, ErrNotAttempted) {
+				notAttempted++
+				if !IsRetriable(e) {
+					t.Errorf("Errs[%d] not retriable", i)
+				}
+			} else if notAttempted > 0 {
+				t.Errorf("Errs[%d] = %v after a not-attempted message", i, e)
+			}
+		}
+		if notAttempted == 0 || notAttempted >= len(msgs)-1 {
+			t.Errorf("%d not attempted", notAttempted)
+		}
+	})
+}
+
+func TestCloseAndNoTopic(t *testing.T) {
+	b, topic := newBroker(t, 1)
+	p, err := NewPublisher(Config{Brokers: b.addrs}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Publish(context.Background(), []Message{{Topic: topic, Value: []byte("1")}, {Value: []byte("2")}})
+	if !errors.Is(err, ErrNoTopic) || IsRetriable(err) || !strings.Contains(err.Error(), "Config.Topic") {
+		t.Errorf("Publish = %v, want ErrNoTopic naming Config.Topic", err)
+	}
+	if err := p.Publish(context.Background(), []Message{{Topic: topic, Value: []byte("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Publish(context.Background(), []Message{{Topic: topic}})
+	if !errors.Is(err, ErrClosed) || IsRetriable(err) {
+		t.Errorf("Publish after Close = %v", err)
+	}
+	if err := p.Ping(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ping after Close = %v", err)
+	}
+	if err := p.Publish(context.Background(), nil); err != nil {
+		t.Errorf("empty Publish = %v", err)
+	}
+}
+
+func TestSASL(t *testing.T) {
+	if externalBrokers() != nil {
+		t.Skip("uses kfake's SASL")
+	}
+	for _, mech := range []string{SASLPlain, SASLScramSHA256, SASLScramSHA512} {
+		t.Run(mech, func(t *testing.T) {
+			b, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(mech, "relay", "s3cr=t,pw"),
+				kfake.SeedTopics(2, "sasl"))
+			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: "sasl",
+				SASLMechanism: mech, SASLUsername: "relay", SASLPassword: "s3cr=t,pw"})
+			if err := p.Ping(context.Background()); err != nil {
+				t.Fatalf("Ping: %v", err)
+			}
+			if err := p.Publish(context.Background(), testMessages(5, []string{"a", "b"})); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			bad := newTestPublisher(t, Config{Brokers: b.addrs, Topic: "sasl",
+				SASLMechanism: mech, SASLUsername: "relay", SASLPassword: "wrong"})
+			if err := bad.Ping(context.Background()); err == nil {
+				t.Error("Ping with a wrong password succeeded")
+			}
+		})
+	}
+}
+
+func TestIsRetriable(t *testing.T) {
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{kafkago.NotLeaderForPartition, true},
+		{kafkago.LeaderNotAvailable, true},
+		{kafkago.RequestTimedOut, true},
+		{kafkago.NotEnoughReplicas, true},
+		{kafkago.NotEnoughReplicasAfterAppend, true},
+		{kafkago.UnknownTopicOrPartition, true},
+		{fmt.Errorf("publish: %w", kafkago.NotLeaderForPartition), true},
+		{kafkago.MessageSizeTooLarge, false},
+		{kafkago.MessageTooLargeError{}, false},
+		{kafkago.InvalidRecord, false},
+		{kafkago.InvalidMessage, false},
+		{kafkago.TopicAuthorizationFailed, false},
+		{kafkago.ClusterAuthorizationFailed, false},
+		{kafkago.InvalidTopic, false},
+		{kafkago.RecordListTooLarge, false},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), true},
+		{context.Canceled, false},
+		{errors.New("unexpected EOF: %w"), false},
+		{ErrClosed, false},
+		{ErrNotAttempted, true},
+		{&PublishError{Errs: []error{nil, kafkago.NotLeaderForPartition}}, true},
+		{&PublishError{Errs: []error{kafkago.MessageSizeTooLarge, kafkago.NotLeaderForPartition}}, false},
+	}
+	for _, c := range cases {
+		if got := IsRetriable(c.err); got != c.want {
+			t.Errorf("IsRetriable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Brokers: []string{"localhost:9092"}}
+	cases := []struct {
+		field string
+		mod   func(*Config)
+	}{
+		{"Brokers", func(c *Config) { c.Brokers = nil }},
+		{"Brokers", func(c *Config) { c.Brokers = []string{"localhost"} }},
+		{"Topic", func(c *Config) { c.Topic = " t" }},
+		{"BatchTimeout", func(c *Config) { c.BatchTimeout = -1 }},
+		{"BatchSize", func(c *Config) { c.BatchSize = -1 }},
+		{"BatchBytes", func(c *Config) { c.BatchBytes = -1 }},
+		{"WriteTimeout", func(c *Config) { c.WriteTimeout = -1 }},
+		{"DialTimeout", func(c *Config) { c.DialTimeout = -1 }},
+		{"MetadataTTL", func(c *Config) { c.MetadataTTL = -1 }},
+		{"MaxAttempts", func(c *Config) { c.MaxAttempts = -1 }},
+		{"Compression", func(c *Config) { c.Compression = "brotli" }},
+		{"TLSCAFile", func(c *Config) { c.TLSCAFile = "ca.pem" }},
+		{"TLSInsecureSkipVerify", func(c *Config) { c.TLSInsecureSkipVerify = true }},
+		{"TLSKeyFile", func(c *Config) { c.TLSEnabled, c.TLSCertFile = true, "c.pem" }},
+		{"SASLMechanism", func(c *Config) { c.SASLMechanism = "GSSAPI" }},
+		{"SASLMechanism", func(c *Config) { c.SASLUsername = "u" }},
+		{"SASLUsername", func(c *Config) { c.SASLMechanism = "PLAIN" }},
+	}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for _, c := range cases {
+		cfg := ok
+		c.mod(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), "kafka: Config."+c.field+": ") {
+			t.Errorf("%s: Validate() = %v", c.field, err)
+		}
+		if _, nerr := NewPublisher(cfg, nil); nerr == nil || nerr.Error() != err.Error() {
+			t.Errorf("%s: NewPublisher error %v, want %v", c.field, nerr, err)
+		}
+	}
+	if err := (&Config{}).Validate(); err == nil || err.Error() != "kafka: Config.Brokers: empty" {
+		t.Errorf("empty config: %v", err)
+	}
+	for _, comp := range []string{"", "none", "gzip", "snappy", "lz4", "zstd", "ZSTD"} {
+		cfg := ok
+		cfg.Compression = comp
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("Compression %q: %v", comp, err)
+		}
+	}
+	d := ok.withDefaults()
+	if d.ClientID != "pgoutbox" || d.BatchTimeout != DefaultBatchTimeout || d.BatchBytes != 1048576 ||
+		d.WriteTimeout != 10*time.Second || d.MaxAttempts != 3 || d.Compression != "none" || d.BatchSize != DefaultBatchSize {
+		t.Errorf("defaults: %+v", d)
+	}
+	_, err := NewPublisher(Config{Brokers: []string{"h:1"}, TLSEnabled: true, TLSCAFile: "/nonexistent.pem"}, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "kafka: Config.TLSCAFile: ") {
+		t.Errorf("missing CA file: %v", err)
+	}
+}
+
+func TestCompression(t *testing.T) {
+	b, topic := newBroker(t, 1)
+	for _, comp := range []string{"gzip", "snappy", "lz4", "zstd"} {
+		p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, Compression: comp})
+		if err := p.Publish(context.Background(), testMessages(3, []string{comp})); err != nil {
+			t.Fatalf("%s: %v", comp, err)
+		}
+	}
+	for _, r := range consume(t, b.addrs, topic, 12) {
+		if !bytes.Contains(r.Value, []byte("日本語")) {
+			t.Errorf("value %q", r.Value)
+		}
+	}
+}
+
+func BenchmarkPublishOne(b *testing.B) {
+	br, topic := newBroker(b, 3)
+	p := newTestPublisher(b, Config{Brokers: br.addrs, Topic: topic})
+	ctx := context.Background()
+	msg := testMessages(1, []string{"order-1"})
+	if err := p.Publish(ctx, msg); err != nil { // warm up connections and metadata
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := p.Publish(ctx, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPublish100(b *testing.B) {
+	br, topic := newBroker(b, 3)
+	p := newTestPublisher(b, Config{Brokers: br.addrs, Topic: topic})
+	ctx := context.Background()
+	msgs := testMessages(100, []string{"a", "b", "c", "d", "e", "f", "g"})
+	if err := p.Publish(ctx, msgs); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := p.Publish(ctx, msgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
