@@ -27,7 +27,7 @@ pid=""
 
 cleanup() {
 	local rc=$?
-	trap - EXIT INT TERM
+	trap - EXIT INT TERM HUP PIPE
 	{ exec 3>&-; } 2>/dev/null || true
 	if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
 		kill -TERM "$pid" 2>/dev/null || true
@@ -39,6 +39,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+trap 'exit 129' HUP
+trap 'exit 141' PIPE
 
 go build -o "$tmp/pgtemp" ./internal/cmd/pgtemp
 mkfifo "$tmp/stdin"

@@ -50,6 +50,9 @@ func main() {
 	flag.Var(conf, "c", "extra server setting name=value (repeatable)")
 	flag.Parse()
 
+	// A reader of our stdout/stderr that went away (e.g. `| head`) must not
+	// kill us before the cluster is stopped: get EPIPE errors instead.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	c, err := pgtemp.Start(ctx, pgtemp.Options{Port: *port, Fsync: *fsync, ExtraConf: conf})
 	cancel()
