@@ -195,7 +195,11 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 		resetTimer(poll, jitter(r.cfg.PollInterval, 0.1))
 
 		no := r.claimStarts.Add(1)
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+		// The claim is not cancelled by shutdown: a statement cancelled
+		// after the server committed it would leave rows leased by a claim
+		// nobody holds until the lease ends. It is bounded by DBTimeout, and
+		// a batch claimed during shutdown is released below.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
 		b, err := r.claimer.Claim(cctx)
 		cancel()
 		r.stats.claims.Add(1)
@@ -227,6 +231,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			r.stats.emptyClaims.Add(1)
 			continue
 		}
+		r.log.Debug("claimed", zap.Int("rows", len(b.Rows)), zap.Uint64("claim_no", no), zap.String("claim_token", b.Token.String()))
 		select {
 		case out <- claimed{Batch: b, no: no}:
 		case <-ctx.Done():
@@ -429,6 +434,7 @@ func (r *Relay) release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, d
 		return
 	}
 	r.stats.released.Add(n)
+	r.log.Debug("released", zap.Int("rows", len(ids)), zap.Int64("released", n), zap.Duration("retry_in", delay), zap.String("claim_token", token.String()))
 }
 
 // runMarker marks delivered rows published, retrying a failed mark while

@@ -521,7 +521,9 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	if held != 0 {
-		t.Fatalf("%d rows still leased after a graceful stop", held)
+		var info string
+		_ = db.Pool.QueryRow(ctx, "SELECT string_agg(DISTINCT locked_by || ' ' || claim_token::text || ' ' || attempts, '; ') FROM outbox WHERE published_at IS NULL AND locked_until > now()").Scan(&info)
+		t.Fatalf("%d rows still leased after a graceful stop: %s; stats %+v", held, info, a.relay.Stats())
 	}
 	ln.SetMode(faultnet.Up)
 	// Relay B publishes the rest at once, long before A's 10-minute lease.
