@@ -60,7 +60,7 @@ const (
 // RequireNone (fire and forget), which would silently break at-least-once
 // delivery.
 type Config struct {
-	// Brokers lists bootstrap brokers as host:port. Required.
+	// Brokers lists bootstrap brokers as host:port. Required; no default.
 	Brokers []string
 
 	// Topic is the topic for messages whose Message.Topic is empty.

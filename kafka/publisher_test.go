@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func testMessages(n int, keys []string) []Message {
@@ -650,5 +652,57 @@ func BenchmarkPublish100(b *testing.B) {
 		if err := p.Publish(ctx, msgs); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestOneRequestPerPartition checks the reading of kafka-go's writer that
+// the tiny BatchTimeout does not split one Publish call: each partition's
+// messages of a call go in exactly one produce request.
+func TestOneRequestPerPartition(t *testing.T) {
+	const partitions = 3
+	b, topic := newBroker(t, partitions)
+	b.needKfake(t)
+	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchTimeout: time.Nanosecond})
+	var mu sync.Mutex
+	reqs := map[int32]int{} // partition -> produce requests
+	recs := map[int32]int{} // partition -> records
+	b.cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		b.cluster.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				reqs[rp.Partition]++
+				var batch kmsg.RecordBatch
+				if err := batch.ReadFrom(rp.Records); err != nil {
+					t.Errorf("decode batch: %v", err)
+				}
+				recs[rp.Partition] += int(batch.NumRecords)
+			}
+		}
+		return nil, nil, false
+	})
+	for round := 0; round < 5; round++ {
+		msgs := testMessages(500, []string{"a", "b", "c", "d", "e", "f", "g", "h"})
+		if err := p.Publish(context.Background(), msgs); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if len(reqs) != partitions {
+			t.Fatalf("requests per partition: %v", reqs)
+		}
+		total := 0
+		for pt, n := range reqs {
+			if n != 1 {
+				t.Errorf("round %d: partition %d got %d produce requests for one Publish, want 1", round, pt, n)
+			}
+			total += recs[pt]
+		}
+		if total != len(msgs) {
+			t.Errorf("round %d: %d records in requests, want %d", round, total, len(msgs))
+		}
+		clear(reqs)
+		clear(recs)
+		mu.Unlock()
 	}
 }
