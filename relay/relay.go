@@ -231,7 +231,9 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			r.stats.emptyClaims.Add(1)
 			continue
 		}
-		r.log.Debug("claimed", zap.Int("rows", len(b.Rows)), zap.Uint64("claim_no", no), zap.String("claim_token", b.Token.String()))
+		if ce := r.log.Check(zap.DebugLevel, "claimed"); ce != nil {
+			ce.Write(zap.Int("rows", len(b.Rows)), zap.Uint64("claim_no", no), zap.Stringer("claim_token", b.Token))
+		}
 		select {
 		case out <- claimed{Batch: b, no: no}:
 		case <-ctx.Done():
@@ -434,7 +436,9 @@ func (r *Relay) release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, d
 		return
 	}
 	r.stats.released.Add(n)
-	r.log.Debug("released", zap.Int("rows", len(ids)), zap.Int64("released", n), zap.Duration("retry_in", delay), zap.String("claim_token", token.String()))
+	if ce := r.log.Check(zap.DebugLevel, "released"); ce != nil {
+		ce.Write(zap.Int("rows", len(ids)), zap.Int64("released", n), zap.Duration("retry_in", delay), zap.Stringer("claim_token", token))
+	}
 }
 
 // runMarker marks delivered rows published, retrying a failed mark while

@@ -18,10 +18,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/notify"
-	"github.com/pgoutbox/outbox/relay"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func runMain(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := Main(ctx, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
+	t.Parallel()
+	valid := []string{"--database-url", "postgres://u@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--topic", "events"}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unparsable duration", append([]string{"run", "--lease", "abc"}, valid...), "lease"},
+		{"lease too short", append([]string{"run", "--lease", "10ms"}, valid...), "--lease"},
+		{"batch size zero", append([]string{"run", "--batch-size", "-1"}, valid...), "--batch-size"},
+		{"batch size too big", append([]string{"run", "--batch-size", "100000"}, valid...), "--batch-size"},
+		{"bad topic", []string{"run", "--database-url", "postgres://u@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--topic", "no spaces"}, "--topic"},
+		{"no topic", []string{"run", "--database-url", "postgres://u@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, "--topic"},
+		{"no brokers", []string{"run", "--database-url", "postgres://u@127.0.0.1:1/db", "--topic", "t"}, "--brokers"},
+		{"broker without port", []string{"run", "--database-url", "postgres://u@127.0.0.1:1/db", "--brokers", "localhost", "--topic", "t"}, "--brokers"},
+		{"bad log level", append([]string{"run", "--log-level", "loud"}, valid...), "--log-level"},
+		{"bad log format", append([]string{"run", "--log-format", "xml"}, valid...), "--log-format"},
+		{"bad compression", append([]string{"run", "--kafka-compression", "brotli"}, valid...), "--kafka-compression"},
+		{"bad sasl", append([]string{"run", "--kafka-sasl-mechanism", "GSSAPI"}, valid...), "--kafka-sasl-mechanism"},
+		{"retry max below min", append([]string{"run", "--retry-min", "10s", "--retry-max", "1s"}, valid...), "--retry-max"},
+		{"unknown flag", append([]string{"run", "--nope"}, valid...), "nope"},
+		{"stray argument", append([]string{"run", "extra"}, valid...), "extra"},
+		{"unknown command", []string{"frobnicate"}, "frobnicate"},
+		{"bad dsn", []string{"run", "--database-url", "postgres://u:s3cret@host:notaport/db", "--brokers", "127.0.0.1:1", "--topic", "t"}, "--database-url"},
+		{"no dsn", []string{"migrate", "--database-url", ""}, "--database-url"},
+	}
+	for _, tc := range cases {
+		code, _, stderr := runMain(t, context.Background(), tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 naming %q", tc.name, code, stderr, tc.want)
+		}
+		if strings.Contains(stderr, "s3cret") {
+			t.Errorf("%s: stderr leaks the password: %q", tc.name, stderr)
+		}
+	}
+}
+
+func TestFlagsReadTheEnvironment(t *testing.T) {
+	// Not parallel: it sets process environment variables.
+	t.Setenv("OUTBOX_LEASE", "5ms")
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", "postgres://u@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--topic", "t")
+	if code != exitUsage || !strings.Contains(stderr, "--lease") {
+		t.Fatalf("OUTBOX_LEASE=5ms: exit %d, stderr %q; want exit 2 naming --lease", code, stderr)
+	}
+}
+
+func TestHelpShowsUnitsAndDefaults(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runMain(t, context.Background(), "run", "--help")
+	if code != exitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, want := range []string{"-lease", "(default 30s)", "-poll-interval", "(default 500ms)", "-batch-size", "-shutdown-timeout", "-channel", "-kafka-sasl-mechanism", "DATABASE_URL"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("help lacks %q:\n%s", want, stderr)
+		}
+	}
+	if code, out, _ := runMain(t, context.Background(), "version"); code != 0 || !strings.HasPrefix(out, "outbox-relay ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
+
+func TestMissingTableSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	k := testenv.Kafka(t)
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--startup-wait", "10s")
+	if code != exitFailure || !strings.Contains(stderr, "outbox-relay migrate") || !strings.Contains(stderr, "not found") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 telling to run migrate", code, stderr)
+	}
+}
+
+func TestWrongTableShapeIsNamed(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	k := testenv.Kafka(t)
+	if _, err := db.Pool.Exec(context.Background(), "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregate_id text, event_type text, payload jsonb, created_at timestamptz, published_at timestamptz)"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--startup-wait", "10s")
+	if code != exitFailure || !strings.Contains(stderr, "not an outbox table") || !strings.Contains(stderr, "does not exist") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 naming the missing column", code, stderr)
+	}
+}
+
+func TestDatabaseDownAtStartIsRetriedThenReported(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", "postgres://u@127.0.0.1:1/db?connect_timeout=1", "--brokers", "127.0.0.1:1", "--topic", "t", "--startup-wait", "1500ms")
+	if code != exitFailure || !strings.Contains(stderr, "database not reachable yet; retrying") || !strings.Contains(stderr, "database not reachable") {
+		t.Fatalf("exit %d, stderr %q; want retries logged, then exit 1", code, stderr)
+	}
+	if time.Since(start) < time.Second {
+		t.Fatalf("gave up after %s, before --startup-wait", time.Since(start))
+	}
+}
+
+func TestBrokerDownAtStartIsRetriedThenReported(t *testing.T) {
+	t.Parallel()
+	db := testenv.MigratedDB(t)
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", "127.0.0.1:1", "--topic", "t", "--startup-wait", "1500ms")
+	if code != exitFailure || !strings.Contains(stderr, "kafka not reachable yet; retrying") {
+		t.Fatalf("exit %d, stderr %q; want kafka retries logged, then exit 1", code, stderr)
+	}
+}
+
+func TestMigrateTwiceAndConcurrently(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	var wg sync.WaitGroup
+	codes := make([]int, 3)
+	outs := make([]string, 3)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var stdout, stderr bytes.Buffer
+			codes[i] = Main(context.Background(), []string{"migrate", "--database-url", db.ConnString}, &stdout, &stderr)
+			outs[i] = stdout.String() + stderr.String()
+		}()
+	}
+	wg.Wait()
+	applied := 0
+	for i, c := range codes {
+		if c != 0 {
+			t.Fatalf("concurrent migrate %d: exit %d: %s", i, c, outs[i])
+		}
+		if strings.Contains(outs[i], "applied") {
+			applied++
+		}
+	}
+	if applied != 1 {
+		t.Fatalf("%d of 3 concurrent runs applied migrations, want exactly 1: %q", applied, outs)
+	}
+	code, out, _ := runMain(t, context.Background(), "migrate", "--database-url", db.ConnString)
+	if code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("second migrate: %d %q", code, out)
+	}
+}
+
+// TestSIGTERMReleasesLeasesAndExitsZero runs the real binary.
+func TestSIGTERMReleasesLeasesAndExitsZero(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "outbox-relay")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 2)
+	cmd := exec.Command(bin, "run", "--brokers", strings.Join(k.Brokers, ","), "--topic", topic, "--shutdown-timeout", "5s", "--lease", "10m")
+	cmd.Env = append(os.Environ(), "OUTBOX_DATABASE_URL="+db.ConnString, "OUTBOX_LOG_FORMAT=console")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var evs []outbox.Event
+	for i := 0; i < 200; i++ {
+		evs = append(evs, outbox.Event{AggregateID: fmt.Sprint("a", i%10), Type: "t", Payload: json.RawMessage(fmt.Sprint(i))})
+	}
+	if err := outbox.Add(ctx, db.Pool, evs...); err != nil {
+		t.Fatal(err)
+	}
+	recs := k.Consume(t, topic, 200, 20*time.Second)
+	if len(recs) < 200 {
+		t.Fatalf("relay published %d of 200:\n%s", len(recs), stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("no exit within 15s of SIGTERM\n%s", stderr.String())
+	}
+	var leased int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at IS NULL OR locked_until > now()").Scan(&leased); err != nil {
+		t.Fatal(err)
+	}
+	if leased != 0 {
+		t.Fatalf("%d rows unpublished or leased after a clean stop", leased)
+	}
+	if !strings.Contains(stderr.String(), "relay stopped") {
+		t.Fatalf("no stop log:\n%s", stderr.String())
+	}
+}
