@@ -22,6 +22,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
 	"go.uber.org/zap"
 )
 
@@ -178,9 +179,13 @@ func (c *Config) saslMechanism() (sasl.Mechanism, error) {
 	case SASLPlain:
 		return plain.Mechanism{Username: c.SASLUsername, Password: c.SASLPassword}, nil
 	case SASLScramSHA256, SASLScramSHA512:
-		m, err := newScram(c.SASLMechanism, c.SASLUsername, c.SASLPassword)
+		algo := scram.SHA256
+		if c.SASLMechanism == SASLScramSHA512 {
+			algo = scram.SHA512
+		}
+		m, err := scram.Mechanism(algo, c.SASLUsername, c.SASLPassword)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: Config.SASLMechanism: %w", err)
+			return nil, fmt.Errorf("kafka: Config.SASLUsername/SASLPassword: %w", err)
 		}
 		return m, nil
 	}
