@@ -96,8 +96,8 @@ type commonFlags struct {
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
-		"PostgreSQL URL or DSN, e.g. postgres://user:pass@host:5432/db (env OUTBOX_DATABASE_URL or DATABASE_URL)")
+	fs.StringVar(&c.databaseURL, "database-url", "",
+		"PostgreSQL URL or DSN, e.g. postgres://user:pass@host:5432/db (also env DATABASE_URL)")
 	fs.StringVar(&c.table, "table", outbox.DefaultTable, "outbox table, optionally schema-qualified")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
@@ -127,6 +127,9 @@ func (c *commonFlags) logger(stderr io.Writer) (*zap.Logger, error) {
 // poolConfig parses --database-url. The error never repeats the URL, which
 // may hold a password.
 func (c *commonFlags) poolConfig() (*pgxpool.Config, error) {
+	if c.databaseURL == "" {
+		c.databaseURL = os.Getenv("DATABASE_URL")
+	}
 	if c.databaseURL == "" {
 		return nil, usagef("--database-url: required (or set DATABASE_URL)")
 	}
@@ -169,7 +172,23 @@ func parse(fs *flag.FlagSet, args []string) error {
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("outbox-relay "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { printUsage(fs, stderr) }
 	return fs
+}
+
+// printUsage lists every flag with its type, default and environment
+// variable.
+func printUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags (each also read from the environment variable shown):\n", fs.Name())
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		env := "OUTBOX_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		fmt.Fprintf(w, "  --%s %s\n    \t%s\n    \t[env %s]", f.Name, typ, usage, env)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/peterbourgon/ff/v3"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgoutbox/outbox/internal/pgtemp"
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/relay"
+	outboxsql "github.com/pgoutbox/outbox/sql"
+)
+
+// usageError is a bad flag or value (exit code 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func isUsage(err error) bool {
+	var ue usageError
+	return errors.As(err, &ue)
+}
+
+// options are outbox-dev's flags.
+type options struct {
+	databaseURL string
+	brokers     string
+	brokerPort  int
+	topic       string
+	rate        float64
+	noSample    bool
+	logFormat   string
+	logLevel    string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	var o options
+	fs := flag.NewFlagSet("outbox-dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `outbox-dev runs a development outbox stack: PostgreSQL, a Kafka-protocol
+broker, the relay and a writer of sample payment events. With no
+--database-url it starts a throwaway PostgreSQL cluster; with no --brokers an
+embedded broker on 127.0.0.1:--broker-port. Ctrl-C stops everything.
+Every flag can also be set as OUTBOX_<FLAG_NAME>; the database URL also as
+DATABASE_URL.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
+		"PostgreSQL URL to use instead of a throwaway cluster (env OUTBOX_DATABASE_URL or DATABASE_URL)")
+	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers to use instead of the embedded one, comma-separated host:port")
+	fs.IntVar(&o.brokerPort, "broker-port", 9092, "port of the embedded broker on 127.0.0.1 (when --brokers is empty)")
+	fs.StringVar(&o.topic, "topic", "payments", "Kafka topic of the events")
+	fs.Float64Var(&o.rate, "rate", 2, "sample events written per second")
+	fs.BoolVar(&o.noSample, "no-sample", false, "do not write sample events (relay only)")
+	fs.StringVar(&o.logFormat, "log-format", "console", "log format of the components (stderr): console or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("OUTBOX")); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if !o.noSample && !(o.rate > 0 && o.rate <= 10000) {
+		return nil, usagef("--rate: must be more than 0 and at most 10000 events per second, got %v", o.rate)
+	}
+	if o.brokers == "" && (o.brokerPort < 1 || o.brokerPort > 65535) {
+		return nil, usagef("--broker-port: %d is not a TCP port (1..65535)", o.brokerPort)
+	}
+	if o.topic == "" {
+		return nil, usagef("--topic: required")
+	}
+	return &o, nil
+}
+
+func (o *options) logger(stderr io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(o.logLevel)
+	if err != nil {
+		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", o.logLevel)
+	}
+	var enc zapcore.Encoder
+	switch o.logFormat {
+	case "console":
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+		enc = zapcore.NewConsoleEncoder(ec)
+	case "json":
+		ec := zap.NewProductionEncoderConfig()
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
+	default:
+		return nil, usagef("--log-format: %q is not console or json", o.logFormat)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(stderr)), level)).Named("outbox-dev"), nil
+}
+
+// run is the whole command: it returns nil after a clean stop (ctx done),
+// flag.ErrHelp for --help, a usageError for bad flags, or why the stack
+// could not start. stdout gets the user-facing lines, stderr the logs.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := o.logger(stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	out := &lockedWriter{w: stdout}
+
+	// The broker first: a taken port fails in milliseconds, before initdb.
+	var brokers []string
+	if o.brokers == "" {
+		cluster, err := startBroker(o.brokerPort, o.topic)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cluster.Close()
+			out.printf("embedded broker closed\n")
+		}()
+		brokers = cluster.ListenAddrs()
+		log.Info("embedded kafka broker started", zap.Strings("brokers", brokers))
+	} else {
+		for _, b := range strings.Split(o.brokers, ",") {
+			if b = strings.TrimSpace(b); b == "" || !strings.Contains(b, ":") {
+				return usagef("--brokers: %q is not host:port", b)
+			}
+			brokers = append(brokers, b)
+		}
+	}
+
+	dsn := o.databaseURL
+	var pg *pgtemp.Cluster
+	if dsn == "" {
+		out.printf("starting a throwaway PostgreSQL cluster (initdb)...\n")
+		pg, err = pgtemp.Start(ctx, pgtemp.Options{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted during start-up
+			}
+			return fmt.Errorf("start throwaway PostgreSQL (pass --database-url to use an existing database): %w", err)
+		}
+		defer func() {
+			if err := pg.Stop(); err != nil {
+				log.Error("stop throwaway PostgreSQL", zap.Error(err))
+				out.printf("could not remove the throwaway PostgreSQL cluster in %s: %v\n", pg.Dir(), err)
+				return
+			}
+			out.printf("throwaway PostgreSQL stopped, %s removed\n", pg.Dir())
+		}()
+		dsn = pg.DSN()
+		log.Info("throwaway postgresql started", zap.String("dir", pg.Dir()), zap.Int("port", pg.Port()))
+	}
+
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return usagef("--database-url: not a valid PostgreSQL URL or DSN")
+	}
+	if pcfg.MaxConns < 4 {
+		pcfg.MaxConns = 4
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer pool.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = pool.Ping(pctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	applied, err := outboxsql.Migrate(ctx, pool)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, r := range applied {
+		log.Info("migration applied", zap.String("name", r.Name))
+	}
+
+	pub, err := kafka.NewPublisher(kafka.Config{
+		Brokers:         brokers,
+		Topic:           o.topic,
+		ClientID:        "outbox-dev",
+		AutoCreateTopic: true, // external dev brokers usually allow it
+	}, log)
+	if err != nil {
+		return usagef("--brokers/--topic: %v", err)
+	}
+	defer pub.Close()
+	kctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = pub.Ping(kctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("connect to Kafka at %s: %w", strings.Join(brokers, ","), err)
+	}
+
+	claimer, err := lease.New(pool, lease.Config{RelayID: "outbox-dev"})
+	if err != nil {
+		return err
+	}
+	listener, err := notify.New(notify.Config{}, func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.ConnectConfig(ctx, pcfg.ConnConfig.Copy())
+	}, pool, log)
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(relay.Config{Topic: o.topic, ShutdownTimeout: 5 * time.Second}, claimer, pub, listener.Wake(), log)
+	if err != nil {
+		return usageError{err}
+	}
+	lat := newLatencies(out)
+	r.OnPublished = lat.published
+
+	printBanner(out, o, pg, dsn, brokers)
+
+	g, gctx := errgroup.WithContext(ctx)
+	lctx, stopListener := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopListener()
+	g.Go(func() error {
+		if err := listener.Run(lctx); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("notify listener: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		err := r.Run(gctx)
+		stopListener() // the listener outlives the relay so wake-ups never block
+		return err
+	})
+	var written int64
+	if !o.noSample {
+		g.Go(func() error {
+			written = writeSamples(gctx, pool, o.rate, lat, log.Named("samples"))
+			return nil
+		})
+	}
+	err = g.Wait()
+	s := r.Stats()
+	out.printf("stopped: %d sample events written, %d events published\n", written, s.Published)
+	return err
+}
+
+// startBroker starts the embedded one-broker kfake cluster on
+// 127.0.0.1:port with topic pre-created (3 partitions).
+func startBroker(port int, topic string) (*kfake.Cluster, error) {
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.SeedTopics(3, topic),
+		kfake.AllowAutoTopicCreation(),
+		kfake.ClusterID("outbox-dev"),
+	)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, usagef("embedded broker: port %d on 127.0.0.1 is already in use (another Kafka running?): "+
+				"pass --broker-port to use another port, or --brokers %s to use that broker", port, fmt.Sprintf("localhost:%d", port))
+		}
+		return nil, fmt.Errorf("start embedded broker on 127.0.0.1:%d: %w", port, err)
+	}
+	return c, nil
+}
+
+func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, dsn string, brokers []string) {
+	shownDSN := redactURL(dsn)
+	out.printf("\n")
+	if pg != nil {
+		out.printf("PostgreSQL (throwaway, removed on exit): %s\n", pg.Dir())
+		out.printf("  DATABASE_URL=%s\n", dsn)
+	} else {
+		out.printf("PostgreSQL: %s\n", shownDSN)
+	}
+	if o.brokers == "" {
+		out.printf("Kafka (embedded, in memory): %s\n", strings.Join(brokers, ","))
+	} else {
+		out.printf("Kafka: %s\n", strings.Join(brokers, ","))
+	}
+	out.printf("Topic: %s\n\n", o.topic)
+	kb := brokers[0]
+	if o.brokers == "" {
+		kb = fmt.Sprintf("localhost:%d", o.brokerPort)
+	}
+	out.printf("Watch the events:\n  kcat -b %s -t %s -C -f 'key=%%k headers=%%h value=%%s\\n'\n", kb, o.topic)
+	out.printf("Look at the table:\n  psql '%s' -c 'SELECT seq, aggregate_id, event_type, published_at FROM outbox ORDER BY seq DESC LIMIT 10'\n\n", shownDSN)
+	if o.noSample {
+		out.printf("relay running (no sample events); Ctrl-C to stop\n")
+	} else {
+		out.printf("writing %v sample payment events per second; Ctrl-C to stop\n", o.rate)
+	}
+}
+
+// redactURL hides the password of a postgres:// URL.
+func redactURL(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme == "" {
+		if strings.Contains(dsn, "password") {
+			return "<connection string with password>"
+		}
+		return dsn
+	}
+	return u.Redacted()
+}
+
+// lockedWriter serializes whole lines from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, format, args...)
+}
