@@ -1,0 +1,370 @@
+// Package tcpproxy is a TCP proxy for fault tests: it forwards connections
+// from a local address to a target and can refuse, cut, blackhole or delay
+// them on demand, so a test can break the network between a client (for
+// example a Postgres connection) and its server without touching either.
+//
+// It is for tests only.
+package tcpproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type mode int
+
+const (
+	modeNormal mode = iota
+	modeRefuse
+	modeBlackhole
+)
+
+// Proxy forwards every connection accepted on Addr to the target.
+type Proxy struct {
+	target   string
+	ln       net.Listener
+	ctx      context.Context // cancelled by Close; bounds upstream dials
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	accepted atomic.Int64
+
+	mu      sync.Mutex
+	mode    mode
+	delay   time.Duration
+	changed chan struct{} // closed and replaced on every mode change
+	pairs   map[*pair]struct{}
+	closed  bool
+}
+
+// New starts a proxy listening on 127.0.0.1 at a random port that forwards
+// to target (host:port). Close it when done.
+func New(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{
+		target:  target,
+		ln:      ln,
+		ctx:     ctx,
+		cancel:  cancel,
+		changed: make(chan struct{}),
+		pairs:   make(map[*pair]struct{}),
+	}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	return p, nil
+}
+
+// Addr returns the proxy's listening address, host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Accepted returns how many connections the proxy accepted so far,
+// including those it closed at once because it was refusing.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
+// Conns returns how many proxied connections are open.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pairs)
+}
+
+// Close stops listening, closes every connection and waits for the
+// proxy's goroutines to end.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	_ = p.ln.Close()
+	p.closeAll()
+	p.wg.Wait()
+}
+
+// Refuse closes every current connection and, until Restore, resets new
+// ones as soon as they are accepted (the client's dial may succeed, but
+// its first read fails).
+func (p *Proxy) Refuse() {
+	p.setMode(modeRefuse)
+	p.closeAll()
+}
+
+// Cut closes every current connection (both sides see EOF) but keeps
+// accepting and forwarding new ones. "Current" means accepted by the proxy:
+// a client whose dial has just returned may still sit in the kernel's
+// accept queue; wait for Accepted to count it first if that matters.
+func (p *Proxy) Cut() { p.closeAll() }
+
+// Blackhole keeps every connection open, and accepts new ones, but
+// forwards nothing in either direction until Restore: bytes read from
+// either side are dropped (not delivered later), and a close by either
+// side is held back, so both peers hang like peers behind a dropped
+// route. After Restore, bytes sent from then on flow again; since those
+// dropped meanwhile are lost, protocols usually fail on such connections.
+func (p *Proxy) Blackhole() { p.setMode(modeBlackhole) }
+
+// Delay adds d of latency to every chunk forwarded from now on, in either
+// direction (a round trip through the proxy takes at least 2·d more).
+// Chunks are pipelined, so throughput is kept. Zero removes the delay.
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+// Restore returns to normal forwarding: no refusal, no blackhole, no delay.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	p.delay = 0
+	p.mu.Unlock()
+	p.setMode(modeNormal)
+}
+
+func (p *Proxy) setMode(m mode) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mode != m {
+		p.mode = m
+		close(p.changed)
+		p.changed = make(chan struct{})
+	}
+}
+
+func (p *Proxy) state() (mode, time.Duration, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode, p.delay, p.changed
+}
+
+// closeAll closes every connection, including those still being set up.
+func (p *Proxy) closeAll() {
+	p.mu.Lock()
+	pairs := make([]*pair, 0, len(p.pairs))
+	for c := range p.pairs {
+		pairs = append(pairs, c)
+	}
+	p.mu.Unlock()
+	for _, c := range pairs {
+		c.close()
+	}
+}
+
+func (p *Proxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		conn, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		p.accepted.Add(1)
+		p.wg.Add(1)
+		go p.handle(conn)
+	}
+}
+
+// reset closes c with an RST rather than a FIN where possible.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
+func (p *Proxy) handle(client net.Conn) {
+	defer p.wg.Done()
+	// Register before dialing the target, so that Refuse, Cut and Close
+	// also end connections still being set up.
+	c := &pair{client: client, done: make(chan struct{})}
+	p.mu.Lock()
+	if p.closed || p.mode == modeRefuse {
+		p.mu.Unlock()
+		reset(client)
+		return
+	}
+	p.pairs[c] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		c.close()
+		p.mu.Lock()
+		delete(p.pairs, c)
+		p.mu.Unlock()
+	}()
+
+	var d net.Dialer
+	server, err := d.DialContext(p.ctx, "tcp", p.target)
+	if err != nil {
+		c.reset()
+		return
+	}
+	if !c.setServer(server) {
+		return // closed meanwhile
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	var halfClosed atomic.Int32
+	for _, dir := range [][2]net.Conn{{client, server}, {server, client}} {
+		go func() {
+			defer wg.Done()
+			if p.pipe(c, dir[0], dir[1]) && halfClosed.Add(1) < 2 {
+				return // the other direction still runs
+			}
+			c.close()
+		}()
+	}
+	wg.Wait()
+}
+
+// pair is one proxied connection: the accepted client side and the dialed
+// server side (nil until dialed).
+type pair struct {
+	client net.Conn
+	done   chan struct{}
+
+	mu     sync.Mutex
+	server net.Conn
+	closed bool
+}
+
+// setServer records the dialed server side; if the pair was closed
+// meanwhile, it closes server and returns false.
+func (c *pair) setServer(server net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		_ = server.Close()
+		return false
+	}
+	c.server = server
+	return true
+}
+
+func (c *pair) close() { c.closeWith(false) }
+
+// reset closes the client side with an RST.
+func (c *pair) reset() { c.closeWith(true) }
+
+func (c *pair) closeWith(rst bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	close(c.done)
+	if rst {
+		reset(c.client)
+	} else {
+		_ = c.client.Close()
+	}
+	if c.server != nil {
+		_ = c.server.Close()
+	}
+}
+
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pipe forwards src to dst until src ends. It returns true if src ended
+// with EOF and dst's write side was closed in turn (a half-close), false
+// if the pair must be closed.
+func (p *Proxy) pipe(c *pair, src, dst net.Conn) bool {
+	queue := make(chan chunk, 16)
+	writerDone := make(chan bool, 1)
+	go func() { writerDone <- p.write(c, dst, queue) }()
+
+	var readErr error
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := src.Read(buf)
+		if n > 0 {
+			m, delay, _ := p.state()
+			if m != modeBlackhole { // blackholed bytes are dropped
+				select {
+				case queue <- chunk{b: buf[:n], due: time.Now().Add(delay)}:
+				case <-c.done:
+				}
+			}
+		}
+		if err != nil {
+			readErr = err
+			break
+		}
+	}
+	close(queue)
+	ok := <-writerDone
+	if !ok || !errors.Is(readErr, io.EOF) {
+		return false
+	}
+	// Hold the close back while blackholed.
+	for {
+		m, _, changed := p.state()
+		if m != modeBlackhole {
+			break
+		}
+		select {
+		case <-changed:
+		case <-c.done:
+			return false
+		}
+	}
+	if tc, ok := dst.(*net.TCPConn); ok {
+		return tc.CloseWrite() == nil
+	}
+	return false
+}
+
+// write writes the queued chunks to dst, each no earlier than its due time
+// and only if the proxy is not blackholed by then. It returns false if dst
+// failed or the pair was closed.
+func (p *Proxy) write(c *pair, dst net.Conn, queue <-chan chunk) bool {
+	ok := true
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for ck := range queue {
+		if !ok {
+			continue // drain so the reader never blocks
+		}
+		if wait := time.Until(ck.due); wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			select {
+			case <-timer.C:
+			case <-c.done:
+				ok = false
+				continue
+			}
+		}
+		if m, _, _ := p.state(); m == modeBlackhole {
+			continue
+		}
+		if _, err := dst.Write(ck.b); err != nil {
+			ok = false
+			c.close() // unblocks the reader
+		}
+	}
+	return ok
+}
