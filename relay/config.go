@@ -34,11 +34,18 @@ type Config struct {
 	// notifications lost while the listener reconnects). Jittered by ±10%.
 	// Defaults to 500ms.
 	PollInterval time.Duration
-	// Linger is how long after a claim that returned rows (but not a full
-	// batch) the relay claims once more, to pick up events committed by
-	// writers whose wake-up was debounced (outbox.WakeupDebounced). Defaults
-	// to 2ms; negative disables it.
+	// Linger is how long the relay keeps looking after a claim that found
+	// events: it claims again every LingerPoll (doubling up to 4×LingerPoll
+	// while claims come back empty) until Linger has passed without an
+	// event. Writers in the default outbox.WakeupDebounced mode notify once
+	// per WakeupInterval (20ms) per process; the events committed inside
+	// that window carry no notification and are found by these claims, so
+	// Linger must be at least the writers' WakeupInterval. Defaults to
+	// 25ms; negative disables lingering (then use outbox.WakeupEveryTx).
 	Linger time.Duration
+	// LingerPoll is the first interval between lingering claims. Defaults
+	// to 1ms.
+	LingerPoll time.Duration
 	// RetryMin is the delay before a failed event is retried; it doubles
 	// per failed attempt of that event, with ±20% jitter, up to RetryMax.
 	// Defaults to 500ms.
@@ -54,12 +61,19 @@ type Config struct {
 	DBTimeout time.Duration
 }
 
+// DefaultLinger is Config.Linger's default: a little more than the writers'
+// default outbox.WriterConfig.WakeupInterval (20ms).
+const DefaultLinger = 25 * time.Millisecond
+
 func (c *Config) setDefaults() {
 	if c.PollInterval == 0 {
 		c.PollInterval = 500 * time.Millisecond
 	}
 	if c.Linger == 0 {
-		c.Linger = 2 * time.Millisecond
+		c.Linger = DefaultLinger
+	}
+	if c.LingerPoll == 0 {
+		c.LingerPoll = time.Millisecond
 	}
 	if c.RetryMin == 0 {
 		c.RetryMin = 500 * time.Millisecond
@@ -84,6 +98,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("relay: Config.Topic: %w", outbox.ValidateTopic(c.Topic))
 	case c.PollInterval < time.Millisecond:
 		return fmt.Errorf("relay: Config.PollInterval: must be at least 1ms, got %s", c.PollInterval)
+	case c.LingerPoll < 0:
+		return fmt.Errorf("relay: Config.LingerPoll: must be positive, got %s", c.LingerPoll)
 	case c.RetryMin <= 0:
 		return fmt.Errorf("relay: Config.RetryMin: must be positive, got %s", c.RetryMin)
 	case c.RetryMax < c.RetryMin:

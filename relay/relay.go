@@ -160,7 +160,10 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	defer linger.Stop()
-	lingerArmed := false
+	// Lingering: after a claim found events, claim again every gap until
+	// activeUntil (see Config.Linger).
+	var activeUntil time.Time
+	gap := r.cfg.LingerPoll
 	backlog := true // claim at once on start
 	failures := 0
 	for {
@@ -173,7 +176,6 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			case <-poll.C:
 				r.stats.wakePoll.Add(1)
 			case <-linger.C:
-				lingerArmed = false
 				r.stats.wakeLinger.Add(1)
 			}
 		} else {
@@ -229,6 +231,10 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 		failures = 0
 		if len(b.Rows) == 0 {
 			r.stats.emptyClaims.Add(1)
+			if now := time.Now(); now.Before(activeUntil) {
+				gap = min(2*gap, 4*r.cfg.LingerPoll)
+				resetTimer(linger, min(gap, activeUntil.Sub(now)))
+			}
 			continue
 		}
 		if ce := r.log.Check(zap.DebugLevel, "claimed"); ce != nil {
@@ -243,9 +249,10 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 		}
 		if len(b.Rows) >= r.lease.BatchSize {
 			backlog = true
-		} else if r.cfg.Linger > 0 && !lingerArmed {
-			resetTimer(linger, r.cfg.Linger)
-			lingerArmed = true
+		} else if r.cfg.Linger > 0 {
+			activeUntil = time.Now().Add(r.cfg.Linger)
+			gap = r.cfg.LingerPoll
+			resetTimer(linger, gap)
 		}
 	}
 }

@@ -530,3 +530,42 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	startRelay(t, db, k, topic, opts{lease: lease.Config{RelayID: "b"}})
 	testenv.Eventually(t, 20*time.Second, func() bool { return unpublished(t, db) == 0 }, "relay b did not take over the released rows")
 }
+
+// With the writer's default debounced wake-ups, only the first of several
+// quick transactions notifies; lingering claims must find the others long
+// before the (here one-minute) poll.
+func TestDebouncedWakeupsAreCoveredByLingering(t *testing.T) {
+	t.Parallel()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	// A long linger window, so a slow machine cannot make the test flaky;
+	// the default (25ms) only has to cover the writer's 20ms window.
+	h := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: time.Minute, Linger: 5 * time.Second}})
+	testenv.Eventually(t, 10*time.Second, func() bool { return h.relay.Stats().Claims >= 1 }, "no start-up claim")
+	listenerBefore := h.listener.Notifications()
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupDebounced, WakeupInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []outbox.Event
+	for i := 0; i < 5; i++ {
+		e := event("a", i)
+		evs = append(evs, e)
+		addTx(t, db, w, e) // only the first carries a notification
+	}
+	recs := k.Consume(t, topic, 5, 10*time.Second)
+	if len(recs) != 5 {
+		t.Fatalf("%d of 5 debounced events published within 10s (poll interval 1m)", len(recs))
+	}
+	for i, r := range recs {
+		if r.Headers["event_id"] != evs[i].ID.String() {
+			t.Fatalf("record %d is %s, want %s", i, r.Headers["event_id"], evs[i].ID)
+		}
+	}
+	if n := h.listener.Notifications() - listenerBefore; n != 1 {
+		t.Fatalf("%d notifications for 5 debounced transactions, want 1", n)
+	}
+	if st := h.relay.Stats(); st.WakePoll != 0 {
+		t.Fatalf("stats %+v: a poll was needed", st)
+	}
+}

@@ -70,7 +70,9 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
+	// Not os.Getenv("DATABASE_URL") as the default: --help would print it,
+	// password included. It is read after parsing instead.
+	fs.StringVar(&o.databaseURL, "database-url", "",
 		"PostgreSQL URL to use instead of a throwaway cluster (env OUTBOX_DATABASE_URL or DATABASE_URL)")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers to use instead of the embedded one, comma-separated host:port")
 	fs.IntVar(&o.brokerPort, "broker-port", 9092, "port of the embedded broker on 127.0.0.1 (when --brokers is empty)")
@@ -87,6 +89,9 @@ Flags:
 	}
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if o.databaseURL == "" {
+		o.databaseURL = os.Getenv("DATABASE_URL")
 	}
 	if !o.noSample && !(o.rate > 0 && o.rate <= 10000) {
 		return nil, usagef("--rate: must be more than 0 and at most 10000 events per second, got %v", o.rate)

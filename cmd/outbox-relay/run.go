@@ -43,7 +43,8 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	fs.IntVar(&f.lease.BatchSize, "batch-size", lease.DefaultBatchSize, fmt.Sprintf("most events per claim (1..%d)", lease.MaxBatchSize))
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "fallback poll interval when no notification arrives (jittered ±10%)")
-	fs.DurationVar(&f.relay.Linger, "linger", 2*time.Millisecond, "claim once more this long after a non-empty claim, for debounced wake-ups (negative: off)")
+	fs.DurationVar(&f.relay.Linger, "linger", relay.DefaultLinger, "after a claim found events, keep claiming every --linger-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative: off)")
+	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", time.Millisecond, "first interval between lingering claims")
 	fs.DurationVar(&f.relay.RetryMin, "retry-min", 500*time.Millisecond, "first retry delay of a failed event; doubles per attempt")
 	fs.DurationVar(&f.relay.RetryMax, "retry-max", time.Minute, "longest retry delay of a failed event")
 	fs.DurationVar(&f.relay.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long in-flight publishes may take before leases are released")
@@ -216,7 +217,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
 // configFlags maps "<package>.<Config field>" onto the flag that sets it.
 var configFlags = map[string]string{
 	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
-	"relay.Topic": "--topic", "relay.PollInterval": "--poll-interval", "relay.Linger": "--linger",
+	"relay.Topic": "--topic", "relay.PollInterval": "--poll-interval", "relay.Linger": "--linger", "relay.LingerPoll": "--linger-poll",
 	"relay.RetryMin": "--retry-min", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
 	"notify.Channel": "--channel",
 	"kafka.Brokers":  "--brokers", "kafka.Topic": "--topic", "kafka.ClientID": "--kafka-client-id",

@@ -1,0 +1,405 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/outbox/internal/pgtemp"
+	"github.com/pgoutbox/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of run.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var publishedLine = regexp.MustCompile(`(?m)^published (payment\.(?:authorized|captured)) (pay_\d{6}) event_id=([0-9a-f-]{36}) in (\S+)$`)
+
+// devRun is run running in the background: its output, its cancel
+// function, and done, closed with err set when run returned.
+type devRun struct {
+	stdout, stderr syncBuffer
+	cancel         context.CancelFunc
+	done           chan struct{}
+	err            error
+}
+
+// startDev starts run with args; cleanup cancels it and waits for it.
+func startDev(t *testing.T, args ...string) *devRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &devRun{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		d.err = run(ctx, args, &d.stdout, &d.stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-d.done:
+		case <-time.After(60 * time.Second):
+			t.Errorf("run did not return within 60s of cancel")
+		}
+		if t.Failed() {
+			t.Logf("stdout:\n%s\nstderr:\n%s", d.stdout.String(), d.stderr.String())
+		}
+	})
+	return d
+}
+
+// waitPublished waits until stdout has at least n latency lines.
+func (d *devRun) waitPublished(t *testing.T, n int) [][]string {
+	t.Helper()
+	var lines [][]string
+	testenv.Eventually(t, 90*time.Second, func() bool {
+		select {
+		case <-d.done:
+			t.Fatalf("run returned early: %v\nstdout:\n%s\nstderr:\n%s", d.err, d.stdout.String(), d.stderr.String())
+		default:
+		}
+		lines = publishedLine.FindAllStringSubmatch(d.stdout.String(), -1)
+		return len(lines) >= n
+	}, "%d published lines in stdout", n)
+	return lines
+}
+
+// stop cancels run and returns its error, failing t if it hangs.
+func (d *devRun) stop(t *testing.T) error {
+	t.Helper()
+	d.cancel()
+	select {
+	case <-d.done:
+		return d.err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("run did not return within 60s of cancel")
+		return nil
+	}
+}
+
+// checkRecords checks the records the independent consumer read against
+// what outbox-dev printed.
+func checkRecords(t *testing.T, recs []testenv.Record, stdout string) {
+	t.Helper()
+	printed := map[string]string{} // event_id -> "type aggregate"
+	for _, m := range publishedLine.FindAllStringSubmatch(stdout, -1) {
+		printed[m[3]] = m[1] + " " + m[2]
+	}
+	seen := map[string][]string{} // aggregate -> event types in offset order
+	for _, r := range recs {
+		key := string(r.Key)
+		if !regexp.MustCompile(`^pay_\d{6}$`).MatchString(key) {
+			t.Errorf("record key %q is not a payment ID", key)
+		}
+		if r.Headers["source"] != "outbox-dev" {
+			t.Errorf("%s: header source = %q, want outbox-dev", key, r.Headers["source"])
+		}
+		if r.Headers["aggregate_id"] != key {
+			t.Errorf("%s: header aggregate_id = %q", key, r.Headers["aggregate_id"])
+		}
+		id := r.Headers["event_id"]
+		if _, err := uuid.Parse(id); err != nil {
+			t.Errorf("%s: header event_id %q: %v", key, id, err)
+		}
+		typ := r.Headers["event_type"]
+		if typ != "payment.authorized" && typ != "payment.captured" {
+			t.Errorf("%s: header event_type = %q", key, typ)
+		}
+		var p samplePayment
+		if err := json.Unmarshal(r.Value, &p); err != nil {
+			t.Errorf("%s: payload %q: %v", key, r.Value, err)
+			continue
+		}
+		if p.PaymentID != key || "payment."+p.Status != typ || p.Amount <= 0 ||
+			len(p.Currency) != 3 || !strings.HasPrefix(p.Customer, "cus_") || p.OccurredAt.IsZero() {
+			t.Errorf("%s: unexpected payload %s for event_type %s", key, r.Value, typ)
+		}
+		if got, ok := printed[id]; ok && got != typ+" "+key {
+			t.Errorf("event %s: printed as %q, consumed as %s %s", id, got, typ, key)
+		}
+		seen[key] = append(seen[key], typ)
+	}
+	for key, types := range seen {
+		if types[0] != "payment.authorized" || len(types) > 1 && types[1] != "payment.captured" {
+			t.Errorf("%s: events in order %v, want authorized then captured", key, types)
+		}
+	}
+	if len(seen["pay_000001"]) != 2 {
+		t.Errorf("pay_000001: consumed %v, want authorized and captured", seen["pay_000001"])
+	}
+	// Every printed event was consumed.
+	consumed := map[string]bool{}
+	for _, r := range recs {
+		consumed[r.Headers["event_id"]] = true
+	}
+	for id, what := range printed {
+		if !consumed[id] {
+			t.Errorf("printed as published but not consumed: %s %s", what, id)
+		}
+	}
+}
+
+func TestSamplesFlowToGivenDatabaseAndBrokers(t *testing.T) {
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 3)
+	d := startDev(t, "--database-url", db.ConnString, "--brokers", strings.Join(k.Brokers, ","),
+		"--topic", topic, "--rate", "40")
+
+	lines := d.waitPublished(t, 6)
+	for _, l := range lines {
+		if _, err := time.ParseDuration(strings.Replace(l[4], "µs", "us", 1)); err != nil {
+			t.Errorf("latency %q in %q: %v", l[4], l[0], err)
+		}
+	}
+	out := d.stdout.String()
+	for _, want := range []string{
+		"Kafka: " + strings.Join(k.Brokers, ","),
+		"kcat -b " + k.Brokers[0] + " -t " + topic + " -C -f 'key=%k headers=%h value=%s\\n'",
+		"psql '",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "throwaway") {
+		t.Errorf("started a throwaway cluster although --database-url was given:\n%s", out)
+	}
+
+	if err := d.stop(t); err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+	out = d.stdout.String()
+	m := regexp.MustCompile(`stopped: (\d+) sample events written, (\d+) events published`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary line in stdout:\n%s", out)
+	}
+	var written, published int
+	fmt.Sscan(m[1], &written)
+	fmt.Sscan(m[2], &published)
+
+	ctx := context.Background()
+	var rows, unpublished, leased int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE published_at IS NULL),
+		count(*) FILTER (WHERE published_at IS NULL AND locked_by IS NOT NULL) FROM outbox`).Scan(&rows, &unpublished, &leased); err != nil {
+		t.Fatal(err)
+	}
+	if rows != written || published != rows-unpublished {
+		t.Errorf("summary says %d written, %d published; table has %d rows, %d unpublished", written, published, rows, unpublished)
+	}
+	if leased != 0 {
+		t.Errorf("%d unpublished rows still leased after a graceful stop", leased)
+	}
+
+	recs := k.Consume(t, topic, published, 30*time.Second)
+	if len(recs) < published {
+		t.Fatalf("consumed %d records, want at least %d", len(recs), published)
+	}
+	checkRecords(t, recs, out)
+}
+
+func TestThrowawayStackStartsAndCleansUp(t *testing.T) {
+	if _, err := pgtemp.FindBinDir(); err != nil {
+		t.Skipf("no PostgreSQL server binaries: %v", err)
+	}
+	// Nothing may come from the environment: run must start its own stack.
+	for _, v := range []string{"DATABASE_URL", "OUTBOX_DATABASE_URL", "OUTBOX_BROKERS", "OUTBOX_BROKER_PORT"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	port := freePort(t)
+	d := startDev(t, "--broker-port", fmt.Sprint(port), "--topic", "devtest", "--rate", "40")
+	d.waitPublished(t, 4)
+
+	out := d.stdout.String()
+	dir := regexp.MustCompile(`PostgreSQL \(throwaway, removed on exit\): (\S+)`).FindStringSubmatch(out)
+	dsn := regexp.MustCompile(`DATABASE_URL=(postgres://\S+)`).FindStringSubmatch(out)
+	if dir == nil || dsn == nil {
+		t.Fatalf("stdout names no throwaway cluster directory or DATABASE_URL:\n%s", out)
+	}
+	if _, err := os.Stat(dir[1]); err != nil {
+		t.Fatalf("cluster directory: %v", err)
+	}
+	broker := fmt.Sprintf("127.0.0.1:%d", port)
+	for _, want := range []string{
+		"Kafka (embedded, in memory): " + broker,
+		fmt.Sprintf("kcat -b localhost:%d -t devtest -C -f 'key=%%k headers=%%h value=%%s\\n'", port),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Consume at least what was printed so far (more may come meanwhile).
+	k := &testenv.TestKafka{Brokers: []string{broker}}
+	snapshot := d.stdout.String()
+	n := len(publishedLine.FindAllString(snapshot, -1))
+	recs := k.Consume(t, "devtest", n, 30*time.Second)
+	if len(recs) < n {
+		t.Fatalf("consumed %d records from the embedded broker, want at least %d", len(recs), n)
+	}
+	checkRecords(t, recs, snapshot)
+
+	if err := d.stop(t); err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+	if _, err := os.Stat(dir[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cluster directory %s still there after stop (stat: %v)", dir[1], err)
+	}
+	pgAddr := regexp.MustCompile(`@([\d.]+:\d+)/`).FindStringSubmatch(dsn[1])
+	for _, addr := range []string{broker, pgAddr[1]} {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still accepts connections after stop", addr)
+		}
+	}
+	out = d.stdout.String()
+	for _, want := range []string{"removed", "embedded broker closed", "stopped: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q after stop:\n%s", want, out)
+		}
+	}
+}
+
+func TestBrokerPortTakenFailsFastNamingTheFlag(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"--broker-port", fmt.Sprint(port), "--database-url", "postgres://u@127.0.0.1:1/db"}, &stdout, &stderr)
+	if err == nil || !isUsage(err) || !strings.Contains(err.Error(), "--broker-port") ||
+		!strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("run with a taken port: %v; want a usage error about the port suggesting --broker-port", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("took %s to fail", time.Since(start))
+	}
+}
+
+func TestFlags(t *testing.T) {
+	bad := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--rate", "-2"}, "--rate"},
+		{[]string{"--rate", "x"}, "rate"},
+		{[]string{"--broker-port", "70000"}, "--broker-port"},
+		{[]string{"--topic", ""}, "--topic"},
+		{[]string{"--log-format", "xml"}, "--log-format"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--brokers", "localhost", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--brokers"},
+		{[]string{"--nope"}, "nope"},
+		{[]string{"extra"}, "extra"},
+	}
+	for _, tc := range bad {
+		err := run(context.Background(), tc.args, io.Discard, io.Discard)
+		if !isUsage(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v; want a usage error naming %q", tc.args, err, tc.want)
+		}
+	}
+	t.Setenv("DATABASE_URL", "postgres://u:s3cret@from-env/db")
+	var help bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, io.Discard, &help); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(help.String(), "-broker-port") || strings.Contains(help.String(), "s3cret") {
+		t.Errorf("--help: %v, usage %q", err, help.String())
+	}
+
+	t.Setenv("DATABASE_URL", "postgres://from-env/db")
+	t.Setenv("OUTBOX_RATE", "7.5")
+	t.Setenv("OUTBOX_BROKER_PORT", "19092")
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.databaseURL != "postgres://from-env/db" || o.rate != 7.5 || o.brokerPort != 19092 ||
+		o.topic != "payments" || o.logFormat != "console" || o.brokers != "" {
+		t.Errorf("from the environment: %+v", *o)
+	}
+	t.Setenv("OUTBOX_DATABASE_URL", "postgres://outbox-env/db")
+	if o, err = parseFlags([]string{"--rate", "3"}, io.Discard); err != nil || o.databaseURL != "postgres://outbox-env/db" || o.rate != 3 {
+		t.Errorf("OUTBOX_DATABASE_URL and a flag: %+v, %v", o, err)
+	}
+}
+
+func TestSampleEvents(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i, want := range []struct{ agg, typ string }{
+		{"pay_000001", "payment.authorized"}, {"pay_000001", "payment.captured"},
+		{"pay_000002", "payment.authorized"}, {"pay_000002", "payment.captured"},
+	} {
+		ev := sampleEvent(int64(i), now)
+		if ev.AggregateID != want.agg || ev.Type != want.typ || ev.Headers["source"] != "outbox-dev" || ev.ID == uuid.Nil {
+			t.Errorf("event %d: %+v, want %s %s", i, ev, want.typ, want.agg)
+		}
+		var p samplePayment
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.PaymentID != want.agg || "payment."+p.Status != want.typ || p.Amount <= 0 || p.Currency == "" || p.Customer == "" {
+			t.Errorf("event %d payload %s", i, ev.Payload)
+		}
+	}
+	a, c := sampleEvent(0, now), sampleEvent(1, now)
+	var pa, pc samplePayment
+	_ = json.Unmarshal(a.Payload, &pa)
+	_ = json.Unmarshal(c.Payload, &pc)
+	if pa.Amount != pc.Amount || pa.Currency != pc.Currency || pa.Customer != pc.Customer {
+		t.Errorf("authorization %s and capture %s of one payment differ", a.Payload, c.Payload)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:secret@h:5432/db?sslmode=disable": "postgres://u:xxxxx@h:5432/db?sslmode=disable",
+		"postgres://postgres@127.0.0.1:5/postgres":      "postgres://postgres@127.0.0.1:5/postgres",
+		"host=h user=u password=secret":                 "<connection string with password>",
+		"host=h user=u":                                 "host=h user=u",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
