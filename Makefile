@@ -23,9 +23,11 @@ vet:
 test: vet
 	./scripts/with-postgres.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)
 
-# Runs the development stack (cmd/outbox-dev).
+# Runs the development stack (cmd/outbox-dev): throwaway PostgreSQL, an
+# embedded Kafka-protocol broker on localhost:9092, the relay and sample
+# events. Pass flags with ARGS, e.g. make run ARGS='--rate 10 --broker-port 19092'.
 run:
-	$(GO) run ./cmd/outbox-dev
+	$(GO) run ./cmd/outbox-dev $(ARGS)
 
 bench:
 	@echo "bench: not yet"

@@ -37,6 +37,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal, a second one kills the process at once.
 	context.AfterFunc(ctx, stop)
+	// A closed stdout makes writes fail (and run stop cleanly) instead of
+	// killing the process before it removed the throwaway cluster.
+	signal.Ignore(syscall.SIGPIPE)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {

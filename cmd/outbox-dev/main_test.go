@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -286,6 +287,45 @@ func TestThrowawayStackStartsAndCleansUp(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q after stop:\n%s", want, out)
 		}
+	}
+}
+
+// brokenPipe accepts n writes, then fails like a closed pipe.
+type brokenPipe struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (b *brokenPipe) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n <= 0 {
+		return 0, syscall.EPIPE
+	}
+	b.n--
+	return len(p), nil
+}
+
+func TestClosedStdoutStopsCleanly(t *testing.T) {
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), []string{"--database-url", db.ConnString,
+			"--brokers", strings.Join(k.Brokers, ","), "--topic", topic, "--rate", "40"}, &brokenPipe{n: 15}, &stderr)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("run did not stop after stdout broke; stderr:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "stdout is closed; stopping") {
+		t.Errorf("stderr does not say why it stopped:\n%s", stderr.String())
 	}
 }
 

@@ -139,7 +139,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	out := &lockedWriter{w: stdout}
+	// A closed stdout (`make run | head`) stops everything cleanly instead
+	// of leaving the throwaway cluster behind (main ignores SIGPIPE).
+	ctx, stopOnBrokenStdout := context.WithCancel(ctx)
+	defer stopOnBrokenStdout()
+	out := &lockedWriter{w: stdout, onError: func(err error) {
+		log.Warn("stdout is closed; stopping", zap.Error(err))
+		stopOnBrokenStdout()
+	}}
 
 	// The broker first: a taken port fails in milliseconds, before initdb.
 	var brokers []string
@@ -345,13 +352,24 @@ func redactURL(dsn string) string {
 }
 
 // lockedWriter serializes whole lines from several goroutines.
+// onError is called once, on the first failed write.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu      sync.Mutex
+	w       io.Writer
+	onError func(error)
+	failed  bool
 }
 
 func (l *lockedWriter) printf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, format, args...)
+	if l.failed {
+		return
+	}
+	if _, err := fmt.Fprintf(l.w, format, args...); err != nil {
+		l.failed = true
+		if l.onError != nil {
+			l.onError(err)
+		}
+	}
 }
