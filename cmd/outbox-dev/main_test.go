@@ -184,7 +184,7 @@ func TestSamplesFlowToGivenDatabaseAndBrokers(t *testing.T) {
 	out := d.stdout.String()
 	for _, want := range []string{
 		"Kafka: " + strings.Join(k.Brokers, ","),
-		"kcat -b " + k.Brokers[0] + " -t " + topic + " -C -f 'key=%k headers=%h value=%s\\n'",
+		"kcat -b " + k.Brokers[0] + " -t " + topic + " -C -o beginning -f 'key=%k headers=%h value=%s\\n'",
 		"psql '",
 	} {
 		if !strings.Contains(out, want) {
@@ -252,7 +252,7 @@ func TestThrowawayStackStartsAndCleansUp(t *testing.T) {
 	broker := fmt.Sprintf("127.0.0.1:%d", port)
 	for _, want := range []string{
 		"Kafka (embedded, in memory): " + broker,
-		fmt.Sprintf("kcat -b localhost:%d -t devtest -C -f 'key=%%k headers=%%h value=%%s\\n'", port),
+		fmt.Sprintf("kcat -b localhost:%d -t devtest -C -o beginning -f 'key=%%k headers=%%h value=%%s\\n'", port),
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)

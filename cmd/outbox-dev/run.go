@@ -330,7 +330,7 @@ func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, dsn string, 
 	if o.brokers == "" {
 		kb = fmt.Sprintf("localhost:%d", o.brokerPort)
 	}
-	out.printf("Watch the events:\n  kcat -b %s -t %s -C -f 'key=%%k headers=%%h value=%%s\\n'\n", kb, o.topic)
+	out.printf("Watch the events:\n  kcat -b %s -t %s -C -o beginning -f 'key=%%k headers=%%h value=%%s\\n'\n", kb, o.topic)
 	out.printf("Look at the table:\n  psql '%s' -c 'SELECT seq, aggregate_id, event_type, published_at FROM outbox ORDER BY seq DESC LIMIT 10'\n\n", shownDSN)
 	if o.noSample {
 		out.printf("relay running (no sample events); Ctrl-C to stop\n")
