@@ -44,7 +44,9 @@ type Config struct {
 	// arrive. Defaults to 5s. Negative disables the watchdog.
 	PingInterval time.Duration
 	// PingTimeout is how long the watchdog waits for its ping to come back
-	// before it reconnects. Defaults to 5s.
+	// before it reconnects. Defaults to 5s. With the watchdog on, connecting
+	// and LISTEN together must also finish within PingInterval+PingTimeout,
+	// or the attempt is abandoned and retried.
 	PingTimeout time.Duration
 }
 
@@ -224,10 +226,10 @@ func (l *Listener) Run(ctx context.Context) error {
 		err := listenOnce(sessionCtx, pl)
 		cancel()
 		wg.Wait()
-		l.setState(StateConnecting)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return ctx.Err() // deferred: listening -> stopped, no connecting in between
 		}
+		l.setState(StateConnecting)
 		select {
 		case <-established:
 			failures = 0
@@ -270,10 +272,25 @@ func listenOnce(ctx context.Context, pl *pgxlisten.Listener) error {
 // watchdog pings the listener through the pool; if a ping does not come
 // back within PingTimeout, it cancels the session so Run reconnects.
 func (l *Listener) watchdog(ctx context.Context, cancel context.CancelFunc, established <-chan struct{}) {
+	// Connecting and LISTEN can hang on a half-open connection too (the
+	// reconnect after a missed ping often meets the same dead route), and
+	// pgx has no connect timeout unless connect_timeout is set: give them
+	// as long as the first ping would have to come back, then start over.
+	setup := time.NewTimer(l.cfg.PingInterval + l.cfg.PingTimeout)
 	select {
 	case <-ctx.Done():
+		setup.Stop()
 		return
 	case <-established:
+		setup.Stop()
+	case <-setup.C:
+		select {
+		case <-established: // just in time
+		default:
+			l.log.Warn("listener not connected in time; reconnecting", zap.Duration("timeout", l.cfg.PingInterval+l.cfg.PingTimeout))
+			cancel()
+			return
+		}
 	}
 	t := time.NewTicker(l.cfg.PingInterval)
 	defer t.Stop()
