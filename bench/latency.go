@@ -1,0 +1,422 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/kafka"
+)
+
+// LatencyConfig configures a latency (or sweep) run.
+type LatencyConfig struct {
+	// Mode is ModeNotify, ModePoll, ModeNaive or ModeFloor. Required.
+	Mode string
+	// Relay configures the relay (Relay.Mode is set from Mode). Ignored
+	// for floor.
+	Relay RelayConfig
+	// Scenario is the run's "scenario" key. Defaults to ScenarioLatency.
+	Scenario string
+	// Rate is the arrival rate in events per second, spread evenly over
+	// time (open loop). Defaults to 1000.
+	Rate float64
+	// Duration is how long events are sent. Defaults to 30s.
+	Duration time.Duration
+	// Writers is the number of writer goroutines, each with its own
+	// connection; enough to sustain Rate when commits are slow. Defaults
+	// to 8.
+	Writers int
+	// EventsPerTx is the number of events per transaction. Defaults to 1.
+	EventsPerTx int
+	// PayloadBytes is the approximate size of each event's JSON payload,
+	// in bytes. Defaults to 100.
+	PayloadBytes int
+	// Aggregates is the number of distinct aggregate IDs (Kafka keys),
+	// used round-robin. Defaults to 1000.
+	Aggregates int
+	// Grace is how long, after the last commit, an event may take to
+	// arrive before it counts as lost. Defaults to 10s.
+	Grace time.Duration
+	// IdleWindow is how long the relay is watched with no traffic after
+	// the last event arrived, to measure its idle claim rate. Defaults to
+	// 0: not measured.
+	IdleWindow time.Duration
+	// Warmup is the number of events sent, one per transaction, and
+	// received before the measurement starts, so that connections and
+	// metadata are established as in a long-running relay. Defaults to
+	// 10; negative disables.
+	Warmup int
+}
+
+func (c *LatencyConfig) validate() error {
+	switch c.Mode {
+	case ModeNotify, ModePoll, ModeNaive, ModeFloor:
+	default:
+		return fmt.Errorf("bench: LatencyConfig.Mode: %q is not notify, poll, naive or floor", c.Mode)
+	}
+	if c.Scenario == "" {
+		c.Scenario = ScenarioLatency
+	}
+	if c.Rate == 0 {
+		c.Rate = 1000
+	}
+	if c.Duration == 0 {
+		c.Duration = 30 * time.Second
+	}
+	if c.Writers == 0 {
+		c.Writers = 8
+	}
+	if c.EventsPerTx == 0 {
+		c.EventsPerTx = 1
+	}
+	if c.PayloadBytes == 0 {
+		c.PayloadBytes = 100
+	}
+	if c.Aggregates == 0 {
+		c.Aggregates = 1000
+	}
+	if c.Grace == 0 {
+		c.Grace = 10 * time.Second
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 10
+	}
+	switch {
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("bench: LatencyConfig.Rate: must be positive, got %v", c.Rate)
+	case c.Duration < 0:
+		return fmt.Errorf("bench: LatencyConfig.Duration: must be positive, got %s", c.Duration)
+	case c.Writers < 0:
+		return fmt.Errorf("bench: LatencyConfig.Writers: must be positive, got %d", c.Writers)
+	case c.EventsPerTx < 0:
+		return fmt.Errorf("bench: LatencyConfig.EventsPerTx: must be positive, got %d", c.EventsPerTx)
+	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxPayloadBytes:
+		return fmt.Errorf("bench: LatencyConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxPayloadBytes, c.PayloadBytes)
+	case c.Aggregates < 0:
+		return fmt.Errorf("bench: LatencyConfig.Aggregates: must be positive, got %d", c.Aggregates)
+	case c.Grace < 0:
+		return fmt.Errorf("bench: LatencyConfig.Grace: must be positive, got %s", c.Grace)
+	case c.IdleWindow < 0:
+		return fmt.Errorf("bench: LatencyConfig.IdleWindow: must not be negative, got %s", c.IdleWindow)
+	case c.Rate*c.Duration.Seconds() < 1:
+		return fmt.Errorf("bench: LatencyConfig.Duration: %s at %v events/s sends no event", c.Duration, c.Rate)
+	case c.Rate*c.Duration.Seconds() > 50e6:
+		return fmt.Errorf("bench: LatencyConfig.Duration: %s at %v events/s is over 50 million events", c.Duration, c.Rate)
+	}
+	if c.Mode != ModeFloor {
+		c.Relay.Mode = c.Mode
+		if err := c.Relay.validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// payload returns a JSON object of about n bytes.
+func payload(n int) []byte {
+	const overhead = len(`{"pad":""}`)
+	pad := n - overhead
+	if pad < 0 {
+		pad = 0
+	}
+	return []byte(`{"pad":"` + strings.Repeat("x", pad) + `"}`)
+}
+
+// sender sends transactions for the latency scenario: through the outbox
+// writer into the database, or straight to Kafka (floor).
+type sender interface {
+	send(ctx context.Context, evs []outbox.Event) error
+}
+
+type dbSender struct {
+	db     *runDB
+	writer *outbox.Writer
+}
+
+func (s *dbSender) send(ctx context.Context, evs []outbox.Event) error {
+	tx, err := s.db.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.writer.Add(ctx, tx, evs...); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+type kafkaSender struct{ pub *kafka.Publisher }
+
+func (s *kafkaSender) send(ctx context.Context, evs []outbox.Event) error {
+	msgs := make([]kafka.Message, len(evs))
+	for i, e := range evs {
+		msgs[i] = kafka.Message{Key: []byte(e.AggregateID), Value: e.Payload, Headers: []kafka.Header{
+			{Key: "event_id", Value: []byte(e.ID.String())},
+			{Key: "event_type", Value: []byte(e.Type)},
+			{Key: "aggregate_id", Value: []byte(e.AggregateID)},
+		}}
+	}
+	return s.pub.Publish(ctx, msgs)
+}
+
+// Latency runs the latency scenario for one mode and returns its Run. The
+// run has its own schema and topic.
+func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
+	if err := e.validate(); err != nil {
+		return Run{}, err
+	}
+	if err := cfg.validate(); err != nil {
+		return Run{}, err
+	}
+	log := e.Log.Named(cfg.Scenario).Named(cfg.Mode)
+	n := int(math.Round(cfg.Rate * cfg.Duration.Seconds()))
+	warm := max(cfg.Warmup, 0)
+	k := cfg.EventsPerTx
+	txs := (n + k - 1) / k
+	ids := make([]uuid.UUID, n+warm)
+	for i := range ids {
+		ids[i] = outbox.NewID()
+	}
+	aggs := make([]string, cfg.Aggregates)
+	for i := range aggs {
+		aggs[i] = fmt.Sprintf("agg-%d", i)
+	}
+	body := payload(cfg.PayloadBytes)
+	event := func(j int) outbox.Event {
+		return outbox.Event{ID: ids[j], AggregateID: aggs[j%len(aggs)], Type: "bench.event", Payload: body}
+	}
+
+	run := Run{Scenario: cfg.Scenario, Mode: cfg.Mode, Latency: &Latency{
+		Rate: cfg.Rate, WriterCount: cfg.Writers, EventsPerTx: k,
+	}}
+	if cfg.Mode != ModeFloor {
+		run.PollIntervalMS = ms(cfg.Relay.PollInterval)
+		if cfg.Mode != ModeNaive {
+			run.LeaseMS = ms(cfg.Relay.Lease)
+		}
+	}
+
+	topic, err := e.freshTopic(ctx, cfg.Mode)
+	if err != nil {
+		return run, err
+	}
+	var snd sender
+	var rel runningRelay
+	if cfg.Mode == ModeFloor {
+		pub, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
+		if err != nil {
+			return run, err
+		}
+		defer pub.Close()
+		snd = &kafkaSender{pub: pub}
+	} else {
+		db, err := e.freshDB(ctx, int32(cfg.Writers+2))
+		if err != nil {
+			return run, err
+		}
+		defer db.Close()
+		channel := db.Schema
+		wcfg := outbox.WriterConfig{Channel: channel, Wakeup: outbox.WakeupNone}
+		if cfg.Mode == ModeNotify {
+			wcfg.Wakeup = outbox.WakeupDebounced // the writer's default
+		}
+		w, err := outbox.NewWriter(wcfg)
+		if err != nil {
+			return run, err
+		}
+		snd = &dbSender{db: db, writer: w}
+		if err := warmPool(ctx, db, cfg.Writers); err != nil {
+			return run, err
+		}
+		rel, err = e.startRelay(ctx, db, topic, channel, cfg.Relay, log)
+		if err != nil {
+			return run, err
+		}
+		defer rel.Stop()
+	}
+	tr, err := startTracker(ctx, e.Brokers, topic, ids, log)
+	if err != nil {
+		return run, err
+	}
+	defer tr.Stop()
+
+	// Warm-up: a few events through the whole path, not measured.
+	for j := n; j < n+warm; j++ {
+		if err := snd.send(ctx, []outbox.Event{event(j)}); err != nil {
+			return run, fmt.Errorf("bench: warm-up: %w", err)
+		}
+	}
+	if warm > 0 && !tr.waitFor(ctx, int64(warm), 30*time.Second+2*cfg.Relay.PollInterval) {
+		return run, fmt.Errorf("bench: warm-up: %d of %d events arrived within 30s", tr.Distinct(), warm)
+	}
+
+	commitAt := make([]time.Time, n)
+	var next, committed, txErrors atomic.Int64
+	type writerHists struct{ lag, commit *hdrhistogram.Histogram }
+	hists := make([]writerHists, cfg.Writers)
+	interval := float64(k) / cfg.Rate // seconds between transactions
+	var before relayStats
+	if rel != nil {
+		before = rel.Stats()
+	}
+	start := time.Now().Add(5 * time.Millisecond)
+	e.Progress.Begin(fmt.Sprintf("%s %s", cfg.Scenario, label(cfg)), func() string {
+		return fmt.Sprintf("sent %d/%d committed %d received %d errors %d",
+			min(next.Load()*int64(k), int64(n)), n, committed.Load(), tr.Distinct()-int64(warm), txErrors.Load())
+	})
+	defer e.Progress.End()
+	var wg sync.WaitGroup
+	for w := range cfg.Writers {
+		hists[w] = writerHists{NewHistogram(), NewHistogram()}
+		wg.Add(1)
+		go func(h writerHists) {
+			defer wg.Done()
+			evs := make([]outbox.Event, 0, k)
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(txs) {
+					return
+				}
+				intended := start.Add(time.Duration(float64(i) * interval * float64(time.Second)))
+				if d := time.Until(intended); d > 0 {
+					time.Sleep(d)
+				}
+				began := time.Now()
+				RecordDuration(h.lag, began.Sub(intended))
+				evs = evs[:0]
+				lo, hi := int(i)*k, min(int(i+1)*k, n)
+				for j := lo; j < hi; j++ {
+					evs = append(evs, event(j))
+				}
+				if err := snd.send(ctx, evs); err != nil {
+					txErrors.Add(1)
+					if ctx.Err() == nil {
+						log.Warn("transaction failed", zap.Error(err))
+					}
+					continue
+				}
+				done := time.Now()
+				RecordDuration(h.commit, done.Sub(began))
+				ref := done // COMMIT returned: the event exists
+				if cfg.Mode == ModeFloor {
+					// No database: the broker hop starts when the
+					// message is handed to the producer.
+					ref = began
+				}
+				for j := lo; j < hi; j++ {
+					commitAt[j] = ref
+				}
+				committed.Add(int64(hi - lo))
+			}
+		}(hists[w])
+	}
+	wg.Wait()
+	sendEnd := time.Now()
+	tr.waitFor(ctx, committed.Load()+int64(warm), cfg.Grace)
+	measured := time.Now()
+	if last := tr.lastRecv.Load(); last > 0 && time.Unix(0, last).After(sendEnd) {
+		measured = time.Unix(0, last)
+	}
+	var during relayStats
+	if rel != nil {
+		during = rel.Stats().sub(before)
+	}
+	if rel != nil && cfg.IdleWindow > 0 {
+		s0 := rel.Stats()
+		select {
+		case <-ctx.Done():
+		case <-time.After(cfg.IdleWindow):
+		}
+		run.IdleClaimsPerS = float64(rel.Stats().sub(s0).Claims) / cfg.IdleWindow.Seconds()
+		run.IdleWindowS = cfg.IdleWindow.Seconds()
+	}
+	e.Progress.End()
+	if rel != nil {
+		rel.Stop()
+	}
+	tr.Stop()
+	if err := ctx.Err(); err != nil {
+		return run, err
+	}
+
+	lat := NewHistogram()
+	lag, commit := NewHistogram(), NewHistogram()
+	for _, h := range hists {
+		lag.Merge(h.lag)
+		commit.Merge(h.commit)
+	}
+	for j := 0; j < n; j++ {
+		if commitAt[j].IsZero() {
+			continue
+		}
+		run.Committed++
+		if tr.recv[j].IsZero() {
+			run.Lost++
+			continue
+		}
+		RecordDuration(lat, tr.recv[j].Sub(commitAt[j]))
+	}
+	s := Summarize(lat)
+	run.Count = s.Count
+	run.Duplicates = tr.duplicates.Load()
+	run.Errors = txErrors.Load()
+	run.MeanMS, run.P50MS, run.P90MS, run.P99MS, run.P999MS, run.MaxMS = s.Mean, s.P50, s.P90, s.P99, s.P999, s.Max
+	ls, cs := Summarize(lag), Summarize(commit)
+	run.LagP50MS, run.LagP99MS, run.LagMaxMS = ls.P50, ls.P99, ls.Max
+	run.CommitP50MS, run.CommitP99MS = cs.P50, cs.P99
+	sendSpan := sendEnd.Sub(start).Seconds()
+	run.DurationS = sendSpan
+	if sendSpan > 0 {
+		run.AchievedRate = float64(run.Committed) / sendSpan
+	}
+	if span := measured.Sub(start).Seconds(); rel != nil && span > 0 {
+		run.ClaimsPerS = float64(during.Claims) / span
+		run.EmptyClaimsPerS = float64(during.EmptyClaims) / span
+		run.WakeNotify, run.WakePoll, run.WakeLinger, run.WakeBacklog = during.WakeNotify, during.WakePoll, during.WakeLinger, during.WakeBacklog
+	}
+	run.CDF = CDF(lat, 200)
+	run.hist = lat
+	if run.Lost > 0 {
+		log.Warn("events lost", zap.Int64("lost", run.Lost), zap.Duration("grace", cfg.Grace))
+	}
+	return run, nil
+}
+
+// warmPool opens n connections so that connection set-up is not measured.
+func warmPool(ctx context.Context, db *runDB, n int) error {
+	var conns []interface{ Release() }
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := db.Pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("bench: connect: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
+}
+
+// label names a latency run in progress lines and tables, e.g.
+// "poll(500ms)".
+func label(cfg LatencyConfig) string {
+	switch cfg.Mode {
+	case ModePoll, ModeNaive:
+		return fmt.Sprintf("%s(%s)", cfg.Mode, cfg.Relay.PollInterval)
+	}
+	return cfg.Mode
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,308 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/relay"
+)
+
+// RelayConfig configures the relay under test in one run.
+type RelayConfig struct {
+	// Mode is ModeNotify, ModePoll or ModeNaive. Required.
+	Mode string
+	// PollInterval is the relay's poll interval (notify: the fallback
+	// poll). Defaults to 500ms.
+	PollInterval time.Duration
+	// Lease is the claim lease (notify and poll). Defaults to 30s
+	// (lease.DefaultLease).
+	Lease time.Duration
+	// BatchSize is the most rows per claim. Defaults to 500
+	// (lease.DefaultBatchSize).
+	BatchSize int
+	// Linger is relay.Config.Linger (notify and poll): 0 keeps the
+	// relay's default (2ms), negative disables it.
+	Linger time.Duration
+}
+
+func (c *RelayConfig) validate() error {
+	switch c.Mode {
+	case ModeNotify, ModePoll, ModeNaive:
+	default:
+		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll or naive", c.Mode)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.Lease == 0 {
+		c.Lease = lease.DefaultLease
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = lease.DefaultBatchSize
+	}
+	switch {
+	case c.PollInterval < time.Millisecond:
+		return fmt.Errorf("bench: RelayConfig.PollInterval: must be at least 1ms, got %s", c.PollInterval)
+	case c.Lease < time.Second:
+		return fmt.Errorf("bench: RelayConfig.Lease: must be at least 1s, got %s", c.Lease)
+	case c.BatchSize < 1 || c.BatchSize > lease.MaxBatchSize:
+		return fmt.Errorf("bench: RelayConfig.BatchSize: must be 1..%d, got %d", lease.MaxBatchSize, c.BatchSize)
+	}
+	return nil
+}
+
+// relayStats are the counters the report needs from any relay.
+type relayStats struct {
+	Claims, EmptyClaims, Published                int64
+	WakeNotify, WakePoll, WakeLinger, WakeBacklog int64
+}
+
+func (a relayStats) sub(b relayStats) relayStats {
+	return relayStats{
+		Claims: a.Claims - b.Claims, EmptyClaims: a.EmptyClaims - b.EmptyClaims, Published: a.Published - b.Published,
+		WakeNotify: a.WakeNotify - b.WakeNotify, WakePoll: a.WakePoll - b.WakePoll,
+		WakeLinger: a.WakeLinger - b.WakeLinger, WakeBacklog: a.WakeBacklog - b.WakeBacklog,
+	}
+}
+
+// runningRelay is a relay running in this process.
+type runningRelay interface {
+	Stats() relayStats
+	// Stop stops the relay gracefully and releases its resources.
+	Stop()
+}
+
+// startRelay starts one relay of cfg.Mode on db, publishing to topic.
+// channel is the NOTIFY channel (notify mode).
+func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, cfg RelayConfig, log *zap.Logger) (runningRelay, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pool, err := db.NewPool(ctx, 4)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if cfg.Mode == ModeNaive {
+		n := &naiveRelay{pool: pool, pub: pub, batch: cfg.BatchSize, poll: cfg.PollInterval, log: log.Named("naive"), done: make(chan struct{})}
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		n.cancel = cancel
+		go n.run(rctx)
+		return n, nil
+	}
+	claimer, err := lease.New(pool, lease.Config{Lease: cfg.Lease, BatchSize: cfg.BatchSize})
+	if err != nil {
+		pub.Close()
+		pool.Close()
+		return nil, err
+	}
+	p := &productRelay{pool: pool, pub: pub, done: make(chan struct{})}
+	var wake <-chan struct{}
+	if cfg.Mode == ModeNotify {
+		l, err := notify.New(notify.Config{Channel: channel}, db.ConnectFunc(), pool, log)
+		if err != nil {
+			pub.Close()
+			pool.Close()
+			return nil, err
+		}
+		lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
+		p.listener, p.stopListener, p.listenerDone = l, lcancel, make(chan struct{})
+		go func() {
+			defer close(p.listenerDone)
+			_ = l.Run(lctx)
+		}()
+		// Start measuring once LISTEN is active, as a production relay
+		// would be long before the first event.
+		deadline := time.Now().Add(10 * time.Second)
+		for l.State() != notify.StateListening {
+			if time.Now().After(deadline) {
+				p.Stop()
+				return nil, errors.New("bench: notify listener did not start listening within 10s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		wake = l.Wake()
+	}
+	r, err := relay.New(relay.Config{Topic: topic, PollInterval: cfg.PollInterval, Linger: cfg.Linger}, claimer, pub, wake, log)
+	if err != nil {
+		p.Stop()
+		return nil, err
+	}
+	p.r = r
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	go func() {
+		defer close(p.done)
+		_ = r.Run(rctx)
+	}()
+	return p, nil
+}
+
+// productRelay is relay.Relay with its listener, wired as cmd/outbox-relay
+// wires them.
+type productRelay struct {
+	r            *relay.Relay
+	pool         *pgxpool.Pool
+	pub          *kafka.Publisher
+	listener     *notify.Listener
+	stopListener context.CancelFunc
+	listenerDone chan struct{}
+	cancel       context.CancelFunc
+	done         chan struct{}
+	once         sync.Once
+}
+
+func (p *productRelay) Stats() relayStats {
+	if p.r == nil {
+		return relayStats{}
+	}
+	s := p.r.Stats()
+	return relayStats{
+		Claims: s.Claims, EmptyClaims: s.EmptyClaims, Published: s.Published,
+		WakeNotify: s.WakeNotify, WakePoll: s.WakePoll, WakeLinger: s.WakeLinger, WakeBacklog: s.WakeBacklog,
+	}
+}
+
+func (p *productRelay) Stop() {
+	p.once.Do(func() {
+		if p.cancel != nil {
+			p.cancel()
+			<-p.done
+		}
+		// The listener outlives the relay so wake-ups never block.
+		if p.stopListener != nil {
+			p.stopListener()
+			<-p.listenerDone
+		}
+		_ = p.pub.Close()
+		p.pool.Close()
+	})
+}
+
+// naiveRelay is the polling relay users write by hand: one transaction
+// selects a batch of unpublished rows FOR UPDATE SKIP LOCKED, publishes it
+// with kafka-go, marks it published and commits; when a poll finds nothing
+// it sleeps for the poll interval. It uses the product's kafka.Publisher
+// (kafka-go, acks=all, same batching settings), so the comparison isolates
+// the relay design from the Kafka client.
+type naiveRelay struct {
+	pool   *pgxpool.Pool
+	pub    *kafka.Publisher
+	batch  int
+	poll   time.Duration
+	log    *zap.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+
+	claims, empty, published, polls atomic.Int64
+}
+
+const naiveSelect = `SELECT id, aggregate_id, event_type, payload::text, headers::text, topic
+FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`
+
+const naiveMark = `UPDATE outbox SET published_at = now() WHERE id = ANY($1)`
+
+func (n *naiveRelay) run(ctx context.Context) {
+	defer close(n.done)
+	for ctx.Err() == nil {
+		got, err := n.once1(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("poll failed", zap.Error(err))
+		}
+		if got == 0 || err != nil {
+			n.polls.Add(1)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(n.poll):
+			}
+		}
+	}
+}
+
+// once1 runs one select-publish-mark transaction and returns the rows
+// published.
+func (n *naiveRelay) once1(ctx context.Context) (int, error) {
+	tx, err := n.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, naiveSelect, n.batch)
+	n.claims.Add(1)
+	if err != nil {
+		return 0, err
+	}
+	var ids []uuid.UUID
+	var msgs []kafka.Message
+	for rows.Next() {
+		var id uuid.UUID
+		var agg, typ string
+		var payload, headers, topic *string
+		if err := rows.Scan(&id, &agg, &typ, &payload, &headers, &topic); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		m := kafka.Message{Key: []byte(agg), Headers: []kafka.Header{
+			{Key: "event_id", Value: []byte(id.String())},
+			{Key: "event_type", Value: []byte(typ)},
+			{Key: "aggregate_id", Value: []byte(agg)},
+		}}
+		if payload != nil {
+			m.Value = []byte(*payload)
+		}
+		if topic != nil {
+			m.Topic = *topic
+		}
+		ids = append(ids, id)
+		msgs = append(msgs, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		n.empty.Add(1)
+		return 0, tx.Commit(ctx)
+	}
+	if err := n.pub.Publish(ctx, msgs); err != nil {
+		return 0, err // rolled back: everything is published again
+	}
+	n.published.Add(int64(len(ids)))
+	if _, err := tx.Exec(ctx, naiveMark, ids); err != nil {
+		return 0, err
+	}
+	return len(ids), tx.Commit(ctx)
+}
+
+func (n *naiveRelay) Stats() relayStats {
+	return relayStats{Claims: n.claims.Load(), EmptyClaims: n.empty.Load(), Published: n.published.Load(), WakePoll: n.polls.Load()}
+}
+
+func (n *naiveRelay) Stop() {
+	n.once.Do(func() {
+		n.cancel()
+		<-n.done
+		_ = n.pub.Close()
+		n.pool.Close()
+	})
+}

@@ -1,0 +1,179 @@
+package bench
+
+import (
+	"encoding/json"
+	"os"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Scenario names, the "scenario" key of a Run.
+const (
+	ScenarioLatency = "latency"
+	ScenarioDrain   = "drain"
+	ScenarioWriters = "writers"
+	ScenarioSweep   = "sweep"
+)
+
+// Mode names, the "mode" key of a Run.
+const (
+	ModeNotify     = "notify"
+	ModePoll       = "poll"
+	ModeNaive      = "naive"
+	ModeFloor      = "floor"
+	ModeSQLCeiling = "sql-ceiling"
+)
+
+// Report is the whole output: the machine and every run, in order.
+type Report struct {
+	Machine Machine `json:"machine"`
+	// Command is the command line that produced the report.
+	Command string `json:"command,omitempty"`
+	// Started is when the suite started (UTC).
+	Started time.Time `json:"started"`
+	// ElapsedS is the suite's wall time in seconds.
+	ElapsedS float64 `json:"elapsed_s"`
+	Runs     []Run   `json:"runs"`
+}
+
+// Run is one measurement. Scenario and Mode are always set; exactly one of
+// Latency (scenarios latency and sweep), Drain or Writers is, and its keys
+// appear at the top level of the run's JSON object.
+type Run struct {
+	Scenario string `json:"scenario"`
+	Mode     string `json:"mode"`
+	// DurationS is how long the measured phase took, in seconds.
+	DurationS float64 `json:"duration_s"`
+	// Error is set when the run failed; its figures are then partial.
+	Error string `json:"error,omitempty"`
+	*Latency
+	*Drain
+	*Writers
+
+	// hist is the latency histogram (microseconds), for the plot.
+	hist *hdrhistogram.Histogram
+}
+
+// Histogram returns the run's latency histogram in microseconds, or nil.
+func (r *Run) Histogram() *hdrhistogram.Histogram { return r.hist }
+
+// Latency is the result of a latency or sweep run. Times are milliseconds.
+type Latency struct {
+	// PollIntervalMS is the relay's poll interval (the fallback poll for
+	// notify), in ms; 0 for floor.
+	PollIntervalMS float64 `json:"poll_interval_ms"`
+	// LeaseMS is the lease, in ms; 0 for naive and floor.
+	LeaseMS float64 `json:"lease_ms"`
+	// Rate is the target arrival rate, events/s.
+	Rate float64 `json:"rate"`
+	// WriterCount is the number of writer goroutines (one connection each).
+	WriterCount int `json:"writers"`
+	// EventsPerTx is the number of events per transaction.
+	EventsPerTx int `json:"events_per_tx"`
+	// Count is how many committed events were received at least once.
+	Count int64 `json:"count"`
+	// Committed is how many events were committed.
+	Committed int64 `json:"committed"`
+	// Lost is committed but not received within the grace period.
+	Lost int64 `json:"lost"`
+	// Duplicates counts receptions beyond the first of an event.
+	Duplicates int64 `json:"duplicates"`
+	// Errors counts failed transactions (their events are not counted).
+	Errors int64 `json:"errors"`
+	// Commit-to-receive latency, in ms.
+	MeanMS float64 `json:"mean_ms"`
+	P50MS  float64 `json:"p50_ms"`
+	P90MS  float64 `json:"p90_ms"`
+	P99MS  float64 `json:"p99_ms"`
+	P999MS float64 `json:"p999_ms"`
+	MaxMS  float64 `json:"max_ms"`
+	// AchievedRate is committed events per second over the send phase.
+	AchievedRate float64 `json:"achieved_rate"`
+	// Schedule lag: how late transactions began against their intended
+	// send time (open-loop schedule), in ms. Large values mean the writers
+	// (or the database's commits) could not keep up with Rate.
+	LagP50MS float64 `json:"schedule_lag_p50_ms"`
+	LagP99MS float64 `json:"schedule_lag_p99_ms"`
+	LagMaxMS float64 `json:"schedule_lag_max_ms"`
+	// Commit time of one transaction (BEGIN to COMMIT return), in ms.
+	CommitP50MS float64 `json:"commit_p50_ms"`
+	CommitP99MS float64 `json:"commit_p99_ms"`
+	// Database load of the relay(s) during the send phase: claim
+	// statements per second and those that found no row.
+	ClaimsPerS      float64 `json:"claims_per_s"`
+	EmptyClaimsPerS float64 `json:"empty_claims_per_s"`
+	// IdleClaimsPerS is the claim rate with no traffic, measured over
+	// IdleWindowS seconds after the last event arrived.
+	IdleClaimsPerS float64 `json:"idle_claims_per_s"`
+	IdleWindowS    float64 `json:"idle_window_s"`
+	// Relay wake-ups during the send phase by cause.
+	WakeNotify  int64 `json:"wake_notify"`
+	WakePoll    int64 `json:"wake_poll"`
+	WakeLinger  int64 `json:"wake_linger"`
+	WakeBacklog int64 `json:"wake_backlog"`
+	// CDF is the latency distribution (fraction at or below latency_ms),
+	// thinned to about 200 points.
+	CDF []CDFPoint `json:"cdf,omitempty"`
+}
+
+// Drain is the result of a drain run.
+type Drain struct {
+	// Relays is the number of relays (claim loops for sql-ceiling).
+	Relays int `json:"relays"`
+	// Events is the preloaded backlog.
+	Events int64 `json:"events"`
+	// EventsPerS is Events over the time from relay start to the last
+	// event received (marked, for sql-ceiling).
+	EventsPerS float64 `json:"events_per_s"`
+	// Received is how many distinct events the consumer got (0 for
+	// sql-ceiling, which publishes nothing).
+	Received int64 `json:"received"`
+	// DuplicateReceptions counts receptions beyond the first of an event.
+	DuplicateReceptions int64 `json:"duplicate_receptions"`
+	// PreloadEventsPerS is the rate of the preload (writer API, large
+	// transactions).
+	PreloadEventsPerS float64 `json:"preload_events_per_s"`
+	// RSSMaxMB is the highest VmRSS of the bench process sampled during
+	// the drain, and VmHWMMB its peak RSS (reset before the drain where the
+	// kernel allows), in MiB. The relay runs inside the bench process,
+	// which also holds the consumer and its bookkeeping: an upper bound
+	// of the relay's own RSS.
+	RSSMaxMB float64 `json:"rss_max_mb"`
+	VmHWMMB  float64 `json:"vmhwm_mb"`
+	// Claims is the number of claim statements run.
+	Claims int64 `json:"claims"`
+}
+
+// Writers is the result of a writers run.
+type Writers struct {
+	// Connections is the number of concurrent writers, one connection each.
+	Connections int `json:"connections"`
+	// Wakeups is true with the product's wake-ups (writer default mode,
+	// listener and relay running) and false with WakeupNone (relay polling).
+	Wakeups bool `json:"wakeups"`
+	// WakeupMode is the writer's outbox.WakeupMode.
+	WakeupMode string `json:"wakeup_mode"`
+	// CommitsPerS is committed transactions per second.
+	CommitsPerS float64 `json:"commits_per_s"`
+	// Commits is the number of committed transactions; FailedCommits
+	// those that failed.
+	Commits       int64 `json:"commits"`
+	FailedCommits int64 `json:"failed_commits"`
+	// Ratio is CommitsPerS over the no-wake-up run's at the same
+	// connections (set on the wakeups=true run once both ran).
+	Ratio float64 `json:"ratio_vs_no_wakeups,omitempty"`
+	// TxP50MS and TxP99MS are one transaction's BEGIN-to-COMMIT time, in
+	// ms.
+	TxP50MS float64 `json:"tx_p50_ms"`
+	TxP99MS float64 `json:"tx_p99_ms"`
+}
+
+// WriteJSON writes the report to file, indented.
+func (r *Report) WriteJSON(file string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(b, '\n'), 0o644)
+}

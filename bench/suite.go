@@ -1,0 +1,243 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// SuiteConfig selects what RunSuite runs.
+type SuiteConfig struct {
+	// Scenarios to run, in this order of preference: latency, drain,
+	// writers, sweep. Defaults to latency, drain, writers.
+	Scenarios []string
+	// Modes for the latency scenario (notify, poll, naive, floor); drain
+	// uses notify, poll and naive among them (plus sql-ceiling), sweep notify
+	// and poll. Defaults to all four.
+	Modes []string
+	// PollIntervals are the poll intervals of the poll and naive modes
+	// (one run each) and the sweep's first axis. Defaults to [500ms].
+	PollIntervals []time.Duration
+	// Leases are the sweep's second axis; the first is used elsewhere.
+	// Defaults to [30s].
+	Leases []time.Duration
+	// FallbackPoll is the notify relay's fallback poll interval outside
+	// the sweep. Defaults to 500ms.
+	FallbackPoll time.Duration
+	// BatchSize is the relays' claim batch size. Defaults to 500.
+	BatchSize int
+	// Linger is the product relay's relay.Config.Linger: 0 keeps its
+	// default (2ms), negative disables it.
+	Linger time.Duration
+	// Latency is the template of every latency run (Mode and Relay are set
+	// per run).
+	Latency LatencyConfig
+	// SweepDuration is each sweep run's duration. Defaults to
+	// Latency.Duration.
+	SweepDuration time.Duration
+	// Drain is the template of drain runs (Mode and Relays set per run).
+	Drain DrainConfig
+	// DrainRelays are the relay counts of the drain runs. Defaults to
+	// [1, 2].
+	DrainRelays []int
+	// Writers is the template of writers runs.
+	Writers WritersConfig
+	// Connections are the writers runs' connection counts. Defaults to
+	// [16, 32, 64].
+	Connections []int
+}
+
+func (c *SuiteConfig) setDefaults() {
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = []string{ScenarioLatency, ScenarioDrain, ScenarioWriters}
+	}
+	if len(c.Modes) == 0 {
+		c.Modes = []string{ModeNotify, ModePoll, ModeNaive, ModeFloor}
+	}
+	if len(c.PollIntervals) == 0 {
+		c.PollIntervals = []time.Duration{500 * time.Millisecond}
+	}
+	if len(c.Leases) == 0 {
+		c.Leases = []time.Duration{30 * time.Second}
+	}
+	if c.FallbackPoll == 0 {
+		c.FallbackPoll = 500 * time.Millisecond
+	}
+	if len(c.DrainRelays) == 0 {
+		c.DrainRelays = []int{1, 2}
+	}
+	if len(c.Connections) == 0 {
+		c.Connections = []int{16, 32, 64}
+	}
+}
+
+// Validate applies defaults and returns an error naming the first invalid
+// field.
+func (c *SuiteConfig) Validate() error {
+	c.setDefaults()
+	for _, s := range c.Scenarios {
+		if !slices.Contains([]string{ScenarioLatency, ScenarioDrain, ScenarioWriters, ScenarioSweep}, s) {
+			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers or sweep", s)
+		}
+	}
+	for _, m := range c.Modes {
+		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor}, m) {
+			return fmt.Errorf("bench: SuiteConfig.Modes: %q is not notify, poll, naive or floor", m)
+		}
+	}
+	for _, d := range c.PollIntervals {
+		if d < time.Millisecond {
+			return fmt.Errorf("bench: SuiteConfig.PollIntervals: must be at least 1ms, got %s", d)
+		}
+	}
+	for _, d := range c.Leases {
+		if d < time.Second {
+			return fmt.Errorf("bench: SuiteConfig.Leases: must be at least 1s, got %s", d)
+		}
+	}
+	for _, n := range c.DrainRelays {
+		if n < 1 {
+			return fmt.Errorf("bench: SuiteConfig.DrainRelays: must be positive, got %d", n)
+		}
+	}
+	for _, n := range c.Connections {
+		if n < 1 {
+			return fmt.Errorf("bench: SuiteConfig.Connections: must be positive, got %d", n)
+		}
+	}
+	return nil
+}
+
+// RunSuite runs cfg's scenarios one run after the other and appends each
+// Run to rep as it completes (then calls onRun, if not nil). A failed run is
+// recorded with its Error and the suite goes on; RunSuite returns an error
+// only for an invalid cfg or a done ctx.
+func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun func(Run)) error {
+	if err := e.validate(); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	add := func(r Run, err error) {
+		if err != nil {
+			r.Error = err.Error()
+			e.Log.Error("run failed", zap.String("scenario", r.Scenario), zap.String("mode", r.Mode), zap.Error(err))
+		}
+		rep.Runs = append(rep.Runs, r)
+		if onRun != nil {
+			onRun(r)
+		}
+	}
+	relayCfg := func(mode string, poll, lease time.Duration) RelayConfig {
+		return RelayConfig{Mode: mode, PollInterval: poll, Lease: lease, BatchSize: cfg.BatchSize, Linger: cfg.Linger}
+	}
+	has := func(m string) bool { return slices.Contains(cfg.Modes, m) }
+	lease0 := cfg.Leases[0]
+	for _, sc := range []string{ScenarioLatency, ScenarioDrain, ScenarioWriters, ScenarioSweep} {
+		if !slices.Contains(cfg.Scenarios, sc) {
+			continue
+		}
+		switch sc {
+		case ScenarioLatency:
+			for _, m := range cfg.Modes {
+				polls := []time.Duration{cfg.FallbackPoll}
+				if m == ModePoll || m == ModeNaive {
+					polls = cfg.PollIntervals
+				}
+				for _, p := range polls {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					lc := cfg.Latency
+					lc.Mode, lc.Scenario, lc.Relay = m, ScenarioLatency, relayCfg(m, p, lease0)
+					r, err := e.Latency(ctx, lc)
+					if r.Scenario == "" {
+						r = Run{Scenario: ScenarioLatency, Mode: m}
+					}
+					add(r, err)
+				}
+			}
+		case ScenarioDrain:
+			var modes []string
+			for _, m := range []string{ModeNotify, ModePoll, ModeNaive} {
+				if has(m) {
+					modes = append(modes, m)
+				}
+			}
+			modes = append(modes, ModeSQLCeiling)
+			for _, m := range modes {
+				relays := cfg.DrainRelays
+				if m == ModeSQLCeiling || m == ModePoll {
+					relays = relays[:1]
+				}
+				for _, n := range relays {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					dc := cfg.Drain
+					dc.Mode, dc.Relays = m, n
+					dc.Relay = relayCfg(m, cfg.FallbackPoll, lease0)
+					if m == ModePoll {
+						dc.Relay.PollInterval = cfg.PollIntervals[0]
+					}
+					r, err := e.Drain(ctx, dc)
+					if r.Scenario == "" {
+						r = Run{Scenario: ScenarioDrain, Mode: m, Drain: &Drain{Relays: n}}
+					}
+					add(r, err)
+				}
+			}
+		case ScenarioWriters:
+			for _, c := range cfg.Connections {
+				var none *Run
+				for _, wake := range []bool{false, true} {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					wc := cfg.Writers
+					wc.Connections, wc.Wakeups = c, wake
+					wc.Relay = RelayConfig{PollInterval: cfg.FallbackPoll, Lease: lease0, BatchSize: cfg.BatchSize, Linger: cfg.Linger}
+					r, err := e.Writers(ctx, wc)
+					if r.Scenario == "" {
+						r = Run{Scenario: ScenarioWriters, Writers: &Writers{Connections: c, Wakeups: wake}}
+					}
+					if wake && none != nil && none.CommitsPerS > 0 && err == nil {
+						r.Ratio = r.CommitsPerS / none.CommitsPerS
+					}
+					add(r, err)
+					if !wake && err == nil {
+						none = &rep.Runs[len(rep.Runs)-1]
+					}
+				}
+			}
+		case ScenarioSweep:
+			for _, m := range []string{ModeNotify, ModePoll} {
+				if !has(m) {
+					continue
+				}
+				for _, p := range cfg.PollIntervals {
+					for _, l := range cfg.Leases {
+						if ctx.Err() != nil {
+							return ctx.Err()
+						}
+						lc := cfg.Latency
+						lc.Mode, lc.Scenario, lc.Relay = m, ScenarioSweep, relayCfg(m, p, l)
+						if cfg.SweepDuration > 0 {
+							lc.Duration = cfg.SweepDuration
+						}
+						r, err := e.Latency(ctx, lc)
+						if r.Scenario == "" {
+							r = Run{Scenario: ScenarioSweep, Mode: m}
+						}
+						add(r, err)
+					}
+				}
+			}
+		}
+	}
+	return ctx.Err()
+}

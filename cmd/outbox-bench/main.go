@@ -1,0 +1,341 @@
+// Command outbox-bench measures the outbox relay: commit-to-publish latency
+// against plain polling, drain throughput against the database's raw
+// claim+mark ceiling, and what wake-ups cost the writers. See package
+// github.com/pgoutbox/outbox/bench and `outbox-bench --help`.
+//
+// Without --database-url and --brokers it starts a throwaway Postgres
+// (fsync on) and an in-process kfake broker, like `make run`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/pgoutbox/outbox/bench"
+)
+
+const usage = `outbox-bench measures the outbox relay end to end.
+
+Usage:
+  outbox-bench [flags]
+
+Scenarios (--scenario, comma-separated; run in this order):
+  latency  open-loop --rate events/s for --duration through the writer API;
+           commit-to-receive latency per mode (HdrHistogram)
+  drain    preload --events rows, start 1 and 2 relays, events/s until the
+           consumer has all; plus sql-ceiling (claim+mark loop, no Kafka)
+  writers  --connections writers committing as fast as they can, with the
+           product's wake-ups and with none; commits/s and the ratio
+  sweep    latency and claim load across --poll-interval x --lease values
+
+Modes (--mode): notify (the product), poll (no LISTEN, writer WakeupNone,
+one run per --poll-interval), naive (hand-written SELECT ... FOR UPDATE SKIP
+LOCKED / publish / UPDATE / COMMIT poller, one run per --poll-interval),
+floor (the same Kafka client and broker, no database).
+
+Every flag can also be set in the environment as OUTBOX_<FLAG_NAME>
+(--poll-interval is OUTBOX_POLL_INTERVAL); the database URL also as
+DATABASE_URL. Without --database-url a throwaway Postgres (fsync on) is
+started; without --brokers an in-process kfake broker.
+
+Flags:
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// listFlag is a comma-separated list flag.
+type listFlag[T any] struct {
+	vals  *[]T
+	parse func(string) (T, error)
+	show  func(T) string
+}
+
+func (l listFlag[T]) String() string {
+	if l.vals == nil {
+		return ""
+	}
+	s := make([]string, len(*l.vals))
+	for i, v := range *l.vals {
+		s[i] = l.show(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l listFlag[T]) Set(s string) error {
+	var out []T
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := l.parse(f)
+		if err != nil {
+			return err
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return errors.New("empty list")
+	}
+	*l.vals = out
+	return nil
+}
+
+func durations(p *[]time.Duration) listFlag[time.Duration] {
+	return listFlag[time.Duration]{p, time.ParseDuration, time.Duration.String}
+}
+
+func ints(p *[]int) listFlag[int] {
+	return listFlag[int]{p, strconv.Atoi, strconv.Itoa}
+}
+
+func strs(p *[]string) listFlag[string] {
+	return listFlag[string]{p, func(s string) (string, error) { return strings.ToLower(s), nil }, func(s string) string { return s }}
+}
+
+type options struct {
+	suite       bench.SuiteConfig
+	databaseURL string
+	brokers     string
+	partitions  int
+	jsonFile    string
+	plotFile    string
+	progress    time.Duration
+	logLevel    string
+	cpuProfile  string
+}
+
+func register(fs *flag.FlagSet, o *options) {
+	s := &o.suite
+	s.Scenarios = []string{bench.ScenarioLatency, bench.ScenarioDrain, bench.ScenarioWriters}
+	s.Modes = []string{bench.ModeNotify, bench.ModePoll, bench.ModeNaive, bench.ModeFloor}
+	s.PollIntervals = []time.Duration{500 * time.Millisecond}
+	s.Leases = []time.Duration{30 * time.Second}
+	s.DrainRelays = []int{1, 2}
+	s.Connections = []int{16, 32, 64}
+
+	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env OUTBOX_DATABASE_URL or DATABASE_URL); empty: start a throwaway cluster with fsync on")
+	fs.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port; empty: an in-process kfake broker")
+	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
+	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,sweep")
+	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor")
+	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
+	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
+	fs.Var(durations(&s.Leases), "lease", "leases of the sweep (the first is used elsewhere), e.g. 5s,30s")
+	fs.DurationVar(&s.FallbackPoll, "fallback-poll", 500*time.Millisecond, "the notify relay's fallback poll interval (outside the sweep)")
+	fs.IntVar(&s.BatchSize, "batch-size", 500, "most events per claim")
+	fs.DurationVar(&s.Linger, "linger", 0, "the relay's --linger (0: its default, 2ms; negative: off)")
+	fs.Float64Var(&s.Latency.Rate, "rate", 1000, "latency: arrival rate, events/s (open loop)")
+	fs.DurationVar(&s.Latency.Duration, "duration", 30*time.Second, "latency: how long events are sent per run")
+	fs.IntVar(&s.Latency.Writers, "writers", 8, "latency: writer goroutines (one connection each)")
+	fs.IntVar(&s.Latency.EventsPerTx, "events-per-tx", 1, "latency: events per transaction")
+	fs.DurationVar(&s.Latency.Grace, "grace", 10*time.Second, "latency: how long after the last commit an event may still arrive before it counts as lost")
+	fs.DurationVar(&s.Latency.IdleWindow, "idle-window", 2*time.Second, "latency: how long to watch the idle relay's claim rate after the run (0: off)")
+	fs.IntVar(&s.Latency.PayloadBytes, "payload-bytes", 100, "approximate JSON payload size, bytes")
+	fs.IntVar(&s.Latency.Aggregates, "aggregates", 1000, "distinct aggregate IDs (Kafka keys)")
+	fs.DurationVar(&s.SweepDuration, "sweep-duration", 10*time.Second, "sweep: how long events are sent per run")
+	fs.IntVar(&s.Drain.Events, "events", 200000, "drain: preloaded events")
+	fs.Var(ints(&s.DrainRelays), "relays", "drain: relay counts, e.g. 1,2")
+	fs.Var(ints(&s.Connections), "connections", "writers: connection counts, e.g. 16,32,64")
+	fs.DurationVar(&s.Writers.Duration, "writers-duration", 0, "writers: how long each run writes (0: --duration)")
+	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&o.plotFile, "plot", "", "write the latency CDF plot to this file (.png or .svg)")
+	fs.DurationVar(&o.progress, "progress", 2*time.Second, "progress line interval on stderr (0: off)")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (relay included) to this file")
+}
+
+// Main runs the command with args and returns the exit code: 0 when every
+// run succeeded, 1 when a run failed, 2 for a usage error.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outbox-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	register(fs, &o)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("OUTBOX")); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "outbox-bench: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "outbox-bench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := run(ctx, &o, args, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "outbox-bench: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+type usageError struct{ error }
+
+func run(ctx context.Context, o *options, args []string, stdout, stderr io.Writer) error {
+	level, err := zapcore.ParseLevel(o.logLevel)
+	if err != nil {
+		return usageError{fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", o.logLevel)}
+	}
+	if o.Writers().Duration == 0 {
+		o.suite.Writers.Duration = o.suite.Latency.Duration
+	}
+	o.suite.Drain.PayloadBytes = o.suite.Latency.PayloadBytes
+	o.suite.Drain.Aggregates = o.suite.Latency.Aggregates
+	o.suite.Writers.PayloadBytes = o.suite.Latency.PayloadBytes
+	o.suite.Writers.Aggregates = o.suite.Latency.Aggregates
+	if err := o.suite.Validate(); err != nil {
+		return usageError{errors.New(flagError(err))}
+	}
+	if o.partitions < 1 {
+		return usageError{errors.New("--partitions: must be positive")}
+	}
+	var brokers []string
+	for _, b := range strings.Split(o.brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	ec := zap.NewDevelopmentEncoderConfig()
+	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(ec), zapcore.Lock(zapcore.AddSync(stderr)), level)).Named("outbox-bench")
+	defer func() { _ = log.Sync() }()
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	if o.databaseURL == "" || len(brokers) == 0 {
+		fmt.Fprintln(stderr, "bench: starting the local stack (throwaway Postgres with fsync on, in-process kfake) for what was not given ...")
+	}
+	local, err := bench.StartLocal(ctx, o.databaseURL, brokers)
+	if err != nil {
+		return err
+	}
+	defer local.Close()
+	env := &bench.Env{
+		DSN: local.DSN, Brokers: local.Brokers, Partitions: int32(o.partitions), Log: log,
+	}
+	if local.Kfake() {
+		env.Broker = "kfake"
+	}
+	if o.progress > 0 {
+		env.Progress = &bench.Progress{W: stderr, Interval: o.progress}
+	}
+	rep := &bench.Report{
+		Machine: bench.DescribeMachine(ctx, local.DSN),
+		Command: "outbox-bench " + strings.Join(redactArgs(args), " "),
+		Started: time.Now().UTC().Truncate(time.Second),
+	}
+	rep.Machine.Broker = env.Broker
+	if rep.Machine.Broker == "" {
+		rep.Machine.Broker = "external"
+	}
+	rep.Machine.PostgresSource = "external"
+	if local.Pgtemp() {
+		rep.Machine.PostgresSource = "pgtemp"
+	}
+	start := time.Now()
+	save := func() error {
+		rep.ElapsedS = time.Since(start).Seconds()
+		if o.jsonFile != "" {
+			if err := rep.WriteJSON(o.jsonFile); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	suiteErr := env.RunSuite(ctx, o.suite, rep, func(r bench.Run) {
+		if r.Error != "" {
+			fmt.Fprintf(stderr, "bench: %s %s failed: %s\n", r.Scenario, bench.RunLabel(&r), r.Error)
+		}
+		_ = save() // partial results survive an interrupted suite
+	})
+	rep.WriteTable(stdout)
+	fmt.Fprintf(stdout, "suite took %s\n", time.Since(start).Round(time.Second))
+	if err := save(); err != nil {
+		return err
+	}
+	if o.jsonFile != "" {
+		fmt.Fprintf(stderr, "bench: wrote %s\n", o.jsonFile)
+	}
+	if o.plotFile != "" {
+		if err := rep.WritePlot(o.plotFile); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: wrote %s\n", o.plotFile)
+	}
+	if suiteErr != nil {
+		return suiteErr
+	}
+	for _, r := range rep.Runs {
+		if r.Error != "" {
+			return errors.New("some runs failed (see the table)")
+		}
+	}
+	return nil
+}
+
+// Writers returns the writers template (a helper for defaults).
+func (o *options) Writers() *bench.WritersConfig { return &o.suite.Writers }
+
+// flagError names the flag behind a SuiteConfig validation error.
+func flagError(err error) string {
+	s := err.Error()
+	for field, fl := range map[string]string{
+		"SuiteConfig.Scenarios": "--scenario", "SuiteConfig.Modes": "--mode",
+		"SuiteConfig.PollIntervals": "--poll-interval", "SuiteConfig.Leases": "--lease",
+		"SuiteConfig.DrainRelays": "--relays", "SuiteConfig.Connections": "--connections",
+	} {
+		if i := strings.Index(s, field+": "); i >= 0 {
+			return fl + ": " + s[i+len(field)+2:]
+		}
+	}
+	return s
+}
+
+// redactArgs hides a password in --database-url for the report.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if strings.Contains(a, "://") && strings.Contains(a, "@") {
+			out[i] = "<database-url>"
+		}
+	}
+	return out
+}
