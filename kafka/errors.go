@@ -154,3 +154,53 @@ func IsRetriable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne)
 }
+
+// IsRecordRejected reports whether the broker refused err's message for
+// reasons in the message itself or its destination, so that sending it again
+// unchanged cannot succeed: MESSAGE_TOO_LARGE (also kafka-go's local
+// MessageTooLargeError), INVALID_RECORD, CORRUPT_MESSAGE,
+// RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION,
+// TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED. The relay
+// dead-letters such an event at once. Unlike !IsRetriable, an unknown error
+// is not a rejection: it is retried up to the relay's max attempts.
+func IsRecordRejected(err error) bool {
+	if err == nil {
+		return false
+	}
+	var tooLarge kafkago.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return true
+	}
+	var ke kafkago.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kafkago.MessageSizeTooLarge, kafkago.InvalidRecord, kafkago.InvalidMessage,
+			kafkago.RecordListTooLarge, kafkago.InvalidTopic,
+			kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed:
+			return true
+		}
+	}
+	return false
+}
+
+// IsUnreachable reports whether err means the broker was not reached or did
+// not answer (a network error, a timeout, ErrNotAttempted) rather than the
+// broker answering with an error code. The relay does not count such
+// failures toward an event's max attempts: an outage is not a poison event.
+func IsUnreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ke kafkago.Error
+	if errors.As(err, &ke) {
+		return ke == kafkago.NetworkException || ke == kafkago.BrokerNotAvailable
+	}
+	if errors.Is(err, ErrNotAttempted) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}

@@ -130,6 +130,8 @@ type Claimer struct {
 	claimSQL   string
 	markSQL    string
 	releaseSQL string
+	deadSQL    string
+	requeueSQL string
 	lockSQL    string
 }
 
@@ -170,6 +172,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
   SELECT o.ctid FROM ` + t + ` o
   WHERE o.published_at IS NULL
     AND (o.locked_until IS NULL OR o.locked_until <= now())
+    AND o.dead_lettered_at IS NULL
     AND NOT COALESCE((
       SELECT true FROM ` + t + ` p
       WHERE p.aggregate_id = o.aggregate_id
@@ -194,7 +197,51 @@ SET locked_until = CASE WHEN $3 > 0 THEN now() + $3 * interval '1 millisecond' E
     locked_by = NULL, claim_token = NULL,
     attempts = attempts + $4, last_error = COALESCE($5, last_error)
 WHERE id = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+	c.deadSQL = `UPDATE ` + t + `
+SET dead_lettered_at = now(),
+    locked_until = CASE WHEN $3 THEN 'infinity'::timestamptz END,
+    locked_by = NULL, claim_token = NULL,
+    attempts = attempts + $4, last_error = $5
+WHERE id = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+	c.requeueSQL = `UPDATE ` + t + `
+SET dead_lettered_at = NULL, locked_until = NULL, attempts = 0
+WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL AND ($1::uuid[] IS NULL OR id = ANY($1))`
 	return c, nil
+}
+
+// DeadLetter parks rows still held by token: they stay in the table,
+// unpublished, with dead_lettered_at set, attempts increased by
+// countAttempt and last_error set, and are not claimed again until
+// Requeue. With hold, their locked_until becomes 'infinity', which also
+// holds back every later event of their aggregates (order is kept); without
+// it, later events go on. It returns how many rows it parked. Errors are
+// wrapped as "dead-letter: ...".
+func (c *Claimer) DeadLetter(ctx context.Context, token uuid.UUID, ids []uuid.UUID, hold, countAttempt bool, lastError string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	inc := 0
+	if countAttempt {
+		inc = 1
+	}
+	tag, err := c.pool.Exec(ctx, c.deadSQL, ids, token, hold, inc, lastError)
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Requeue makes dead-lettered events claimable again with attempts reset
+// to 0 (last_error is kept for the record): the events with ids, or every
+// dead letter when ids is nil. Held-back later events of their aggregates
+// follow them in order. It returns how many events it requeued. Errors are
+// wrapped as "requeue: ...".
+func (c *Claimer) Requeue(ctx context.Context, ids []uuid.UUID) (int64, error) {
+	tag, err := c.pool.Exec(ctx, c.requeueSQL, ids)
+	if err != nil {
+		return 0, fmt.Errorf("requeue: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Config returns the Claimer's configuration with defaults applied.

@@ -46,6 +46,18 @@ type Config struct {
 	// LingerPoll is the first interval between lingering claims. Defaults
 	// to 1ms.
 	LingerPoll time.Duration
+	// MaxAttempts is how many failed publishes, each answered by the broker
+	// with an error, an event may have before it is dead-lettered. Failures
+	// where the broker was not reached (network errors, timeouts) do not
+	// count: an outage is not a poison event. Defaults to 16 (about 10
+	// minutes with the default retry delays). Errors that no retry can fix
+	// (kafka.IsRecordRejected, e.g. MESSAGE_TOO_LARGE) dead-letter at once.
+	MaxAttempts int
+	// OnDeadLetter says what happens to the later events of a dead-lettered
+	// event's aggregate: "hold" keeps them unpublished until the dead letter
+	// is requeued, so per-aggregate order is kept; "skip" publishes them,
+	// giving up order for that aggregate. Defaults to "hold".
+	OnDeadLetter string
 	// RetryMin is the delay before a failed event is retried; it doubles
 	// per failed attempt of that event, with ±20% jitter, up to RetryMax.
 	// Defaults to 500ms.
@@ -61,6 +73,12 @@ type Config struct {
 	DBTimeout time.Duration
 }
 
+// Config.OnDeadLetter values.
+const (
+	DeadLetterHold = "hold"
+	DeadLetterSkip = "skip"
+)
+
 // DefaultLinger is Config.Linger's default: a little more than the writers'
 // default outbox.WriterConfig.WakeupInterval (20ms).
 const DefaultLinger = 25 * time.Millisecond
@@ -74,6 +92,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.LingerPoll == 0 {
 		c.LingerPoll = time.Millisecond
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 16
+	}
+	if c.OnDeadLetter == "" {
+		c.OnDeadLetter = DeadLetterHold
 	}
 	if c.RetryMin == 0 {
 		c.RetryMin = 500 * time.Millisecond
@@ -100,6 +124,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("relay: Config.PollInterval: must be at least 1ms, got %s", c.PollInterval)
 	case c.LingerPoll < 0:
 		return fmt.Errorf("relay: Config.LingerPoll: must be positive, got %s", c.LingerPoll)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("relay: Config.MaxAttempts: must be at least 1, got %d", c.MaxAttempts)
+	case c.OnDeadLetter != DeadLetterHold && c.OnDeadLetter != DeadLetterSkip:
+		return fmt.Errorf("relay: Config.OnDeadLetter: %q is not hold or skip", c.OnDeadLetter)
 	case c.RetryMin <= 0:
 		return fmt.Errorf("relay: Config.RetryMin: must be positive, got %s", c.RetryMin)
 	case c.RetryMax < c.RetryMin:

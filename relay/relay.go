@@ -34,6 +34,7 @@ type Claimer interface {
 	Claim(ctx context.Context) (*lease.Batch, error)
 	MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid.UUID) (int64, error)
 	Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, retryDelay time.Duration, countAttempt bool, lastError string) (int64, error)
+	DeadLetter(ctx context.Context, token uuid.UUID, ids []uuid.UUID, hold, countAttempt bool, lastError string) (int64, error)
 	Config() lease.Config
 }
 
@@ -46,8 +47,8 @@ type Stats struct {
 	// Published counts events Kafka acknowledged; Marked those marked
 	// published (fewer when a lease was lost); Failed publish failures;
 	// Skipped events held back behind a failed earlier event of their
-	// aggregate; Released events given back.
-	Published, Marked, Failed, Skipped, Released int64
+	// aggregate; Released events given back; DeadLettered events parked.
+	Published, Marked, Failed, Skipped, Released, DeadLettered int64
 	// Wakeups counts wake-ups by cause.
 	WakeNotify, WakePoll, WakeLinger, WakeBacklog int64
 }
@@ -71,7 +72,7 @@ type Relay struct {
 	pauseUntil atomic.Int64
 
 	stats struct {
-		claims, emptyClaims, published, marked, failed, skipped, released atomic.Int64
+		claims, emptyClaims, published, marked, failed, skipped, released, deadLettered atomic.Int64
 		wakeNotify, wakePoll, wakeLinger, wakeBacklog                     atomic.Int64
 	}
 
@@ -101,7 +102,7 @@ func (r *Relay) Stats() Stats {
 	return Stats{
 		Claims: s.claims.Load(), EmptyClaims: s.emptyClaims.Load(),
 		Published: s.published.Load(), Marked: s.marked.Load(), Failed: s.failed.Load(),
-		Skipped: s.skipped.Load(), Released: s.released.Load(),
+		Skipped: s.skipped.Load(), Released: s.released.Load(), DeadLettered: s.deadLettered.Load(),
 		WakeNotify: s.wakeNotify.Load(), WakePoll: s.wakePoll.Load(),
 		WakeLinger: s.wakeLinger.Load(), WakeBacklog: s.wakeBacklog.Load(),
 	}
@@ -265,6 +266,7 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks
 	// number that may still hold its later events (claims that started
 	// before the failed row's release committed).
 	blocked := map[string]uint64{}
+	outages := 0 // publishes in a row that delivered nothing
 	for b := range in {
 		for agg, no := range blocked {
 			if no < b.no {
@@ -275,8 +277,84 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks
 			r.release(work, b.Token, rowIDs(b.Rows), 0, false, "")
 			continue
 		}
-		r.publishBatch(ctx, work, b, blocked, marks)
+		if r.publishBatch(ctx, work, b, blocked, marks) {
+			outages++
+			// Nothing got through: hold the claimer back, growing with
+			// each outage in a row; the broker is likely down.
+			pause := backoff(r.cfg.RetryMin, r.cfg.RetryMax, outages)
+			r.pauseUntil.Store(time.Now().Add(pause).UnixNano())
+		} else {
+			outages = 0
+		}
 	}
+}
+
+// unreachable reports whether every error in errs says the broker was not
+// reached.
+func unreachable(errs []error) bool {
+	for _, e := range errs {
+		if e != nil && e != errHeld && !kafka.IsUnreachable(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// errHeld marks a message not sent because an earlier event of its
+// aggregate failed in the same chunk.
+var errHeld = errors.New("held behind an earlier failed event of its aggregate")
+
+// publishChunk publishes msgs (rows are their rows) and returns one error
+// per message, plus the error of the call. A record batch is refused as a
+// whole (MESSAGE_TOO_LARGE is judged on the batch against the broker's
+// message.max.bytes, INVALID_RECORD on any record in it), so when the broker
+// rejects a batch of several records, the rejected messages are sent again
+// one at a time, in order, as the Java producer splits a batch that was too
+// large: only a record rejected on its own is dead-lettered, and once one is,
+// the later events of its aggregate are held (errHeld).
+func (r *Relay) publishChunk(work context.Context, msgs []kafka.Message, rows []lease.Row) ([]error, error) {
+	err := r.pub.Publish(work, msgs)
+	errs := make([]error, len(msgs))
+	var perr *kafka.PublishError
+	switch {
+	case err == nil:
+		return errs, nil
+	case errors.As(err, &perr) && len(perr.Errs) == len(msgs):
+		copy(errs, perr.Errs)
+	default:
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs, err
+	}
+	if len(msgs) == 1 {
+		return errs, err
+	}
+	var retry []int
+	for i, e := range errs {
+		if kafka.IsRecordRejected(e) {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) == 0 {
+		return errs, err
+	}
+	failed := map[string]bool{}
+	for _, i := range retry {
+		if failed[rows[i].AggregateID] {
+			errs[i] = errHeld
+			continue
+		}
+		errs[i] = r.pub.Publish(work, msgs[i:i+1])
+		var one *kafka.PublishError
+		if errors.As(errs[i], &one) && len(one.Errs) == 1 {
+			errs[i] = one.Errs[0]
+		}
+		if errs[i] != nil {
+			failed[rows[i].AggregateID] = true
+		}
+	}
+	return errs, err
 }
 
 type failure struct {
@@ -284,7 +362,9 @@ type failure struct {
 	err error
 }
 
-func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[string]uint64, marks chan<- markJob) {
+// publishBatch publishes one claimed batch and reports whether it hit an
+// outage (a publish that delivered nothing).
+func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[string]uint64, marks chan<- markJob) (outage bool) {
 	maxBytes := r.pub.MaxBatchBytes()
 	failedAggs := map[string]bool{}
 	var skipped []uuid.UUID
@@ -329,18 +409,14 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 		if len(msgs) == 0 {
 			continue
 		}
-		err := r.pub.Publish(work, msgs)
+		errs, err := r.publishChunk(work, msgs, chunk)
 		var delivered []uuid.UUID
 		var deliveredRows []lease.Row
-		var perr *kafka.PublishError
 		for j, row := range chunk {
-			var e error
-			switch {
-			case err == nil:
-			case errors.As(err, &perr) && len(perr.Errs) == len(chunk):
-				e = perr.Errs[j]
-			default:
-				e = err
+			e := errs[j]
+			if e == errHeld {
+				skipped = append(skipped, row.ID)
+				continue
 			}
 			if e == nil && failedAggs[row.AggregateID] {
 				// Delivered, but an earlier event of its aggregate in this
@@ -371,9 +447,9 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 			}
 			marks <- markJob{token: b.Token, ids: delivered}
 		}
-		if err != nil && len(delivered) == 0 {
-			// Nothing got through: stop this batch and hold the claimer
-			// back, the broker is likely down.
+		if err != nil && len(delivered) == 0 && unreachable(errs) {
+			// Nothing got through and the broker did not answer: stop this
+			// batch and hold the claimer back, the broker is likely down.
 			for _, row := range rows[start:] {
 				if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no {
 					skipped = append(skipped, row.ID)
@@ -381,8 +457,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 					unsent = append(unsent, row.ID)
 				}
 			}
-			pause := backoff(r.cfg.RetryMin, r.cfg.RetryMax, 1)
-			r.pauseUntil.Store(time.Now().Add(pause).UnixNano())
+			outage = true
 			break
 		}
 	}
@@ -404,29 +479,59 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 	if len(unsent) > 0 {
 		r.release(work, b.Token, unsent, 0, false, "")
 	}
+	return outage
 }
 
 // releaseFailures gives failed rows back with a per-row backoff and their
-// error, grouped so that rows with the same delay and error share a
-// statement.
+// error, or dead-letters them: at once when Kafka rejected the record
+// itself, or when the attempt just made was their MaxAttempts-th. Failures
+// where the broker was not reached do not count as attempts. Rows with the
+// same outcome, delay and error share a statement.
 func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failure) {
 	type key struct {
+		dead     bool
+		count    bool
 		attempts int
 		msg      string
 	}
 	groups := map[key][]uuid.UUID{}
 	for _, f := range fs {
-		k := key{f.row.Attempts, f.err.Error()}
+		count := !kafka.IsUnreachable(f.err)
+		attempts := f.row.Attempts
+		if count {
+			attempts++
+		}
+		dead := kafka.IsRecordRejected(f.err) || attempts >= r.cfg.MaxAttempts
+		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
 		groups[k] = append(groups[k], f.row.ID)
-		r.log.Warn("publish failed; will retry",
+		fields := []zap.Field{
 			zap.String("event_id", f.row.ID.String()),
 			zap.String("aggregate_id", f.row.AggregateID),
-			zap.Int("attempts", f.row.Attempts+1),
-			zap.Error(f.err))
+			zap.String("event_type", f.row.EventType),
+			zap.Int("attempts", attempts),
+			zap.Error(f.err),
+		}
+		if dead {
+			r.log.Error("event dead-lettered: it stays in the outbox table; fix the cause, then `outbox-relay requeue --event-id`",
+				append(fields, zap.String("on_dead_letter", r.cfg.OnDeadLetter))...)
+		} else {
+			r.log.Warn("publish failed; will retry", fields...)
+		}
 	}
 	for k, ids := range groups {
-		d := backoff(r.cfg.RetryMin, r.cfg.RetryMax, k.attempts+1)
-		r.release(ctx, token, ids, d, true, k.msg)
+		if k.dead {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+			n, err := r.claimer.DeadLetter(rctx, token, ids, r.cfg.OnDeadLetter == DeadLetterHold, k.count, k.msg)
+			cancel()
+			if err != nil {
+				r.log.Warn("dead-letter failed; rows come back when their lease ends", zap.Error(err), zap.Int("rows", len(ids)))
+				continue
+			}
+			r.stats.deadLettered.Add(n)
+			continue
+		}
+		d := backoff(r.cfg.RetryMin, r.cfg.RetryMax, max(k.attempts, 1))
+		r.release(ctx, token, ids, d, k.count, k.msg)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,7 +68,9 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.listener, err = notify.New(notify.Config{PingInterval: 500 * time.Millisecond, PingTimeout: 2 * time.Second},
+		// The test's own channel: channels are per database, and parallel
+		// tests share one.
+		h.listener, err = notify.New(notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 2 * time.Second},
 			func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }, db.Pool, testenv.Logger(t))
 		if err != nil {
 			t.Fatal(err)
@@ -118,11 +121,9 @@ func addTx(t *testing.T, db *testenv.TestDB, w *outbox.Writer, evs ...outbox.Eve
 		t.Fatal(err)
 	}
 	if w == nil {
-		err = outbox.Add(ctx, tx, evs...)
-	} else {
-		err = w.Add(ctx, tx, evs...)
+		w = writer(t, db, outbox.WakeupDebounced)
 	}
-	if err != nil {
+	if err := w.Add(ctx, tx, evs...); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -130,8 +131,9 @@ func addTx(t *testing.T, db *testenv.TestDB, w *outbox.Writer, evs ...outbox.Eve
 	}
 }
 
-func writer(t *testing.T, mode outbox.WakeupMode) *outbox.Writer {
-	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: mode})
+// writer returns a writer that notifies on the test's own channel.
+func writer(t *testing.T, db *testenv.TestDB, mode outbox.WakeupMode) *outbox.Writer {
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: mode, Channel: db.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +251,7 @@ func TestNotificationWakesRelayWithoutPolling(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return h.relay.Stats().Claims >= 1 }, "no start-up claim")
 	ev := event("a", 1)
 	start := time.Now()
-	addTx(t, db, writer(t, outbox.WakeupEveryTx), ev)
+	addTx(t, db, writer(t, db, outbox.WakeupEveryTx), ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r, err := c.Next(ctx)
@@ -275,7 +277,7 @@ func TestLostNotificationFallsBackToPollingAndListenerReconnects(t *testing.T) {
 	c := k.Consumer(t, topic)
 
 	var pid uint32
-	if err := db.Pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE query ILIKE 'listen%' AND datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND query ILIKE '%outbox%' AND state = 'idle' AND application_name = '' AND usename = current_user AND (SELECT setting FROM pg_settings WHERE name='search_path') IS NOT NULL ORDER BY backend_start DESC LIMIT 1").Scan(&pid); err != nil {
+	if err := db.Pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE query = 'listen \"' || $1 || '\"'", db.Schema).Scan(&pid); err != nil {
 		t.Fatalf("find listener backend: %v", err)
 	}
 	if _, err := db.Pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
@@ -284,7 +286,7 @@ func TestLostNotificationFallsBackToPollingAndListenerReconnects(t *testing.T) {
 	// An event with no wake-up at all, while the listener is down or back:
 	// the poll ticker must publish it.
 	polled := event("a", 1)
-	addTx(t, db, writer(t, outbox.WakeupNone), polled)
+	addTx(t, db, writer(t, db, outbox.WakeupNone), polled)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if r, err := c.Next(rctx); err != nil || r.Headers["event_id"] != polled.ID.String() {
@@ -295,7 +297,7 @@ func TestLostNotificationFallsBackToPollingAndListenerReconnects(t *testing.T) {
 	}, "listener did not reconnect (reconnects=%d)", h.listener.Reconnects())
 	before := h.listener.Notifications()
 	notified := event("a", 2)
-	addTx(t, db, writer(t, outbox.WakeupEveryTx), notified)
+	addTx(t, db, writer(t, db, outbox.WakeupEveryTx), notified)
 	if r, err := c.Next(rctx); err != nil || r.Headers["event_id"] != notified.ID.String() {
 		t.Fatalf("notified event: %v %v", r.Headers, err)
 	}
@@ -460,13 +462,22 @@ func TestBrokerDownMarksNothingThenDeliversEverything(t *testing.T) {
 		evs = append(evs, event(fmt.Sprint("agg-", i%5), i))
 	}
 	addTx(t, db, nil, evs...)
-	testenv.Eventually(t, 20*time.Second, func() bool { return h.relay.Stats().Failed >= 1 }, "no failed publish while the broker is down")
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		var n int
+		_ = db.Pool.QueryRow(context.Background(), "SELECT count(last_error) FROM outbox").Scan(&n)
+		return h.relay.Stats().Failed >= 1 && n > 0
+	}, "no failed publish recorded while the broker is down")
 	if n := unpublished(t, db); n != len(evs) {
 		t.Fatalf("%d rows unpublished while the broker is down, want %d: something was marked", n, len(evs))
 	}
-	var attempts int
-	if err := db.Pool.QueryRow(context.Background(), "SELECT max(attempts) FROM outbox").Scan(&attempts); err != nil || attempts < 1 {
-		t.Fatalf("attempts = %d (%v), want failures recorded", attempts, err)
+	// An unreachable broker is an outage, not a poison event: the error
+	// is recorded, but no attempt counts toward dead-lettering.
+	var attempts, withError int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT max(attempts), count(last_error) FROM outbox").Scan(&attempts, &withError); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 0 || withError == 0 {
+		t.Fatalf("max attempts %d, rows with last_error %d; want 0 attempts counted and the error recorded", attempts, withError)
 	}
 	ln.SetMode(faultnet.Up)
 	testenv.Eventually(t, 30*time.Second, func() bool { return unpublished(t, db) == 0 }, "not delivered after the broker came back")
@@ -543,7 +554,7 @@ func TestDebouncedWakeupsAreCoveredByLingering(t *testing.T) {
 	h := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: time.Minute, Linger: 5 * time.Second}})
 	testenv.Eventually(t, 10*time.Second, func() bool { return h.relay.Stats().Claims >= 1 }, "no start-up claim")
 	listenerBefore := h.listener.Notifications()
-	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupDebounced, WakeupInterval: time.Hour})
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupDebounced, WakeupInterval: time.Hour, Channel: db.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,4 +579,90 @@ func TestDebouncedWakeupsAreCoveredByLingering(t *testing.T) {
 	if st := h.relay.Stats(); st.WakePoll != 0 {
 		t.Fatalf("stats %+v: a poll was needed", st)
 	}
+}
+
+func deadLetterScenario(t *testing.T, mode string) (*testenv.TestDB, *testenv.TestKafka, string, []outbox.Event, *harness) {
+	t.Helper()
+	db := testenv.MigratedDB(t)
+	// A broker whose message.max.bytes (4000) is below our write limit.
+	k := testenv.Kafka(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "4000"}))
+	if k.Cluster == nil {
+		t.Skip("needs the in-process broker")
+	}
+	topic := k.Topic(t, 1)
+	big := json.RawMessage(fmt.Sprintf(`{"blob":%q}`, strings.Repeat("x", 6000)))
+	evs := []outbox.Event{
+		event("A", 1),
+		{ID: outbox.NewID(), AggregateID: "A", Type: "test.big", Payload: big},
+		event("A", 3),
+		event("B", 1),
+		event("B", 2),
+	}
+	addTx(t, db, nil, evs...)
+	h := startRelay(t, db, k, topic, opts{relay: relay.Config{OnDeadLetter: mode, RetryMin: 50 * time.Millisecond}})
+	return db, k, topic, evs, h
+}
+
+func eventIDs(recs []testenv.Record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.Headers["event_id"])
+	}
+	return out
+}
+
+func TestPoisonEventIsDeadLetteredAndHoldsItsAggregate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k, topic, evs, h := deadLetterScenario(t, relay.DeadLetterHold)
+	testenv.Eventually(t, 20*time.Second, func() bool { return h.relay.Stats().DeadLettered == 1 }, "the oversized event was not dead-lettered")
+	var dead *time.Time
+	var attempts int
+	var lastErr string
+	if err := db.Pool.QueryRow(ctx, "SELECT dead_lettered_at, attempts, last_error FROM outbox WHERE id = $1", evs[1].ID).Scan(&dead, &attempts, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if dead == nil || attempts != 1 || !strings.Contains(strings.ToLower(lastErr), "too large") {
+		t.Fatalf("dead letter: dead_lettered_at=%v attempts=%d last_error=%q", dead, attempts, lastErr)
+	}
+	// A1, B1, B2 go out; A2 is parked and A3 held behind it.
+	recs := k.Consume(t, topic, 3, 15*time.Second)
+	want := []string{evs[0].ID.String(), evs[3].ID.String(), evs[4].ID.String()}
+	if got := eventIDs(recs); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("published %v, want %v", got, want)
+	}
+	var heldPublished *time.Time
+	if err := db.Pool.QueryRow(ctx, "SELECT published_at FROM outbox WHERE id = $1", evs[2].ID).Scan(&heldPublished); err != nil || heldPublished != nil {
+		t.Fatalf("A3 behind the dead letter: published_at=%v err=%v, want held", heldPublished, err)
+	}
+	// The cause is fixed (a smaller payload), then requeued: A2 and A3 follow
+	// in order.
+	if _, err := db.Pool.Exec(ctx, `UPDATE outbox SET payload = '{"blob":"small now"}' WHERE id = $1`, evs[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	claimer, err := lease.New(db.Pool, lease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := claimer.Requeue(ctx, []uuid.UUID{evs[1].ID}); err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+	recs = k.Consume(t, topic, 5, 15*time.Second)
+	got, dups := firstAppearances(recs)
+	if dups != 0 || fmt.Sprint(got["A"]) != fmt.Sprint([]string{evs[0].ID.String(), evs[1].ID.String(), evs[2].ID.String()}) {
+		t.Fatalf("after requeue aggregate A = %v (dups %d), want A1, A2, A3", got["A"], dups)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return unpublished(t, db) == 0 }, "not all marked after requeue")
+}
+
+func TestPoisonEventWithSkipLetsItsAggregateGoOn(t *testing.T) {
+	t.Parallel()
+	db, k, topic, evs, h := deadLetterScenario(t, relay.DeadLetterSkip)
+	testenv.Eventually(t, 20*time.Second, func() bool { return h.relay.Stats().DeadLettered == 1 }, "the oversized event was not dead-lettered")
+	recs := k.Consume(t, topic, 4, 15*time.Second)
+	got, _ := firstAppearances(recs)
+	if fmt.Sprint(got["A"]) != fmt.Sprint([]string{evs[0].ID.String(), evs[2].ID.String()}) || len(got["B"]) != 2 {
+		t.Fatalf("with skip: published %v, want A1, A3 and B1, B2", got)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return unpublished(t, db) == 1 }, "want only the dead letter unpublished")
 }

@@ -41,6 +41,7 @@ const topUsage = `outbox-relay publishes a Postgres outbox table to Kafka.
 Usage:
   outbox-relay [run] [flags]   relay events until SIGINT/SIGTERM (the default)
   outbox-relay migrate [flags] create or update the outbox table
+  outbox-relay requeue [flags] put dead-lettered events back (--event-id ID or --all-dead-letters)
   outbox-relay version         print the version
 
 Run "outbox-relay <command> --help" for a command's flags. Every flag can
@@ -60,6 +61,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(ctx, args, stderr)
 	case "migrate":
 		err = cmdMigrate(ctx, args, stdout, stderr)
+	case "requeue":
+		err = cmdRequeue(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outbox-relay", version())
 	case "help":

@@ -225,3 +225,41 @@ func TestSIGTERMReleasesLeasesAndExitsZero(t *testing.T) {
 		t.Fatalf("no stop log:\n%s", stderr.String())
 	}
 }
+
+func TestRequeue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		id := outbox.NewID()
+		ids = append(ids, id.String())
+		if err := outbox.Add(ctx, db.Pool, outbox.Event{ID: id, AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, "UPDATE outbox SET dead_lettered_at = now(), locked_until = 'infinity', attempts = 3, last_error = 'boom'"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString); code != exitUsage || !strings.Contains(stderr, "--event-id") {
+		t.Fatalf("requeue without a target: %d %q", code, stderr)
+	}
+	if code, _, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", "nope"); code != exitUsage || !strings.Contains(stderr, "--event-id") {
+		t.Fatalf("requeue of a non-UUID: %d %q", code, stderr)
+	}
+	code, out, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", ids[0])
+	if code != 0 || !strings.Contains(out, "requeued 1") {
+		t.Fatalf("requeue one: %d %q %q", code, out, stderr)
+	}
+	if code, _, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", ids[0]); code != exitFailure || !strings.Contains(stderr, "not dead letters") {
+		t.Fatalf("requeue of an event that is no longer a dead letter: %d %q", code, stderr)
+	}
+	code, out, _ = runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--all-dead-letters")
+	if code != 0 || !strings.Contains(out, "requeued 2") {
+		t.Fatalf("requeue all: %d %q", code, out)
+	}
+	var left int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL OR locked_until IS NOT NULL OR attempts <> 0").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows still parked (%v)", left, err)
+	}
+}

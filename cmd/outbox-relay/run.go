@@ -45,6 +45,8 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "fallback poll interval when no notification arrives (jittered ±10%)")
 	fs.DurationVar(&f.relay.Linger, "linger", relay.DefaultLinger, "after a claim found events, keep claiming every --linger-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative: off)")
 	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", time.Millisecond, "first interval between lingering claims")
+	fs.IntVar(&f.relay.MaxAttempts, "max-attempts", 16, "failed publishes answered by the broker before an event is dead-lettered (outages do not count)")
+	fs.StringVar(&f.relay.OnDeadLetter, "on-dead-letter", relay.DeadLetterHold, "later events of a dead-lettered event's aggregate: hold (keep order) or skip")
 	fs.DurationVar(&f.relay.RetryMin, "retry-min", 500*time.Millisecond, "first retry delay of a failed event; doubles per attempt")
 	fs.DurationVar(&f.relay.RetryMax, "retry-max", time.Minute, "longest retry delay of a failed event")
 	fs.DurationVar(&f.relay.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long in-flight publishes may take before leases are released")
@@ -201,7 +203,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 // checkTable fails fast, with a clear message, when the outbox table is
 // missing or has the wrong shape.
 func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
-	cols := "seq, id, aggregate_id, event_type, payload, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error"
+	cols := "seq, id, aggregate_id, event_type, payload, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at"
 	_, err := pool.Exec(ctx, "SELECT "+cols+" FROM "+outbox.TableIdentifier(table)+" LIMIT 0")
 	switch {
 	case err == nil:
@@ -218,7 +220,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
 var configFlags = map[string]string{
 	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
 	"relay.Topic": "--topic", "relay.PollInterval": "--poll-interval", "relay.Linger": "--linger", "relay.LingerPoll": "--linger-poll",
-	"relay.RetryMin": "--retry-min", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
+	"relay.RetryMin": "--retry-min", "relay.MaxAttempts": "--max-attempts", "relay.OnDeadLetter": "--on-dead-letter", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
 	"notify.Channel": "--channel",
 	"kafka.Brokers":  "--brokers", "kafka.Topic": "--topic", "kafka.ClientID": "--kafka-client-id",
 	"kafka.WriteTimeout": "--kafka-write-timeout", "kafka.BatchTimeout": "--kafka-batch-timeout",
