@@ -128,6 +128,7 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 		if topic, err = e.freshTopic(ctx, "drain-"+cfg.Mode); err != nil {
 			return run, err
 		}
+		defer e.dropTopic(topic)
 		if tr, err = startTracker(ctx, e.Brokers, topic, ids, log); err != nil {
 			return run, err
 		}

@@ -208,6 +208,27 @@ func (db *runDB) drop() {
 	}
 }
 
+// dropTopic deletes topic (best effort), so that an in-process broker
+// does not keep every earlier run's records in this process's memory.
+func (e *Env) dropTopic(topic string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Brokers...))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = 10000
+	req.TopicNames = []string{topic}
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	if _, err := req.RequestWith(ctx, cl); err != nil {
+		e.Log.Warn("delete topic", zap.String("topic", topic), zap.Error(err))
+	}
+}
+
 // freshTopic creates a new topic and waits until each partition has a
 // leader.
 func (e *Env) freshTopic(ctx context.Context, prefix string) (string, error) {

@@ -209,6 +209,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	if err != nil {
 		return run, err
 	}
+	defer e.dropTopic(topic)
 	var snd sender
 	var rel runningRelay
 	if cfg.Mode == ModeFloor {
@@ -336,7 +337,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		case <-ctx.Done():
 		case <-time.After(cfg.IdleWindow):
 		}
-		run.IdleClaimsPerS = float64(rel.Stats().sub(s0).Claims) / cfg.IdleWindow.Seconds()
+		idle := rel.Stats().sub(s0)
+		run.IdleClaimsPerS = float64(idle.Claims) / cfg.IdleWindow.Seconds()
+		log.Info("idle", zap.Int64("claims", idle.Claims), zap.Int64("empty", idle.EmptyClaims), zap.Int64("published", idle.Published), zap.Int64("wake_notify", idle.WakeNotify), zap.Int64("wake_poll", idle.WakePoll), zap.Int64("wake_linger", idle.WakeLinger), zap.Int64("wake_backlog", idle.WakeBacklog))
 		run.IdleWindowS = cfg.IdleWindow.Seconds()
 	}
 	e.Progress.End()

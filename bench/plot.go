@@ -33,9 +33,10 @@ func (r *Report) WritePlot(file string) error {
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top = false
-	p.Legend.Left = false
-	p.Legend.XOffs = -vg.Millimeter
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.XOffs = 2 * vg.Millimeter
+	p.Legend.YOffs = -2 * vg.Millimeter
 	p.Add(plotter.NewGrid())
 	xmin, xmax := math.Inf(1), 0.0
 	i := 0

@@ -32,7 +32,7 @@ type RelayConfig struct {
 	// (lease.DefaultBatchSize).
 	BatchSize int
 	// Linger is relay.Config.Linger (notify and poll): 0 keeps the
-	// relay's default (2ms), negative disables it.
+	// relay's default (relay.DefaultLinger), negative disables it.
 	Linger time.Duration
 }
 

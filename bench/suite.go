@@ -15,8 +15,9 @@ type SuiteConfig struct {
 	// writers, sweep. Defaults to latency, drain, writers.
 	Scenarios []string
 	// Modes for the latency scenario (notify, poll, naive, floor); drain
-	// uses notify, poll and naive among them (plus sql-ceiling), sweep notify
-	// and poll. Defaults to all four.
+	// uses notify (with each of DrainRelays) and naive (one relay) among
+	// them, plus sql-ceiling; sweep uses notify and poll. Defaults to all
+	// four.
 	Modes []string
 	// PollIntervals are the poll intervals of the poll and naive modes
 	// (one run each) and the sweep's first axis. Defaults to [500ms].
@@ -30,7 +31,7 @@ type SuiteConfig struct {
 	// BatchSize is the relays' claim batch size. Defaults to 500.
 	BatchSize int
 	// Linger is the product relay's relay.Config.Linger: 0 keeps its
-	// default (2ms), negative disables it.
+	// default (relay.DefaultLinger), negative disables it.
 	Linger time.Duration
 	// Latency is the template of every latency run (Mode and Relay are set
 	// per run).
@@ -103,6 +104,11 @@ func (c *SuiteConfig) Validate() error {
 			return fmt.Errorf("bench: SuiteConfig.DrainRelays: must be positive, got %d", n)
 		}
 	}
+	lc := c.Latency
+	lc.Mode = ModeFloor // the template's own fields; relay fields are checked per run
+	if err := lc.validate(); err != nil {
+		return err
+	}
 	for _, n := range c.Connections {
 		if n < 1 {
 			return fmt.Errorf("bench: SuiteConfig.Connections: must be positive, got %d", n)
@@ -162,8 +168,10 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 				}
 			}
 		case ScenarioDrain:
+			// poll drains exactly like notify (a full claim is followed by
+			// another at once), so it is not run separately.
 			var modes []string
-			for _, m := range []string{ModeNotify, ModePoll, ModeNaive} {
+			for _, m := range []string{ModeNotify, ModeNaive} {
 				if has(m) {
 					modes = append(modes, m)
 				}
@@ -171,7 +179,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 			modes = append(modes, ModeSQLCeiling)
 			for _, m := range modes {
 				relays := cfg.DrainRelays
-				if m == ModeSQLCeiling || m == ModePoll {
+				if m != ModeNotify {
 					relays = relays[:1]
 				}
 				for _, n := range relays {
@@ -181,7 +189,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					dc := cfg.Drain
 					dc.Mode, dc.Relays = m, n
 					dc.Relay = relayCfg(m, cfg.FallbackPoll, lease0)
-					if m == ModePoll {
+					if m == ModeNaive {
 						dc.Relay.PollInterval = cfg.PollIntervals[0]
 					}
 					r, err := e.Drain(ctx, dc)

@@ -98,6 +98,7 @@ func (e *Env) Writers(ctx context.Context, cfg WritersConfig) (Run, error) {
 	if err != nil {
 		return run, err
 	}
+	defer e.dropTopic(topic)
 	if err := warmPool(ctx, db, cfg.Connections); err != nil {
 		return run, err
 	}
