@@ -46,9 +46,9 @@ type LatencyConfig struct {
 	// Grace is how long, after the last commit, an event may take to
 	// arrive before it counts as lost. Defaults to 10s.
 	Grace time.Duration
-	// IdleWindow is how long the relay is watched with no traffic after
-	// the last event arrived, to measure its idle claim rate. Defaults to
-	// 0: not measured.
+	// IdleWindow is how long the relay is watched with no traffic, from
+	// 250ms after the last event arrived (past the relay's linger), to
+	// measure its idle claim rate. Defaults to 0: not measured.
 	IdleWindow time.Duration
 	// Warmup is the number of events sent, one per transaction, and
 	// received before the measurement starts, so that connections and
@@ -332,6 +332,12 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		during = rel.Stats().sub(before)
 	}
 	if rel != nil && cfg.IdleWindow > 0 {
+		// Skip the relay's linger tail after the last event (claims every
+		// few ms for relay.Config.Linger): idle means no recent traffic.
+		select {
+		case <-ctx.Done():
+		case <-time.After(idleSettle):
+		}
 		s0 := rel.Stats()
 		select {
 		case <-ctx.Done():
@@ -393,6 +399,10 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 	return run, nil
 }
+
+// idleSettle is how long after the last event the idle claim rate starts
+// being measured: longer than the relay's linger (relay.DefaultLinger).
+const idleSettle = 250 * time.Millisecond
 
 // warmPool opens n connections so that connection set-up is not measured.
 func warmPool(ctx context.Context, db *runDB, n int) error {
