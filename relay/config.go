@@ -42,6 +42,8 @@ type Config struct {
 	// that window carry no notification and are found by these claims, so
 	// Linger must be at least the writers' WakeupInterval. Defaults to
 	// 25ms; negative disables lingering (then use outbox.WakeupEveryTx).
+	// A relay without notifications (New with a nil wake channel) never
+	// lingers: it polls every PollInterval.
 	Linger time.Duration
 	// LingerPoll is the first interval between lingering claims. Defaults
 	// to 1ms.

@@ -82,7 +82,8 @@ type Relay struct {
 }
 
 // New returns a Relay. wake delivers wake-up signals (notify.Listener.Wake);
-// nil means poll only. It returns cfg's validation error.
+// nil means poll only: the relay then claims every PollInterval and does not
+// linger. It returns cfg's validation error.
 func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logger *zap.Logger) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -92,6 +93,12 @@ func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logge
 	}
 	if logger == nil {
 		logger = zap.NewNop()
+	}
+	if wake == nil {
+		// Lingering covers the events committed inside a writer's
+		// wake-up debounce window; without notifications there is no
+		// window to cover, and the relay is a plain poller.
+		cfg.Linger = -1
 	}
 	return &Relay{cfg: cfg, lease: claimer.Config(), claimer: claimer, pub: pub, wake: wake, log: logger.Named("relay")}, nil
 }
