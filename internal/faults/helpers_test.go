@@ -203,10 +203,15 @@ func (p *RelayProc) Term() {
 	}
 }
 
-// Wait waits up to timeout for the relay to exit and returns its exit
-// error (nil for exit status 0); it fails the test if the relay is still
-// running after timeout.
-func (p *RelayProc) Wait(timeout time.Duration) error {
+// Wait waits up to 30 s for the relay to exit and returns its exit error
+// (nil for exit status 0); it fails the test if the relay still runs.
+func (p *RelayProc) Wait() error {
+	p.t.Helper()
+	return p.WaitTimeout(30 * time.Second)
+}
+
+// WaitTimeout is Wait with a deadline of timeout.
+func (p *RelayProc) WaitTimeout(timeout time.Duration) error {
 	p.t.Helper()
 	select {
 	case <-p.done:

@@ -26,7 +26,7 @@ func TestProcRelayDelivers(t *testing.T) {
 		t.Fatalf("delivered %d of 500", rep.Delivered)
 	}
 	r.Term()
-	if err := r.Wait(10 * time.Second); err != nil {
+	if err := r.WaitTimeout(10 * time.Second); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }
