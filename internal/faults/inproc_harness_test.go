@@ -1,0 +1,371 @@
+package faults
+
+// Harness of the in-process fault tests (inproc_*_test.go): a relay with its
+// listener, publisher and claimer running in the test process, so that the
+// tests can wrap its claimer and publisher, read its Stats, cancel its
+// context and share kfake's hooks with it. Everything here is prefixed "ip"
+// to stay out of the way of the subprocess tests' helpers.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/relay"
+)
+
+// ipConfig configures ipStartRelay. The zero value is a relay with its
+// listener on the test schema's channel (the writers of writer() notify
+// there), default relay and lease settings, a publisher with a 3 s write
+// timeout, info-level logs.
+type ipConfig struct {
+	Relay relay.Config
+	Lease lease.Config
+	// Kafka edits the publisher's configuration.
+	Kafka func(*kafka.Config)
+	// NoNotify runs the relay without a listener (poll only).
+	NoNotify bool
+	// Notify is the listener's configuration; Channel defaults to the
+	// test schema, PingInterval to 500ms, PingTimeout to 2s.
+	Notify notify.Config
+	// Pool is the relay's pool (claimer and watchdog pings); defaults to
+	// the test database's pool. ConnString is the listener's; defaults to
+	// the test database's.
+	Pool       *pgxpool.Pool
+	ConnString string
+	// OnPublished is set as the relay's OnPublished hook.
+	OnPublished func([]lease.Row)
+	// WrapClaimer and WrapPublisher may wrap what the relay calls.
+	WrapClaimer   func(relay.Claimer) relay.Claimer
+	WrapPublisher func(relay.Publisher) relay.Publisher
+	// LogLevel of the relay's logs (through t.Log); defaults to info.
+	LogLevel *zapcore.Level
+	// NoWaitListening starts the relay without waiting for LISTEN.
+	NoWaitListening bool
+}
+
+// ipRelay is one in-process relay.
+type ipRelay struct {
+	t        testing.TB
+	Relay    *relay.Relay
+	Listener *notify.Listener
+	Claimer  *lease.Claimer
+	RelayID  string
+
+	cancel     context.CancelFunc
+	cancelled  atomic.Int64 // unix nanos of the cancel
+	runDone    chan struct{}
+	runReturn  atomic.Int64 // unix nanos when Run returned
+	done       chan struct{}
+	closeTook  atomic.Int64 // how long the publisher's Close took
+	stopOnce   sync.Once
+	stopResult time.Duration
+}
+
+func ipLogLevel(l *zapcore.Level) zapcore.Level {
+	if l == nil {
+		return zapcore.InfoLevel
+	}
+	return *l
+}
+
+// ipStartRelay starts a relay on db (its pool and schema) publishing to
+// topic on brokers, and stops it gracefully when the test ends.
+func ipStartRelay(t testing.TB, db *testenv.TestDB, brokers []string, topic string, c ipConfig) *ipRelay {
+	t.Helper()
+	log := zaptest.NewLogger(t, zaptest.Level(ipLogLevel(c.LogLevel)))
+	h := &ipRelay{t: t, runDone: make(chan struct{}), done: make(chan struct{})}
+	kc := kafka.Config{Brokers: brokers, Topic: topic, WriteTimeout: 3 * time.Second}
+	if c.Kafka != nil {
+		c.Kafka(&kc)
+	}
+	pub, err := kafka.NewPublisher(kc, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := c.Pool
+	if pool == nil {
+		pool = db.Pool
+	}
+	h.Claimer, err = lease.New(pool, c.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.RelayID = h.Claimer.Config().RelayID
+	var wake <-chan struct{}
+	if !c.NoNotify {
+		connString := c.ConnString
+		if connString == "" {
+			connString = db.ConnString
+		}
+		cc, err := pgx.ParseConfig(connString)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc := c.Notify
+		if nc.Channel == "" {
+			nc.Channel = db.Schema
+		}
+		if nc.PingInterval == 0 {
+			nc.PingInterval = 500 * time.Millisecond
+		}
+		if nc.PingTimeout == 0 {
+			nc.PingTimeout = 2 * time.Second
+		}
+		h.Listener, err = notify.New(nc, func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }, pool, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wake = h.Listener.Wake()
+	}
+	var claimer relay.Claimer = h.Claimer
+	if c.WrapClaimer != nil {
+		claimer = c.WrapClaimer(claimer)
+	}
+	var publisher relay.Publisher = pub
+	if c.WrapPublisher != nil {
+		publisher = c.WrapPublisher(publisher)
+	}
+	rc := c.Relay
+	rc.Topic = topic
+	h.Relay, err = relay.New(rc, claimer, publisher, wake, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Relay.OnPublished = c.OnPublished
+
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	lctx, lcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	if h.Listener != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = h.Listener.Run(lctx) }()
+	}
+	go func() {
+		_ = h.Relay.Run(ctx)
+		h.runReturn.Store(time.Now().UnixNano())
+		close(h.runDone)
+		lcancel()
+		wg.Wait()
+		start := time.Now()
+		_ = pub.Close()
+		h.closeTook.Store(int64(time.Since(start)))
+		close(h.done)
+	}()
+	t.Cleanup(func() { h.Stop() })
+	if h.Listener != nil && !c.NoWaitListening {
+		testenv.Eventually(t, 15*time.Second, func() bool { return h.Listener.State() == notify.StateListening }, "listener never connected")
+	}
+	return h
+}
+
+// Cancel cancels the relay's context (the in-process SIGTERM) and returns
+// at once.
+func (h *ipRelay) Cancel() {
+	h.cancelled.CompareAndSwap(0, time.Now().UnixNano())
+	h.cancel()
+}
+
+// Stop cancels the relay and waits for it and its listener and publisher to
+// stop; it returns how long Run took to return after the cancel. It fails
+// the test after 30s.
+func (h *ipRelay) Stop() time.Duration {
+	h.stopOnce.Do(func() {
+		h.Cancel()
+		select {
+		case <-h.done:
+		case <-time.After(30 * time.Second):
+			h.t.Errorf("relay %s did not stop within 30s", h.RelayID)
+		}
+		if r := h.runReturn.Load(); r != 0 {
+			h.stopResult = time.Duration(r - h.cancelled.Load())
+		}
+	})
+	return h.stopResult
+}
+
+// Done is closed when the relay, its listener and its publisher stopped.
+func (h *ipRelay) Done() <-chan struct{} { return h.done }
+
+// RunDone is closed when Run returned.
+func (h *ipRelay) RunDone() <-chan struct{} { return h.runDone }
+
+// ipSpyClaimer records the relay's marks.
+type ipSpyClaimer struct {
+	relay.Claimer
+	mu    sync.Mutex
+	marks []ipMark
+}
+
+type ipMark struct {
+	token uuid.UUID
+	ids   int
+	n     int64
+	err   error
+}
+
+func (s *ipSpyClaimer) MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid.UUID) (int64, error) {
+	n, err := s.Claimer.MarkPublished(ctx, token, ids)
+	s.mu.Lock()
+	s.marks = append(s.marks, ipMark{token: token, ids: len(ids), n: n, err: err})
+	s.mu.Unlock()
+	return n, err
+}
+
+// Marks returns the marks so far.
+func (s *ipSpyClaimer) Marks() []ipMark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ipMark(nil), s.marks...)
+}
+
+// ipSpyPublisher counts Publish calls in flight.
+type ipSpyPublisher struct {
+	relay.Publisher
+	entered  atomic.Int64
+	inflight atomic.Int64
+}
+
+func (p *ipSpyPublisher) Publish(ctx context.Context, msgs []kafka.Message) error {
+	p.entered.Add(1)
+	p.inflight.Add(1)
+	defer p.inflight.Add(-1)
+	return p.Publisher.Publish(ctx, msgs)
+}
+
+// ipLoad writes events continuously through a pool until stopped; writer
+// errors (expected while the database restarts) are counted, not fatal.
+type ipLoad struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	committed atomic.Int64
+	failed    atomic.Int64
+
+	mu      sync.Mutex
+	ids     []uuid.UUID // events whose transaction's Commit returned nil
+	lastErr error
+}
+
+// ipStartLoad commits a transaction of perTx events every interval, spread
+// round-robin over aggregates "<prefix>-0".."<prefix>-(aggregates-1)".
+func ipStartLoad(t testing.TB, pool *pgxpool.Pool, w *outbox.Writer, prefix string, aggregates, perTx int, interval time.Duration) *ipLoad {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &ipLoad{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		n := 0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			evs := make([]outbox.Event, perTx)
+			for i := range evs {
+				agg := fmt.Sprintf("%s-%d", prefix, n%aggregates)
+				evs[i] = outbox.Event{ID: outbox.NewID(), AggregateID: agg, Type: "fault.load", Payload: eventPayload(n, agg)}
+				n++
+			}
+			if err := ipCommit(ctx, pool, w, evs); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				l.failed.Add(1)
+				l.mu.Lock()
+				l.lastErr = err
+				l.mu.Unlock()
+				continue
+			}
+			l.mu.Lock()
+			for _, e := range evs {
+				l.ids = append(l.ids, e.ID)
+			}
+			l.mu.Unlock()
+			l.committed.Add(int64(len(evs)))
+		}
+	}()
+	t.Cleanup(l.Stop)
+	return l
+}
+
+// Stop stops the load and waits for its last transaction.
+func (l *ipLoad) Stop() {
+	l.cancel()
+	<-l.done
+}
+
+// IDs returns the IDs of the events whose commit succeeded.
+func (l *ipLoad) IDs() []uuid.UUID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]uuid.UUID(nil), l.ids...)
+}
+
+func ipCommit(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, evs []outbox.Event) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := w.Add(ctx, tx, evs...); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// ipInsert commits evs in one transaction, failing the test on error.
+func ipInsert(t testing.TB, pool *pgxpool.Pool, w *outbox.Writer, evs ...outbox.Event) {
+	t.Helper()
+	if err := ipCommit(context.Background(), pool, w, evs); err != nil {
+		t.Fatalf("insert events: %v", err)
+	}
+}
+
+// ipEvent is the n-th test event of aggregate agg.
+func ipEvent(agg string, n int) outbox.Event {
+	return outbox.Event{ID: outbox.NewID(), AggregateID: agg, Type: "fault.test", Payload: eventPayload(n, agg)}
+}
+
+// ipCount runs a count query and returns its result.
+func ipCount(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func ipUnpublished(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	return ipCount(t, pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL")
+}
+
+func ipPublished(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	return ipCount(t, pool, "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+}
+
+// ipLevel returns a pointer to l, for ipConfig.LogLevel.
+func ipLevel(l zapcore.Level) *zapcore.Level { return &l }
