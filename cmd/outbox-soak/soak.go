@@ -577,6 +577,7 @@ func (s *soak) injectFaults(ctx context.Context) []string {
 		case <-t.C:
 		}
 		name := names[i%len(names)]
+		logf("fault %s: injecting", name)
 		did, err := s.inject(ctx, name, i)
 		switch {
 		case err != nil:
