@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -127,13 +128,31 @@ func (b *Batch) Deadline(lease time.Duration) time.Time { return b.Claimed.Add(l
 type Claimer struct {
 	cfg        Config
 	pool       *pgxpool.Pool
+	advanceSQL string
 	claimSQL   string
 	markSQL    string
 	releaseSQL string
 	deadSQL    string
 	requeueSQL string
 	lockSQL    string
+
+	// The floor (see advance) is used and moved only by Claim.
+	mu          sync.Mutex
+	floor       int64
+	markers     []marker
+	lastAdvance time.Time
 }
+
+// marker says: once every transaction with an xid below xid has ended,
+// every row with seq <= seq is final (committed or rolled back).
+type marker struct{ seq, xid int64 }
+
+// advanceEvery is how often Claim moves the floor.
+const advanceEvery = 20 * time.Millisecond
+
+// maxMarkers bounds the pending markers while a long transaction holds the
+// xmin horizon back; meanwhile the floor stays where it is.
+const maxMarkers = 4096
 
 // New returns a Claimer on pool. It returns cfg's validation error.
 func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
@@ -171,6 +190,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 	c.claimSQL = `WITH candidates AS (
   SELECT o.ctid FROM ` + t + ` o
   WHERE o.published_at IS NULL
+    AND o.seq >= $5
     AND (o.locked_until IS NULL OR o.locked_until <= now())
     AND o.dead_lettered_at IS NULL
     AND NOT COALESCE((
@@ -178,6 +198,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
       WHERE p.aggregate_id = o.aggregate_id
         AND p.published_at IS NULL
         AND p.seq < o.seq
+        AND p.seq >= $5
         AND p.locked_until > now()
         AND p.locked_by IS DISTINCT FROM $3
       LIMIT 1), false)
@@ -189,6 +210,22 @@ UPDATE ` + t + ` o
 SET locked_until = now() + $2 * interval '1 millisecond', locked_by = $3, claim_token = $4
 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
 RETURNING o.seq, o.id, o.aggregate_id, o.event_type, o.payload::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until`
+	// The floor: every row with seq below it is published. Published rows
+	// leave the partial indexes only when VACUUM cleans them (and a large
+	// table's autovacuum may skip index cleanup for a long time: PG 14+'s
+	// INDEX_CLEANUP auto bypass), so an index scan from the start would walk
+	// over every published row's dead entry, and each claim would get
+	// slower as events are published. Claims start at the floor instead.
+	// It moves only over rows that are published and final: the identity's
+	// last value, less max_connections (one row per running transaction may
+	// take its seq before its transaction has an xid), is recorded with the
+	// next xid; once every transaction below that xid has ended, nothing at
+	// or below that seq can still appear.
+	c.advanceSQL = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+  pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+  coalesce(pg_sequence_last_value(pg_get_serial_sequence('` + strings.ReplaceAll(t, `'`, `''`) + `', 'seq')::regclass), 0)
+    - current_setting('max_connections')::bigint,
+  (SELECT min(seq) FROM ` + t + ` WHERE published_at IS NULL AND seq >= $1)`
 	c.markSQL = `UPDATE ` + t + `
 SET published_at = now(), locked_until = NULL, last_error = NULL
 WHERE id = ANY($1) AND claim_token = $2 AND published_at IS NULL`
@@ -252,10 +289,16 @@ func (c *Claimer) Config() Config { return c.cfg }
 // Errors are wrapped as "claim batch: ...": see IsMissingTable.
 func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	token := uuid.Must(uuid.NewV7())
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	b := &pgx.Batch{}
 	b.Queue(c.lockSQL)
-	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.cfg.RelayID, token)
-	// Both statements run in one implicit transaction, in one round trip;
+	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.cfg.RelayID, token, c.floor)
+	advance := time.Since(c.lastAdvance) >= advanceEvery
+	if advance {
+		b.Queue(c.advanceSQL, c.floor)
+	}
+	// The statements run in one implicit transaction, in one round trip;
 	// it commits when the batch completes, releasing the advisory lock.
 	br := c.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -294,6 +337,15 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
+	if advance {
+		var xmin, xmax, seq int64
+		var minUnpublished *int64
+		if err := br.QueryRow().Scan(&xmin, &xmax, &seq, &minUnpublished); err != nil {
+			return nil, fmt.Errorf("claim batch: advance floor: %w", err)
+		}
+		c.advance(xmin, xmax, seq, minUnpublished)
+		c.lastAdvance = time.Now()
+	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("claim batch: commit: %w", err)
 	}
@@ -301,6 +353,38 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	// RETURNING is not ordered; the relay needs seq order.
 	sortRows(batch.Rows)
 	return batch, nil
+}
+
+// advance records a new marker and moves the floor up to the highest
+// settled marker, but never past an unpublished row.
+func (c *Claimer) advance(xmin, xmax, seq int64, minUnpublished *int64) {
+	if len(c.markers) < maxMarkers && seq > 0 {
+		c.markers = append(c.markers, marker{seq: seq, xid: xmax})
+	}
+	settled := int64(-1)
+	i := 0
+	for ; i < len(c.markers) && c.markers[i].xid <= xmin; i++ {
+		settled = c.markers[i].seq
+	}
+	c.markers = c.markers[i:]
+	if settled < 0 {
+		return
+	}
+	next := settled + 1
+	if minUnpublished != nil && *minUnpublished < next {
+		next = *minUnpublished
+	}
+	if next > c.floor {
+		c.floor = next
+	}
+}
+
+// Floor returns the seq below which this Claimer knows every row is
+// published; its claims scan from there.
+func (c *Claimer) Floor() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.floor
 }
 
 func decodeHeaders(b []byte) (map[string]string, error) {

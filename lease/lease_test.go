@@ -297,3 +297,81 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// The claim's floor moves past published rows (so claims do not walk over
+// their dead index entries) but never past a row whose inserting
+// transaction is still open: it commits later and is still claimed.
+func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	c := newClaimer(t, db.Pool, lease.Config{RelayID: "r1", BatchSize: 1000})
+	publishAll := func() {
+		t.Helper()
+		b, err := c.Claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.MarkPublished(ctx, b.Token, ids(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	aggs := make([]string, 50)
+	for i := range aggs {
+		aggs[i] = fmt.Sprint("agg-", i)
+	}
+	addEvents(t, db.Pool, aggs...)
+	publishAll()
+	// max_connections is the floor's safety margin: give it seqs to pass.
+	var margin int64
+	if err := db.Pool.QueryRow(ctx, "SELECT current_setting('max_connections')::bigint").Scan(&margin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT setval(pg_get_serial_sequence('outbox', 'seq'), $1)", margin+100); err != nil {
+		t.Fatal(err)
+	}
+	addEvents(t, db.Pool, aggs...)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		publishAll()
+		return c.Floor() > 100
+	}, "the floor never moved past published rows (floor %d)", c.Floor())
+
+	// A transaction inserts and stays open; later events are published.
+	late, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx) //nolint:errcheck
+	lateID := outbox.NewID()
+	if err := outbox.Add(ctx, late, outbox.Event{ID: lateID, AggregateID: "late", Type: "t", Payload: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	var lateSeq int64
+	if err := late.QueryRow(ctx, "SELECT seq FROM outbox WHERE id = $1", lateID).Scan(&lateSeq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT setval(pg_get_serial_sequence('outbox', 'seq'), $1)", lateSeq+margin+100); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		addEvents(t, db.Pool, aggs...)
+		start := time.Now()
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			publishAll()
+			return time.Since(start) > 30*time.Millisecond // a few floor advances
+		}, "")
+	}
+	if f := c.Floor(); f > lateSeq {
+		t.Fatalf("floor %d passed seq %d of a row whose transaction is still open", f, lateSeq)
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Rows) != 1 || b.Rows[0].ID != lateID {
+		t.Fatalf("after the late commit the claim got %v, want the late row %s", ids(b), lateID)
+	}
+}
