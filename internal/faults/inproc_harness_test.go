@@ -369,3 +369,18 @@ func ipPublished(t testing.TB, pool *pgxpool.Pool) int {
 
 // ipLevel returns a pointer to l, for ipConfig.LogLevel.
 func ipLevel(l zapcore.Level) *zapcore.Level { return &l }
+
+// ipWait polls cond until it is true or timeout passes, and reports which;
+// for conditions whose failure the test reports itself and goes on.
+func ipWait(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	interval := 2 * time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+		interval = min(2*interval, 50*time.Millisecond)
+	}
+	return true
+}

@@ -289,4 +289,3 @@ func TestInprocNonUTCSessionTimeZone(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "last row not published")
 	checkTopic(t, db.Pool, k.Brokers, topic, "session TimeZone New York / Kathmandu", 10*time.Second)
 }
-
