@@ -49,6 +49,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // a second signal takes the default action
 	ok, err := run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "outbox-soak:", err)

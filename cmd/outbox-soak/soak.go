@@ -133,12 +133,13 @@ func run(ctx context.Context, cfg config) (bool, error) {
 			fmt.Printf("relay logs: %s\n", s.logDir)
 		}
 	}()
+	// Deferred calls run last-in first-out: relays stop before the
+	// database and the broker go away.
+	defer s.tearDown()
 	defer s.stopRelays()
 	if err := s.setUp(ctx); err != nil {
-		s.tearDown()
 		return false, err
 	}
-	defer s.tearDown()
 
 	obs, err := checker.NewObserver(context.Background(), s.brokers, s.topic)
 	if err != nil {
@@ -201,7 +202,10 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		return false, err
 	}
 	logf("writing stopped: %d events committed; draining (up to %s)", len(exp), cfg.drainTimeout)
-	dctx, cancel := context.WithTimeout(ctx, cfg.drainTimeout)
+	// Ctrl-C during the run ends the writing early; the drain and the check
+	// still run (a second Ctrl-C kills the soak: main restored the default
+	// signal handling once ctx ended).
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
 	drained := obs.WaitDistinct(dctx, len(exp))
 	if drained {
 		_ = obs.WaitCaughtUp(dctx)
