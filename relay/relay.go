@@ -288,7 +288,7 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks
 			outages++
 			// Nothing got through: hold the claimer back, growing with
 			// each outage in a row; the broker is likely down.
-			pause := backoff(r.cfg.RetryMin, r.cfg.RetryMax, outages)
+			pause := backoff(r.cfg.RetryMin, min(r.cfg.RetryMax, maxOutagePause), outages)
 			r.pauseUntil.Store(time.Now().Add(pause).UnixNano())
 		} else {
 			outages = 0
@@ -306,6 +306,10 @@ func unreachable(errs []error) bool {
 	}
 	return true
 }
+
+// maxOutagePause caps how long the claimer waits between attempts while the
+// broker is unreachable, so publishing resumes within seconds of its return.
+const maxOutagePause = 5 * time.Second
 
 // errHeld marks a message not sent because an earlier event of its
 // aggregate failed in the same chunk.
@@ -502,6 +506,8 @@ func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failu
 		msg      string
 	}
 	groups := map[key][]uuid.UUID{}
+	unreachable := 0
+	var firstUnreachable error
 	for _, f := range fs {
 		count := !kafka.IsUnreachable(f.err)
 		attempts := f.row.Attempts
@@ -518,12 +524,22 @@ func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failu
 			zap.Int("attempts", attempts),
 			zap.Error(f.err),
 		}
-		if dead {
+		switch {
+		case dead:
 			r.log.Error("event dead-lettered: it stays in the outbox table; fix the cause, then `outbox-relay requeue --event-id`",
 				append(fields, zap.String("on_dead_letter", r.cfg.OnDeadLetter))...)
-		} else {
+		case count:
 			r.log.Warn("publish failed; will retry", fields...)
+		default:
+			unreachable++
+			if firstUnreachable == nil {
+				firstUnreachable = f.err
+			}
 		}
+	}
+	if unreachable > 0 {
+		// One line per batch, not per event: an outage fails every event.
+		r.log.Warn("publish failed: broker unreachable; will retry", zap.Int("events", unreachable), zap.Error(firstUnreachable))
 	}
 	for k, ids := range groups {
 		if k.dead {
