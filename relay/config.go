@@ -46,7 +46,7 @@ type Config struct {
 	// lingers: it polls every PollInterval.
 	Linger time.Duration
 	// LingerPoll is the first interval between lingering claims. Defaults
-	// to 1ms.
+	// to 500µs.
 	LingerPoll time.Duration
 	// MaxAttempts is how many failed publishes, each answered by the broker
 	// with an error, an event may have before it is dead-lettered. Failures
@@ -93,7 +93,7 @@ func (c *Config) setDefaults() {
 		c.Linger = DefaultLinger
 	}
 	if c.LingerPoll == 0 {
-		c.LingerPoll = time.Millisecond
+		c.LingerPoll = 500 * time.Microsecond
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 16

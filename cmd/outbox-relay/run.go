@@ -44,7 +44,7 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "fallback poll interval when no notification arrives (jittered ±10%)")
 	fs.DurationVar(&f.relay.Linger, "linger", relay.DefaultLinger, "after a claim found events, keep claiming every --linger-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative: off)")
-	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", time.Millisecond, "first interval between lingering claims")
+	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", 500*time.Microsecond, "first interval between lingering claims")
 	fs.IntVar(&f.relay.MaxAttempts, "max-attempts", 16, "failed publishes answered by the broker before an event is dead-lettered (outages do not count)")
 	fs.StringVar(&f.relay.OnDeadLetter, "on-dead-letter", relay.DeadLetterHold, "later events of a dead-lettered event's aggregate: hold (keep order) or skip")
 	fs.DurationVar(&f.relay.RetryMin, "retry-min", 500*time.Millisecond, "first retry delay of a failed event; doubles per attempt")
