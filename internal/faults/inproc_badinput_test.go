@@ -232,13 +232,18 @@ func TestInprocRowHeadersCannotShadowReservedHeaders(t *testing.T) {
 	}
 	r := recs[0]
 	want := map[string]string{"event_id": id.String(), "event_type": "real.type", "aggregate_id": "agg", "tenant": "acme"}
-	for key, v := range want {
-		vals := ipHeaderValues(r, key)
-		if len(vals) == 0 || vals[len(vals)-1] != v {
-			t.Errorf("BUG: header %s is %q on the record (last value wins for most consumers), want only %q: "+
-				"relay.message appends the row's headers after the reserved ones without dropping reserved names", key, vals, v)
+	var bugs []string
+	for _, key := range []string{"event_id", "event_type", "aggregate_id", "tenant"} {
+		if vals := ipHeaderValues(r, key); len(vals) != 1 || vals[0] != want[key] {
+			bugs = append(bugs, fmt.Sprintf("header %s is %q, want only %q", key, vals, want[key]))
 		}
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "not marked")
+	if len(bugs) > 0 {
+		// The checker would see the spoofed event_id (it reads the last
+		// one): a phantom, and the real event lost.
+		ipBug(t, "%s: relay.message appends the row's headers after the reserved ones without dropping reserved names "+
+			"(most consumers read the last value)", strings.Join(bugs, "; "))
+	}
 	checkTopic(t, db.Pool, k.Brokers, topic, "row headers named like the reserved headers", 10*time.Second)
 }
