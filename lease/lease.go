@@ -38,7 +38,10 @@ type Config struct {
 	Lease time.Duration
 	// BatchSize is the most rows one claim returns. Defaults to 500.
 	BatchSize int
-	// RelayID names this relay in locked_by (status, logs). Defaults to
+	// RelayID names this relay in locked_by (status, logs); the Claimer
+	// appends "/<8 hex digits>" per instance (Claimer.Holder), so a relay
+	// restarted with the same ID never mistakes its previous incarnation's
+	// leases for its own. Defaults to
 	// "<hostname>-<random>".
 	RelayID string
 }
@@ -128,6 +131,11 @@ func (b *Batch) Deadline(lease time.Duration) time.Time { return b.Claimed.Add(l
 type Claimer struct {
 	cfg        Config
 	pool       *pgxpool.Pool
+	holder     string
+	guard      string // quoted name of the order-guard table
+	beatSQL    string
+	holdSQL    string
+	sweepSQL   string
 	advanceSQL string
 	claimSQL   string
 	markSQL    string
@@ -160,7 +168,21 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 		return nil, err
 	}
 	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
-	c := &Claimer{cfg: cfg, pool: pool}
+	gparts := strings.Split(cfg.Table, ".")
+	gparts[len(gparts)-1] += "_order_guard"
+	guard := pgx.Identifier(gparts).Sanitize()
+	c := &Claimer{cfg: cfg, pool: pool, holder: cfg.RelayID + "/" + randomHex(4), guard: guard}
+	// Each claim records, in its own transaction, when this relay's newest
+	// lease ends; other relays' claims read it to know whether they need
+	// the order guard.
+	c.beatSQL = `INSERT INTO ` + guard + ` (key, until) VALUES ('relay:' || $1, now() + $2 * interval '1 millisecond')
+ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until`
+	// A release with a delay ($1 ms) or a held dead letter ($1 NULL:
+	// forever) extends 'holds', by the database clock.
+	c.holdSQL = `INSERT INTO ` + guard + ` (key, until)
+VALUES ('holds', CASE WHEN $1::bigint IS NULL THEN 'infinity'::timestamptz ELSE now() + $1 * interval '1 millisecond' END)
+ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.until)`
+	c.sweepSQL = `DELETE FROM ` + guard + ` WHERE key LIKE 'relay:%' AND until < now() - interval '1 hour'`
 	// Claims of all relays on one table serialize on a transaction-level
 	// advisory lock keyed by the table's OID. Without it, two concurrent
 	// claims could split one aggregate's consecutive events between two
@@ -193,7 +215,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
     AND o.seq >= $5
     AND (o.locked_until IS NULL OR o.locked_until <= now())
     AND o.dead_lettered_at IS NULL
-    AND NOT COALESCE((
+    AND (NOT (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.until > now() AND g.key <> 'relay:' || $3))
+      OR NOT COALESCE((
       SELECT true FROM ` + t + ` p
       WHERE p.aggregate_id = o.aggregate_id
         AND p.published_at IS NULL
@@ -201,7 +224,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
         AND p.seq >= $5
         AND p.locked_until > now()
         AND p.locked_by IS DISTINCT FROM $3
-      LIMIT 1), false)
+      LIMIT 1), false))
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -261,11 +284,16 @@ func (c *Claimer) DeadLetter(ctx context.Context, token uuid.UUID, ids []uuid.UU
 	if countAttempt {
 		inc = 1
 	}
-	tag, err := c.pool.Exec(ctx, c.deadSQL, ids, token, hold, inc, lastError)
+	b := &pgx.Batch{}
+	b.Queue(c.deadSQL, ids, token, hold, inc, lastError)
+	if hold {
+		b.Queue(c.holdSQL, nil)
+	}
+	n, err := c.execBatch(ctx, b)
 	if err != nil {
 		return 0, fmt.Errorf("dead-letter: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Requeue makes dead-lettered events claimable again with attempts reset
@@ -274,11 +302,71 @@ func (c *Claimer) DeadLetter(ctx context.Context, token uuid.UUID, ids []uuid.UU
 // follow them in order. It returns how many events it requeued. Errors are
 // wrapped as "requeue: ...".
 func (c *Claimer) Requeue(ctx context.Context, ids []uuid.UUID) (int64, error) {
-	tag, err := c.pool.Exec(ctx, c.requeueSQL, ids)
+	var n int64
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		// Serialize with releases and dead-letterings, which extend
+		// 'holds' in their own transactions.
+		if _, err := tx.Exec(ctx, c.holdSQL, nil); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, c.requeueSQL, ids)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		// 'holds' now only needs to cover what still backs off or is held.
+		_, err = tx.Exec(ctx, `UPDATE `+c.guard+` SET until = coalesce((
+  SELECT max(locked_until) FROM `+c.table()+`
+  WHERE published_at IS NULL AND locked_by IS NULL AND locked_until > now()), '-infinity')
+WHERE key = 'holds'`)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("requeue: %w", err)
 	}
+	return n, nil
+}
+
+// table returns the quoted outbox table name.
+func (c *Claimer) table() string {
+	return pgx.Identifier(strings.Split(c.cfg.Table, ".")).Sanitize()
+}
+
+// execBatch runs b in one implicit transaction and returns the rows
+// affected by its first statement.
+func (c *Claimer) execBatch(ctx context.Context, b *pgx.Batch) (int64, error) {
+	br := c.pool.SendBatch(ctx, b)
+	defer br.Close()
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, err
+	}
+	for i := 1; i < b.Len(); i++ {
+		if _, err := br.Exec(); err != nil {
+			return 0, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return 0, err
+	}
 	return tag.RowsAffected(), nil
+}
+
+// Holder is the value this Claimer writes to locked_by: Config.RelayID
+// plus a per-instance suffix.
+func (c *Claimer) Holder() string { return c.holder }
+
+// Close tells other relays that this one holds no more leases, so their
+// claims can skip the order guard again. Call it after every batch was
+// marked or released; it does nothing while rows are still leased by this
+// Claimer. Errors are wrapped as "close claimer: ...".
+func (c *Claimer) Close(ctx context.Context) error {
+	_, err := c.pool.Exec(ctx, `DELETE FROM `+c.guard+` WHERE key = 'relay:' || $1
+AND NOT EXISTS (SELECT 1 FROM `+c.table()+` WHERE locked_by = $1 AND published_at IS NULL AND locked_until > now())`, c.holder)
+	if err != nil {
+		return fmt.Errorf("close claimer: %w", err)
+	}
+	return nil
 }
 
 // Config returns the Claimer's configuration with defaults applied.
@@ -293,15 +381,20 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	defer c.mu.Unlock()
 	b := &pgx.Batch{}
 	b.Queue(c.lockSQL)
-	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.cfg.RelayID, token, c.floor)
+	b.Queue(c.beatSQL, c.holder, c.cfg.Lease.Milliseconds())
+	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder, token, c.floor)
 	advance := time.Since(c.lastAdvance) >= advanceEvery
 	if advance {
 		b.Queue(c.advanceSQL, c.floor)
+		b.Queue(c.sweepSQL)
 	}
 	// The statements run in one implicit transaction, in one round trip;
 	// it commits when the batch completes, releasing the advisory lock.
 	br := c.pool.SendBatch(ctx, b)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
 	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
@@ -345,6 +438,9 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 		}
 		c.advance(xmin, xmax, seq, minUnpublished)
 		c.lastAdvance = time.Now()
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("claim batch: sweep order guard: %w", err)
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("claim batch: commit: %w", err)
@@ -461,11 +557,16 @@ func (c *Claimer) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID,
 	if countAttempt {
 		inc = 1
 	}
-	tag, err := c.pool.Exec(ctx, c.releaseSQL, ids, token, retryDelay.Milliseconds(), inc, le)
+	b := &pgx.Batch{}
+	b.Queue(c.releaseSQL, ids, token, retryDelay.Milliseconds(), inc, le)
+	if retryDelay > 0 {
+		b.Queue(c.holdSQL, retryDelay.Milliseconds())
+	}
+	n, err := c.execBatch(ctx, b)
 	if err != nil {
 		return 0, fmt.Errorf("release: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // IsMissingTable reports whether err comes from a missing outbox table

@@ -375,3 +375,72 @@ func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
 		t.Fatalf("after the late commit the claim got %v, want the late row %s", ids(b), lateID)
 	}
 }
+
+// The order guard's registry: claims register their relay, delayed releases
+// and held dead letters extend 'holds', requeue shrinks it, Close
+// deregisters a relay without leases.
+func TestOrderGuardRegistry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	until := func(key string) (time.Time, bool) {
+		var u time.Time
+		var future bool
+		err := db.Pool.QueryRow(ctx, "SELECT until, until > now() FROM outbox_order_guard WHERE key = $1", key).Scan(&u, &future)
+		if err != nil {
+			return time.Time{}, false
+		}
+		return u, future
+	}
+	want := addEvents(t, db.Pool, "a", "b")
+	c := newClaimer(t, db.Pool, lease.Config{RelayID: "r1", BatchSize: 1})
+	if !strings.HasPrefix(c.Holder(), "r1/") {
+		t.Fatalf("holder %q", c.Holder())
+	}
+	b, err := c.Claim(ctx)
+	if err != nil || len(b.Rows) != 1 {
+		t.Fatal(err)
+	}
+	if _, future := until("relay:" + c.Holder()); !future {
+		t.Fatal("the claim did not register its relay")
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, future := until("relay:" + c.Holder()); !future {
+		t.Fatal("Close deregistered a relay that still holds a lease")
+	}
+	if _, err := c.Release(ctx, b.Token, ids(b), time.Hour, true, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	if _, future := until("holds"); !future {
+		t.Fatal("a delayed release did not extend holds")
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := until("relay:" + c.Holder()); ok {
+		t.Fatal("Close kept a relay without leases registered")
+	}
+	// Turn the backing-off row into a held dead letter, then requeue it.
+	if _, err := db.Pool.Exec(ctx, "UPDATE outbox SET locked_until = NULL WHERE id = $1", want[0]); err != nil {
+		t.Fatal(err)
+	}
+	b, err = c.Claim(ctx)
+	if err != nil || len(b.Rows) != 1 || b.Rows[0].ID != want[0] {
+		t.Fatalf("claim: %v %v", err, b)
+	}
+	if _, err := c.DeadLetter(ctx, b.Token, ids(b), true, true, "rejected"); err != nil {
+		t.Fatal(err)
+	}
+	var forever bool
+	if err := db.Pool.QueryRow(ctx, "SELECT until = 'infinity' FROM outbox_order_guard WHERE key = 'holds'").Scan(&forever); err != nil || !forever {
+		t.Fatalf("holds after a held dead letter: infinity=%v err=%v", forever, err)
+	}
+	if n, err := c.Requeue(ctx, nil); err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+	if _, future := until("holds"); future {
+		t.Fatal("holds still in the future after the only dead letter was requeued")
+	}
+}

@@ -18,6 +18,13 @@ func DefaultRelayID() string {
 	return host + "-" + hex.EncodeToString(b[:])
 }
 
+// randomHex returns 2n random hex digits.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 func sortRows(rows []Row) {
 	slices.SortFunc(rows, func(a, b Row) int {
 		switch {

@@ -35,6 +35,7 @@ type Claimer interface {
 	MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid.UUID) (int64, error)
 	Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, retryDelay time.Duration, countAttempt bool, lastError string) (int64, error)
 	DeadLetter(ctx context.Context, token uuid.UUID, ids []uuid.UUID, hold, countAttempt bool, lastError string) (int64, error)
+	Close(ctx context.Context) error
 	Config() lease.Config
 }
 
@@ -157,6 +158,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.runClaimer(ctx, batches)
 	close(batches)
 	wg.Wait()
+	// Everything is marked or released: tell the other relays.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+	if err := r.claimer.Close(cctx); err != nil {
+		r.log.Warn("could not deregister from the order guard; other relays keep using it until this relay's leases would have ended", zap.Error(err))
+	}
+	cancel()
 	r.log.Info("relay stopped", zap.Int64("published", r.stats.published.Load()))
 	return nil
 }

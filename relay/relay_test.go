@@ -435,7 +435,7 @@ func TestStalledRelayLosesLeaseAndCannotClobber(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, "SELECT string_agg(DISTINCT coalesce(locked_by, '-'), ',') FROM outbox").Scan(&lockedBy); err != nil {
 		t.Fatal(err)
 	}
-	if lockedBy != "healthy" {
+	if !strings.HasPrefix(lockedBy, "healthy/") || strings.Contains(lockedBy, ",") {
 		t.Fatalf("locked_by after publish = %q, want the healthy relay's claim kept", lockedBy)
 	}
 }
@@ -519,7 +519,7 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	addTx(t, db, nil, evs...)
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		var n int
-		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE locked_by = 'a'").Scan(&n)
+		_ = db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE locked_by LIKE 'a/%'").Scan(&n)
 		return n > 0
 	}, "relay a never claimed")
 	stopped := time.Now()
