@@ -77,6 +77,7 @@ func TestInprocBrokerRefusedThenBlackholedThenRestored(t *testing.T) {
 		// should not measure the test log's buffer.
 		LogLevel: ipLevel(zapcore.ErrorLevel),
 	})
+	t.Cleanup(func() { ln.SetMode(faultnet.Up) }) // before the relay stops, if the test ends early
 	load := ipStartLoad(t, db.Pool, writer(t, db.Pool), "agg", 50, 2, 10*time.Millisecond)
 	testenv.Eventually(t, 15*time.Second, func() bool { return ipPublished(t, db.Pool) >= 100 }, "nothing published before the outage")
 
@@ -252,7 +253,8 @@ func TestInprocBrokerSlowerThanLease(t *testing.T) {
 		WrapClaimer: func(c relay.Claimer) relay.Claimer { slowSpy.Claimer = c; return slowSpy },
 	})
 	testenv.Eventually(t, 15*time.Second, func() bool { return slept.Load() >= 1 }, "the slow relay's produce request never reached the broker")
-	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = 'slow'"); n != len(evs) {
+	t.Cleanup(unblock) // before the relays stop, if the test ends early
+	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = $1", slowRelay.Holder); n != len(evs) {
 		t.Fatalf("%d rows leased by the slow relay, want %d", n, len(evs))
 	}
 	slow.Store(false) // later produce requests (the taker's) go through
@@ -295,7 +297,7 @@ func TestInprocBrokerSlowerThanLease(t *testing.T) {
 		}
 	}
 	for id, s := range before {
-		if s.lockedBy != "taker" || !takerTokens[s.token] {
+		if s.lockedBy != taker.Holder || !takerTokens[s.token] {
 			t.Fatalf("event %s marked under locked_by=%q claim_token=%s; want the taker's claim", id, s.lockedBy, s.token)
 		}
 	}
@@ -424,6 +426,9 @@ func ipBlackholedPublish(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka,
 		Kafka:         func(c *kafka.Config) { c.WriteTimeout = writeTimeout; c.MaxAttempts = kafkaAttempts },
 		WrapPublisher: func(p relay.Publisher) relay.Publisher { spy.Publisher = p; return spy },
 	})
+	// Before the relay stops if the test ends early: its publisher's
+	// Close would wait for the blackholed request.
+	t.Cleanup(func() { ln.SetMode(faultnet.Up) })
 	w := writer(t, db.Pool)
 	ipInsert(t, db.Pool, w, ipEvents(5, 2)...)
 	testenv.Eventually(t, 15*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "not published before the fault")
@@ -434,7 +439,7 @@ func ipBlackholedPublish(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka,
 	testenv.Eventually(t, 15*time.Second, func() bool {
 		return spy.entered.Load() > entered && spy.inflight.Load() > 0
 	}, "no publish in flight on the blackholed broker")
-	held := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = $1 AND locked_until > now() AND published_at IS NULL", relayID)
+	held := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = $1 AND locked_until > now() AND published_at IS NULL", h.Holder)
 	if held == 0 {
 		t.Fatal("the relay holds no lease during its publish")
 	}
@@ -467,7 +472,7 @@ func TestInprocShutdownDuringBlackholedPublish(t *testing.T) {
 	if took > shutdownTimeout+2*time.Second {
 		t.Errorf("Run returned %s after the cancel; ShutdownTimeout is %s", took, shutdownTimeout)
 	}
-	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = 'sigterm' AND locked_until > now() AND published_at IS NULL"); n != 0 {
+	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = $1 AND locked_until > now() AND published_at IS NULL", h.Holder); n != 0 {
 		t.Fatalf("%d rows still leased by the stopped relay", n)
 	}
 
@@ -506,7 +511,7 @@ func TestInprocShutdownPublisherCloseIsBounded(t *testing.T) {
 	total := time.Duration(h.runReturn.Load()-h.cancelled.Load()) + time.Duration(h.closeTook.Load())
 	t.Logf("Run returned %s after the cancel, the publisher's Close took %s more",
 		time.Duration(h.runReturn.Load()-h.cancelled.Load()).Round(time.Millisecond), time.Duration(h.closeTook.Load()).Round(time.Millisecond))
-	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = 'sigterm-close' AND locked_until > now() AND published_at IS NULL"); n != 0 {
+	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = $1 AND locked_until > now() AND published_at IS NULL", h.Holder); n != 0 {
 		t.Fatalf("%d rows still leased by the stopped relay", n)
 	}
 	if total > shutdownTimeout+2*time.Second {

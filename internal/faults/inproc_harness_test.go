@@ -66,6 +66,9 @@ type ipRelay struct {
 	Listener *notify.Listener
 	Claimer  *lease.Claimer
 	RelayID  string
+	// Holder is what the relay writes to locked_by (RelayID plus a
+	// per-instance suffix).
+	Holder string
 
 	cancel     context.CancelFunc
 	cancelled  atomic.Int64 // unix nanos of the cancel
@@ -107,6 +110,7 @@ func ipStartRelay(t testing.TB, db *testenv.TestDB, brokers []string, topic stri
 		t.Fatal(err)
 	}
 	h.RelayID = h.Claimer.Config().RelayID
+	h.Holder = h.Claimer.Holder()
 	var wake <-chan struct{}
 	if !c.NoNotify {
 		connString := c.ConnString

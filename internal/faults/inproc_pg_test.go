@@ -228,7 +228,7 @@ func TestInprocNonUTCSessionTimeZone(t *testing.T) {
 	var minLeft, maxLeft float64
 	var sameInstant bool
 	if err := ktm.QueryRow(ctx, `SELECT min(extract(epoch FROM locked_until - now())), max(extract(epoch FROM locked_until - now())), bool_and(locked_until = $1)
-		FROM outbox WHERE locked_by = 'ny-stalled'`, b.LockedUntil).Scan(&minLeft, &maxLeft, &sameInstant); err != nil {
+		FROM outbox WHERE locked_by = $2`, b.LockedUntil, stalled.Holder()).Scan(&minLeft, &maxLeft, &sameInstant); err != nil {
 		t.Fatal(err)
 	}
 	if minLeft < stalledLease.Seconds()-0.5 || maxLeft > stalledLease.Seconds() || !sameInstant {
@@ -257,7 +257,7 @@ func TestInprocNonUTCSessionTimeZone(t *testing.T) {
 	})
 	testenv.Eventually(t, 15*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "the Kathmandu relay did not take over after the lease")
 	var early int
-	if err := ktm.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at < $1 OR locked_by <> 'ktm'", b.LockedUntil).Scan(&early); err != nil {
+	if err := ktm.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at < $1 OR locked_by <> $2", b.LockedUntil, taker.Holder).Scan(&early); err != nil {
 		t.Fatal(err)
 	}
 	if early != 0 {
