@@ -1,0 +1,424 @@
+// Package metrics exposes the relay's Prometheus metrics and its health
+// endpoints over HTTP, on a registry of its own (never the global default
+// registry).
+//
+// Three kinds of metrics:
+//
+//   - Table gauges, computed from SQL every Config.Interval (5s by
+//     default): outbox_oldest_unpublished_age_seconds (the one to alert on),
+//     outbox_unpublished_events and outbox_dead_letter_events. Each refresh
+//     is one statement that reads only the partial indexes of unpublished
+//     rows and of dead letters, so it is cheap however much published
+//     history the table keeps. Every relay on a table reports the same
+//     values; aggregate them with max(), not sum().
+//   - Relay counters read at scrape time from relay.Relay.Stats(),
+//     notify.Listener and the cleaner: outbox_relay_*_total,
+//     outbox_listener_connected, outbox_notifications_received_total,
+//     outbox_listener_reconnects_total.
+//   - Per-event metrics fed by the relay's OnPublished hook
+//     (Metrics.ObservePublished): outbox_published_events_total{topic} and
+//     the insert-to-ack latency histogram outbox_publish_latency_seconds.
+//
+// Handler serves /metrics, /healthz (200 while the process runs) and
+// /readyz (200 only when the database answers a ping, the listener is
+// listening or the relay runs poll-only, and the broker answers a ping; 503
+// with a JSON body naming what failed otherwise; each check is bounded by
+// Config.CheckTimeout and results are cached for Config.ReadyCacheTTL).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/relay"
+)
+
+// Config configures Metrics. The zero value is usable: every field has a
+// default.
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified. Defaults to
+	// "outbox".
+	Table string
+	// DefaultTopic is the relay's topic for rows whose topic column is
+	// NULL; it labels those rows in outbox_published_events_total. Defaults
+	// to "" (such rows are labelled topic="").
+	DefaultTopic string
+	// Interval is how often the table gauges are recomputed from SQL.
+	// Defaults to 5s; at least 100ms.
+	Interval time.Duration
+	// QueryTimeout bounds one refresh of the table gauges. Defaults to
+	// 5s.
+	QueryTimeout time.Duration
+	// CheckTimeout bounds each readiness check (database ping, broker
+	// ping). Defaults to 1s.
+	CheckTimeout time.Duration
+	// ReadyCacheTTL is how long a readiness result is reused, so that
+	// frequent probes do not ping the database and the broker each time.
+	// Defaults to 2s; negative disables the cache.
+	ReadyCacheTTL time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultInterval      = 5 * time.Second
+	DefaultQueryTimeout  = 5 * time.Second
+	DefaultCheckTimeout  = time.Second
+	DefaultReadyCacheTTL = 2 * time.Second
+	// DefaultAddr is the run command's default --metrics-addr.
+	DefaultAddr = ":9090"
+)
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = "outbox"
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = DefaultQueryTimeout
+	}
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = DefaultCheckTimeout
+	}
+	if c.ReadyCacheTTL == 0 {
+		c.ReadyCacheTTL = DefaultReadyCacheTTL
+	}
+}
+
+// Validate applies defaults and returns an error naming the first invalid
+// field ("metrics: Config.Field: reason").
+func (c *Config) Validate() error {
+	c.setDefaults()
+	switch {
+	case strings.Count(c.Table, ".") > 1:
+		return fmt.Errorf("metrics: Config.Table: %q is not a table or schema.table name", c.Table)
+	case c.Interval < 100*time.Millisecond:
+		return fmt.Errorf("metrics: Config.Interval: must be at least 100ms, got %s", c.Interval)
+	case c.QueryTimeout <= 0:
+		return fmt.Errorf("metrics: Config.QueryTimeout: must be positive, got %s", c.QueryTimeout)
+	case c.CheckTimeout <= 0:
+		return fmt.Errorf("metrics: Config.CheckTimeout: must be positive, got %s", c.CheckTimeout)
+	}
+	return nil
+}
+
+// DB is what Metrics needs from the database; *pgxpool.Pool implements it.
+type DB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Ping(ctx context.Context) error
+}
+
+// StatsSource gives the relay's cumulative counters; *relay.Relay
+// implements it.
+type StatsSource interface {
+	Stats() relay.Stats
+}
+
+// ListenerSource gives the notification listener's state and counters;
+// *notify.Listener implements it.
+type ListenerSource interface {
+	State() notify.State
+	Notifications() int64
+	Reconnects() int64
+}
+
+// Pinger checks that a dependency answers; *kafka.Publisher implements it.
+// Ping must return within ctx's deadline.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Components are the running relay's parts, given to Metrics.Attach once
+// they exist (after the start-up wait for the database and the broker).
+type Components struct {
+	// Relay provides the outbox_relay_* counters. Required for readiness.
+	Relay StatsSource
+	// Listener provides the listener metrics and the listener readiness
+	// check; nil means the relay runs poll-only (--no-notify), which is
+	// ready without a listener and exposes no listener metrics.
+	Listener ListenerSource
+	// Broker is pinged by the readiness check. Required for readiness.
+	Broker Pinger
+}
+
+// Metrics holds the registry, the table gauges' refresher and the
+// readiness checks.
+type Metrics struct {
+	cfg      Config
+	db       DB
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	statsSQL string
+
+	comps    atomic.Pointer[Components]
+	stopping atomic.Bool
+
+	oldestAge     prometheus.Gauge
+	unpublished   prometheus.Gauge
+	deadLetters   prometheus.Gauge
+	refreshErrors prometheus.Counter
+	lastRefresh   prometheus.Gauge
+	published     *prometheus.CounterVec
+	latency       prometheus.Histogram
+
+	refreshFailing atomic.Bool
+
+	readyMu     sync.Mutex
+	readyAt     time.Time
+	readyResult Readiness
+}
+
+// LatencyBuckets are the bounds, in seconds, of
+// outbox_publish_latency_seconds: 1ms doubling to about 65s.
+var LatencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
+
+// New returns Metrics on db (the relay's pool) with its own registry,
+// holding the table gauges, the per-event metrics and Go runtime and
+// process collectors. Relay and listener metrics appear once Attach is
+// called. logger may be nil; Metrics logs to logger.Named("metrics"). It
+// returns cfg's validation error, or an error if db is nil.
+func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, errors.New("metrics: db is nil")
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
+	m := &Metrics{
+		cfg: cfg,
+		db:  db,
+		log: logger.Named("metrics"),
+		reg: prometheus.NewRegistry(),
+		// Three index scans: the lowest-seq unpublished, live row through
+		// outbox_unpublished_seq_idx (LIMIT 1, it stops at the first row
+		// that is not a dead letter); the unpublished rows through the same
+		// index; the dead letters through outbox_dead_letters_idx.
+		statsSQL: `SELECT
+  coalesce(extract(epoch FROM now() - (SELECT created_at FROM ` + t + `
+     WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1)), 0)::float8,
+  (SELECT count(*) FROM ` + t + ` WHERE published_at IS NULL AND dead_lettered_at IS NULL),
+  (SELECT count(*) FROM ` + t + ` WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)`,
+	}
+	m.oldestAge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_oldest_unpublished_age_seconds",
+		Help: "Age (database clock, now() - created_at) of the lowest-seq unpublished event that is not dead-lettered; 0 when there is none. Refreshed every --metrics-interval.",
+	})
+	m.unpublished = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_unpublished_events",
+		Help: "Unpublished events that are not dead-lettered (claimable, leased or backing off). Refreshed every --metrics-interval.",
+	})
+	m.deadLetters = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_dead_letter_events",
+		Help: "Dead-lettered events waiting for `outbox-relay requeue`. Refreshed every --metrics-interval.",
+	})
+	m.refreshErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_table_stats_errors_total",
+		Help: "Failed refreshes of the outbox_* table gauges (they keep their last value).",
+	})
+	m.lastRefresh = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_table_stats_last_success_timestamp_seconds",
+		Help: "Unix time of the last successful refresh of the table gauges.",
+	})
+	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_published_events_total",
+		Help: "Events acknowledged by Kafka, by topic.",
+	}, []string{"topic"})
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "outbox_publish_latency_seconds",
+		Help:    "Time from the inserting transaction's start (created_at, database clock) to Kafka's acknowledgement (relay host clock).",
+		Buckets: LatencyBuckets,
+	})
+	m.reg.MustRegister(m.oldestAge, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&componentCollector{m: m})
+	return m, nil
+}
+
+// Registry returns the Metrics' own registry, for extra collectors (for
+// example the retention cleaner's counters).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Attach makes the running relay's parts known: from now on their
+// counters are exported and readiness checks them. Safe to call
+// concurrently with scrapes; a later call replaces the earlier one.
+func (m *Metrics) Attach(c Components) {
+	m.comps.Store(&c)
+	m.readyMu.Lock()
+	m.readyAt = time.Time{} // re-check at the next probe
+	m.readyMu.Unlock()
+}
+
+// SetStopping makes readiness fail with "stopping" from now on (the
+// process is shutting down).
+func (m *Metrics) SetStopping() { m.stopping.Store(true) }
+
+// ObservePublished records rows that Kafka acknowledged: it adds them to
+// outbox_published_events_total by topic (rows with no topic count under
+// Config.DefaultTopic) and observes now - CreatedAt for each into
+// outbox_publish_latency_seconds. Set it as relay.Relay.OnPublished. It is
+// cheap and never blocks.
+func (m *Metrics) ObservePublished(rows []lease.Row) {
+	if len(rows) == 0 {
+		return
+	}
+	now := time.Now()
+	topic, n := "", 0
+	flush := func() {
+		if n > 0 {
+			m.published.WithLabelValues(topic).Add(float64(n))
+		}
+	}
+	for i := range rows {
+		t := rows[i].Topic
+		if t == "" {
+			t = m.cfg.DefaultTopic
+		}
+		if t != topic {
+			flush()
+			topic, n = t, 0
+		}
+		n++
+		m.latency.Observe(now.Sub(rows[i].CreatedAt).Seconds())
+	}
+	flush()
+}
+
+// TableStats are the values behind the table gauges.
+type TableStats struct {
+	// OldestUnpublishedAge is the age of the lowest-seq unpublished, not
+	// dead-lettered event (database clock); 0 when there is none.
+	OldestUnpublishedAge time.Duration
+	// Unpublished counts unpublished events that are not dead-lettered.
+	Unpublished int64
+	// DeadLetters counts dead-lettered events.
+	DeadLetters int64
+}
+
+// Refresh recomputes the table gauges now, bounded by Config.QueryTimeout,
+// and returns the values. On error the gauges keep their last values and
+// outbox_table_stats_errors_total is incremented; the error is wrapped as
+// "metrics: table stats: ...".
+func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
+	defer cancel()
+	var s TableStats
+	var age float64
+	if err := m.db.QueryRow(ctx, m.statsSQL).Scan(&age, &s.Unpublished, &s.DeadLetters); err != nil {
+		m.refreshErrors.Inc()
+		return TableStats{}, fmt.Errorf("metrics: table stats: %w", err)
+	}
+	s.OldestUnpublishedAge = time.Duration(age * float64(time.Second))
+	m.oldestAge.Set(age)
+	m.unpublished.Set(float64(s.Unpublished))
+	m.deadLetters.Set(float64(s.DeadLetters))
+	m.lastRefresh.SetToCurrentTime()
+	return s, nil
+}
+
+// StatsSQL returns the statement behind the table gauges (for EXPLAIN).
+func (m *Metrics) StatsSQL() string { return m.statsSQL }
+
+// RunRefresher refreshes the table gauges at once and then every
+// Config.Interval until ctx is done; it returns nil then. Failures are
+// logged once when they start and once when they end, not on every
+// interval.
+func (m *Metrics) RunRefresher(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		_, err := m.Refresh(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !m.refreshFailing.Swap(true) {
+				m.log.Warn("table stats failed; gauges keep their last values", zap.Error(err), zap.String("table", m.cfg.Table))
+			}
+		case err == nil:
+			if m.refreshFailing.Swap(false) {
+				m.log.Info("table stats work again", zap.String("table", m.cfg.Table))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// componentCollector exports the attached components' cumulative counters
+// at scrape time.
+type componentCollector struct{ m *Metrics }
+
+var (
+	descPublished    = prometheus.NewDesc("outbox_relay_published_total", "Events acknowledged by Kafka (relay.Stats.Published).", nil, nil)
+	descMarked       = prometheus.NewDesc("outbox_relay_marked_total", "Events marked published in the table; fewer than published when a lease was lost before the mark.", nil, nil)
+	descFailed       = prometheus.NewDesc("outbox_relay_publish_failures_total", "Failed publishes of an event (broker errors and outages), each retried or dead-lettered.", nil, nil)
+	descDead         = prometheus.NewDesc("outbox_relay_dead_lettered_total", "Events dead-lettered by this relay.", nil, nil)
+	descSkipped      = prometheus.NewDesc("outbox_relay_skipped_total", "Events held back (released unpublished) behind a failed earlier event of their aggregate.", nil, nil)
+	descReleased     = prometheus.NewDesc("outbox_relay_released_total", "Events given back unpublished (retries, held-back events, shutdown).", nil, nil)
+	descClaims       = prometheus.NewDesc("outbox_relay_claims_total", "Claim statements run (polls, empty or not, including failed ones).", nil, nil)
+	descEmptyClaims  = prometheus.NewDesc("outbox_relay_empty_claims_total", "Claim statements that found no claimable event.", nil, nil)
+	descWakeups      = prometheus.NewDesc("outbox_relay_wakeups_total", "Reasons the relay claimed: notify (a NOTIFY), poll (--poll-interval), linger (claims after a non-empty one), backlog (a full batch or start-up).", []string{"cause"}, nil)
+	descConnected    = prometheus.NewDesc("outbox_listener_connected", "1 while the LISTEN connection is established, else 0. Absent when the relay runs poll-only.", nil, nil)
+	descNotes        = prometheus.NewDesc("outbox_notifications_received_total", "Notifications received on the LISTEN channel (watchdog pings excluded).", nil, nil)
+	descReconnects   = prometheus.NewDesc("outbox_listener_reconnects_total", "Times the listener (re)established LISTEN, the first time included.", nil, nil)
+	descRelayRunning = prometheus.NewDesc("outbox_relay_up", "1 once the relay runs (after the start-up wait for the database and the broker), else 0.", nil, nil)
+)
+
+func (c *componentCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPublished, descMarked, descFailed, descDead, descSkipped, descReleased,
+		descClaims, descEmptyClaims, descWakeups, descConnected, descNotes, descReconnects, descRelayRunning} {
+		ch <- d
+	}
+}
+
+func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
+	comps := c.m.comps.Load()
+	if comps == nil || comps.Relay == nil {
+		ch <- prometheus.MustNewConstMetric(descRelayRunning, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descRelayRunning, prometheus.GaugeValue, 1)
+	s := comps.Relay.Stats()
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descPublished, s.Published)
+	counter(descMarked, s.Marked)
+	counter(descFailed, s.Failed)
+	counter(descDead, s.DeadLettered)
+	counter(descSkipped, s.Skipped)
+	counter(descReleased, s.Released)
+	counter(descClaims, s.Claims)
+	counter(descEmptyClaims, s.EmptyClaims)
+	counter(descWakeups, s.WakeNotify, "notify")
+	counter(descWakeups, s.WakePoll, "poll")
+	counter(descWakeups, s.WakeLinger, "linger")
+	counter(descWakeups, s.WakeBacklog, "backlog")
+	if l := comps.Listener; l != nil {
+		connected := 0.0
+		if l.State() == notify.StateListening {
+			connected = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, connected)
+		counter(descNotes, l.Notifications())
+		counter(descReconnects, l.Reconnects())
+	}
+}
