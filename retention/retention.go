@@ -1,0 +1,261 @@
+// Package retention deletes published outbox rows once they are older than
+// a retention period, in small batches, so the table keeps only the history
+// needed to answer incident questions ("was event X published, and when?").
+//
+// Each batch is one short statement in its own transaction, deleting at most
+// Config.BatchSize rows, oldest published_at first, found through the
+// partial index outbox_published_at_idx (migration 00004); the cleaner pauses
+// Config.Pause between batches, so it never holds a long lock and never
+// writes a burst of WAL. Rows locked by someone else are skipped (FOR UPDATE
+// SKIP LOCKED), so several relays running the cleaner on one table do not
+// wait for each other.
+//
+// Only published rows are deleted: unpublished rows and dead letters
+// (dead_lettered_at set, never published) are never touched, whatever their
+// age.
+package retention
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+)
+
+// Config configures a Cleaner.
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified. Defaults to
+	// "outbox".
+	Table string
+	// Retention is how long a published row is kept after its
+	// published_at (database clock). Zero is meaningful and is not
+	// defaulted: rows are deleted at the first pass after they are
+	// published. DefaultRetention (168h) is the recommended value and the
+	// run command's default. Must not be negative (to keep everything, do
+	// not run a Cleaner).
+	Retention time.Duration
+	// Interval is the time between passes. Defaults to 1m, or to 1s when
+	// Retention is 0. At least 10ms.
+	Interval time.Duration
+	// BatchSize is the most rows one DELETE statement removes. Defaults to
+	// 1000; 1..100000.
+	BatchSize int
+	// Pause is the wait between two batches of one pass. Defaults to
+	// 20ms; negative means no pause.
+	Pause time.Duration
+	// StatementTimeout bounds each DELETE. Defaults to 30s.
+	StatementTimeout time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultRetention         = 7 * 24 * time.Hour
+	DefaultInterval          = time.Minute
+	DefaultImmediateInterval = time.Second
+	DefaultBatchSize         = 1000
+	MaxBatchSize             = 100000
+	DefaultPause             = 20 * time.Millisecond
+	DefaultStatementTimeout  = 30 * time.Second
+)
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = "outbox"
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+		if c.Retention == 0 {
+			c.Interval = DefaultImmediateInterval
+		}
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Pause == 0 {
+		c.Pause = DefaultPause
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
+}
+
+// Validate applies defaults and returns an error naming the first invalid
+// field ("retention: Config.Field: reason").
+func (c *Config) Validate() error {
+	c.setDefaults()
+	switch {
+	case strings.Count(c.Table, ".") > 1:
+		return fmt.Errorf("retention: Config.Table: %q is not a table or schema.table name", c.Table)
+	case c.Retention < 0:
+		return fmt.Errorf("retention: Config.Retention: must not be negative, got %s", c.Retention)
+	case c.Interval < 10*time.Millisecond:
+		return fmt.Errorf("retention: Config.Interval: must be at least 10ms, got %s", c.Interval)
+	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("retention: Config.BatchSize: must be 1..%d, got %d", MaxBatchSize, c.BatchSize)
+	case c.StatementTimeout <= 0:
+		return fmt.Errorf("retention: Config.StatementTimeout: must be positive, got %s", c.StatementTimeout)
+	}
+	return nil
+}
+
+// DB is what a Cleaner needs; *pgxpool.Pool implements it. Each Exec runs
+// in its own (implicit) transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Stats are a Cleaner's cumulative counters.
+type Stats struct {
+	// Passes counts completed passes; Batches DELETE statements run;
+	// Deleted rows deleted; Errors failed statements.
+	Passes, Batches, Deleted, Errors int64
+}
+
+// Pass describes one pass.
+type Pass struct {
+	// Deleted is the number of rows the pass deleted.
+	Deleted int64
+	// Batches is the number of DELETE statements it ran.
+	Batches int
+	// LargestBatch is the most rows one of its statements deleted (at most
+	// Config.BatchSize).
+	LargestBatch int64
+}
+
+// Cleaner deletes old published rows.
+type Cleaner struct {
+	cfg       Config
+	db        DB
+	log       *zap.Logger
+	deleteSQL string
+
+	passes, batches, deleted, errors atomic.Int64
+}
+
+// New returns a Cleaner on db. logger may be nil; the Cleaner logs to
+// logger.Named("retention"). It returns cfg's validation error.
+func New(cfg Config, db DB, logger *zap.Logger) (*Cleaner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, fmt.Errorf("retention: db is nil")
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
+	c := &Cleaner{cfg: cfg, db: db, log: logger.Named("retention")}
+	// The subquery walks outbox_published_at_idx from its oldest entry and
+	// row-locks at most $2 rows (skipping rows another cleaner holds); the
+	// DELETE finds exactly those by ctid (a TID scan), which the row lock
+	// keeps stable. `published_at < ...` excludes unpublished rows, and so
+	// every dead letter (a dead letter is never published); the explicit
+	// dead_lettered_at test keeps it that way should that ever change.
+	c.deleteSQL = `DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM ` + t + `
+  WHERE published_at < now() - $1 * interval '1 microsecond'
+    AND dead_lettered_at IS NULL
+  ORDER BY published_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED))`
+	return c, nil
+}
+
+// DeleteSQL returns the statement of one batch ($1: Config.Retention in
+// microseconds, $2: Config.BatchSize), for EXPLAIN.
+func (c *Cleaner) DeleteSQL() string { return c.deleteSQL }
+
+// Config returns the Cleaner's configuration with defaults applied.
+func (c *Cleaner) Config() Config { return c.cfg }
+
+// Stats returns a snapshot of the Cleaner's counters.
+func (c *Cleaner) Stats() Stats {
+	return Stats{Passes: c.passes.Load(), Batches: c.batches.Load(), Deleted: c.deleted.Load(), Errors: c.errors.Load()}
+}
+
+// Clean runs one pass: DELETE statements of at most Config.BatchSize rows,
+// Config.Pause apart, until a statement deletes fewer than BatchSize rows or
+// ctx is done. It returns what it deleted, and the first error (wrapped as
+// "retention: delete: ..."), which ends the pass; rows deleted before it
+// stay deleted. A pass cut short by ctx returns ctx's error.
+func (c *Cleaner) Clean(ctx context.Context) (Pass, error) {
+	var p Pass
+	for {
+		sctx, cancel := context.WithTimeout(ctx, c.cfg.StatementTimeout)
+		tag, err := c.db.Exec(sctx, c.deleteSQL, c.cfg.Retention.Microseconds(), c.cfg.BatchSize)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return p, ctx.Err()
+			}
+			c.errors.Add(1)
+			return p, fmt.Errorf("retention: delete: %w", err)
+		}
+		n := tag.RowsAffected()
+		p.Batches++
+		p.Deleted += n
+		p.LargestBatch = max(p.LargestBatch, n)
+		c.batches.Add(1)
+		c.deleted.Add(n)
+		if n < int64(c.cfg.BatchSize) {
+			c.passes.Add(1)
+			return p, nil
+		}
+		if c.cfg.Pause > 0 {
+			select {
+			case <-ctx.Done():
+				return p, ctx.Err()
+			case <-time.After(c.cfg.Pause):
+			}
+		}
+	}
+}
+
+// Run runs a pass at once and then every Config.Interval until ctx is
+// done, and returns nil then. A failed pass is logged (at warn level, once
+// until a pass succeeds again) and retried at the next interval.
+func (c *Cleaner) Run(ctx context.Context) error {
+	c.log.Info("retention cleaner started",
+		zap.Duration("retention", c.cfg.Retention),
+		zap.Duration("interval", c.cfg.Interval),
+		zap.Int("batch_size", c.cfg.BatchSize),
+		zap.String("table", c.cfg.Table))
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	failing := false
+	for {
+		start := time.Now()
+		p, err := c.Clean(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			if !failing {
+				c.log.Warn("retention pass failed; retrying at the next interval", zap.Error(err),
+					zap.Int64("deleted", p.Deleted), zap.Duration("retry_in", c.cfg.Interval))
+			}
+			failing = true
+		default:
+			if failing {
+				c.log.Info("retention pass works again")
+			}
+			failing = false
+			if p.Deleted > 0 {
+				if ce := c.log.Check(zap.DebugLevel, "retention pass"); ce != nil {
+					ce.Write(zap.Int64("deleted", p.Deleted), zap.Int("batches", p.Batches), zap.Duration("took", time.Since(start)))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
