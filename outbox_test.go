@@ -38,6 +38,7 @@ func TestAddValidatesBeforeWriting(t *testing.T) {
 		{"too large", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`"0123456789abcdef"`)}, "Payload"},
 		{"bad topic", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`), Topic: "no spaces"}, "Topic"},
 		{"empty header name", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`), Headers: map[string]string{"": "x"}}, "Headers"},
+		{"reserved header", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`), Headers: map[string]string{"event_id": "x"}}, "Headers"},
 	}
 	for _, tc := range cases {
 		// The bad event comes second: the good first one must not be written.

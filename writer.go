@@ -139,8 +139,11 @@ func (w *Writer) validate(i int, e *Event) error {
 		return bad("Payload", "not valid JSON")
 	}
 	for k := range e.Headers {
-		if k == "" {
+		switch k {
+		case "":
 			return bad("Headers", "empty header name")
+		case "event_id", "event_type", "aggregate_id":
+			return bad("Headers", fmt.Sprintf("%q is set by the relay from the event's own fields", k))
 		}
 	}
 	if e.Topic != "" {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,7 @@ type Publisher struct {
 	w         *kafkago.Writer
 	transport *kafkago.Transport
 	dialer    *kafkago.Dialer
+	conns     *connSet
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -97,7 +99,16 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		comp = kafkago.Zstd
 	}
 
+	conns := &connSet{m: map[net.Conn]struct{}{}}
+	netDialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	transport := &kafkago.Transport{
+		// Track every broker connection so Close can cut the ones with a
+		// request in flight: kafka-go's Writer.Close otherwise waits for a
+		// blackholed produce request through all its attempts (MaxAttempts
+		// × WriteTimeout, 30s by default) with no way to cancel it.
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return conns.dial(ctx, netDialer, network, addr)
+		},
 		DialTimeout: cfg.DialTimeout,
 		MetadataTTL: cfg.MetadataTTL,
 		ClientID:    cfg.ClientID,
@@ -142,7 +153,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		zap.String("compression", cfg.Compression),
 		zap.Bool("tls", cfg.TLSEnabled),
 		zap.String("sasl_mechanism", cfg.SASLMechanism))
-	return &Publisher{cfg: cfg, log: log, w: w, transport: transport, dialer: dialer}, nil
+	return &Publisher{cfg: cfg, log: log, w: w, transport: transport, dialer: dialer, conns: conns}, nil
 }
 
 func (c *Config) tlsConfig() (*tls.Config, error) {
@@ -255,10 +266,85 @@ func varIntLen(i int64) int {
 // byte slices must not be modified after such a return. One attempt is
 // bounded by Config.WriteTimeout; kafka-go retries retriable errors up to
 // Config.MaxAttempts times with 100ms-1s backoff.
+//
+// Messages for several topics are sent as one call per topic, in order of
+// each topic's first message: kafka-go fails a whole call when one of its
+// topics is unknown, which would otherwise fail the other topics' messages
+// too. A topic's whole-call error then becomes the per-message error of
+// that topic's messages only.
 func (p *Publisher) Publish(ctx context.Context, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	if groups := p.topicGroups(msgs); len(groups) > 1 {
+		return p.publishByTopic(ctx, msgs, groups)
+	}
+	return p.publishOneTopic(ctx, msgs)
+}
+
+// topicGroups returns the indexes of msgs per destination topic, topics in
+// order of first appearance, or nil when every message has the same topic.
+func (p *Publisher) topicGroups(msgs []Message) [][]int {
+	first := msgs[0].Topic
+	same := true
+	for i := 1; i < len(msgs) && same; i++ {
+		same = msgs[i].Topic == first
+	}
+	if same {
+		return nil
+	}
+	byTopic := map[string]int{}
+	var groups [][]int
+	for i := range msgs {
+		t := msgs[i].Topic
+		if t == "" {
+			t = p.cfg.Topic
+		}
+		g, ok := byTopic[t]
+		if !ok {
+			g = len(groups)
+			byTopic[t] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+func (p *Publisher) publishByTopic(ctx context.Context, msgs []Message, groups [][]int) error {
+	errs := make([]error, len(msgs))
+	failed := false
+	for _, g := range groups {
+		sub := make([]Message, len(g))
+		for j, i := range g {
+			sub[j] = msgs[i]
+		}
+		err := p.publishOneTopic(ctx, sub)
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, ErrNoTopic) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return err // the whole call's problem, not this topic's
+		}
+		failed = true
+		var pe *PublishError
+		if errors.As(err, &pe) && len(pe.Errs) == len(g) {
+			for j, i := range g {
+				errs[i] = pe.Errs[j]
+			}
+			continue
+		}
+		for _, i := range g {
+			errs[i] = err
+		}
+	}
+	if !failed {
+		return nil
+	}
+	return &PublishError{Errs: errs}
+}
+
+func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 	if p.closed.Load() {
 		return fmt.Errorf("publish: %w", ErrClosed)
 	}
@@ -437,12 +523,18 @@ func (p *Publisher) pingOne(ctx context.Context, broker string) error {
 	return err
 }
 
-// Close flushes and stops the writer, waits for in-flight Publish calls and
-// closes broker connections. Later Publish and Ping calls fail with
+// Close stops the writer and closes broker connections. It first cuts every
+// connection, so a produce request in flight fails at once (its messages are
+// reported as not delivered to their Publish call) instead of being waited
+// for; Close is therefore bounded by kafka-go's retry backoff (about a
+// second), not by WriteTimeout. Later Publish and Ping calls fail with
 // ErrClosed. It is safe to call more than once.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
+		// Cut connections first so a request stuck on a dead broker fails
+		// now instead of after its write timeouts; no new ones are dialed.
+		p.conns.closeAll()
 		if err := p.w.Close(); err != nil {
 			p.closeErr = fmt.Errorf("close: %w", err)
 		}
@@ -450,4 +542,63 @@ func (p *Publisher) Close() error {
 		p.log.Info("publisher closed")
 	})
 	return p.closeErr
+}
+
+// connSet tracks the Writer's broker connections.
+type connSet struct {
+	mu     sync.Mutex
+	closed bool
+	m      map[net.Conn]struct{}
+}
+
+var errDialClosed = errors.New("kafka: publisher closing")
+
+func (s *connSet) dial(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errDialClosed
+	}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = c.Close()
+		return nil, errDialClosed
+	}
+	tc := &trackedConn{Conn: c, set: s}
+	s.m[tc] = struct{}{}
+	return tc, nil
+}
+
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	all := make([]net.Conn, 0, len(s.m))
+	for c := range s.m {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
+	for _, c := range all {
+		_ = c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	set  *connSet
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.set.mu.Lock()
+		delete(c.set.m, c)
+		c.set.mu.Unlock()
+	})
+	return c.Conn.Close()
 }

@@ -74,7 +74,7 @@ type Relay struct {
 
 	stats struct {
 		claims, emptyClaims, published, marked, failed, skipped, released, deadLettered atomic.Int64
-		wakeNotify, wakePoll, wakeLinger, wakeBacklog                     atomic.Int64
+		wakeNotify, wakePoll, wakeLinger, wakeBacklog                                   atomic.Int64
 	}
 
 	// OnPublished, if set before Run, is called after each publish with the
@@ -390,6 +390,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 	var unsent []uuid.UUID
 
 	rows := b.Rows
+	chunkTopic := map[string]string{}
 	msgs := make([]kafka.Message, 0, len(rows))
 	chunk := make([]lease.Row, 0, len(rows))
 	for start := 0; start < len(rows); {
@@ -401,6 +402,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 		// Build the next chunk: at most maxBytes (one produce request per
 		// partition), skipping aggregates that failed or are blocked.
 		msgs, chunk = msgs[:0], chunk[:0]
+		clear(chunkTopic)
 		var size int64
 		i := start
 		for ; i < len(rows); i++ {
@@ -410,6 +412,14 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 				continue
 			}
 			m := r.message(row)
+			// An aggregate's events in one chunk all go to one topic, so to
+			// one partition, in one produce request: all or nothing, in
+			// order. An event for another topic than its aggregate's
+			// earlier one in this chunk starts the next chunk, which is only
+			// sent if this one delivered the earlier event.
+			if t, ok := chunkTopic[row.AggregateID]; ok && t != m.Topic {
+				break
+			}
 			n := kafka.MessageSize(&m)
 			if n > maxBytes {
 				failures = append(failures, failure{row, fmt.Errorf("event is %d bytes, over the publisher's limit of %d bytes (message.max.bytes)", n, maxBytes)})
@@ -422,6 +432,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 			size += n
 			msgs = append(msgs, m)
 			chunk = append(chunk, row)
+			chunkTopic[row.AggregateID] = m.Topic
 		}
 		start = i
 		if len(msgs) == 0 {
@@ -623,6 +634,11 @@ func (r *Relay) message(row lease.Row) kafka.Message {
 		kafka.Header{Key: "aggregate_id", Value: []byte(row.AggregateID)},
 	)
 	for k, v := range row.Headers {
+		if reservedHeader(k) {
+			// A plain-SQL writer's header must not override the event's
+			// identity: consumers dedupe on event_id.
+			continue
+		}
 		h = append(h, kafka.Header{Key: k, Value: []byte(v)})
 	}
 	topic := row.Topic
@@ -630,6 +646,12 @@ func (r *Relay) message(row lease.Row) kafka.Message {
 		topic = r.cfg.Topic
 	}
 	return kafka.Message{Topic: topic, Key: []byte(row.AggregateID), Value: row.Payload, Headers: h}
+}
+
+// reservedHeader reports whether k is one of the headers the relay sets
+// from the row's columns.
+func reservedHeader(k string) bool {
+	return k == "event_id" || k == "event_type" || k == "aggregate_id"
 }
 
 func rowIDs(rows []lease.Row) []uuid.UUID {

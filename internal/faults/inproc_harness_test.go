@@ -9,7 +9,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -397,21 +396,9 @@ func ipWait(timeout time.Duration, cond func() bool) bool {
 	return true
 }
 
-// ipBugsEnv, when set, makes tests that found a production bug fail
-// instead of skipping.
-const ipBugsEnv = "OUTBOX_TEST_BUGS"
-
-// ipBug reports a production bug the test found. With OUTBOX_TEST_BUGS=1
-// it fails the test; otherwise it skips it (t.Skip, which ends the test:
-// call it last), with the bug in the skip message, so that the package
-// stays green for everyone else until the bug is fixed. A fixed bug makes
-// the test pass either way.
+// ipBug fails the test with a production bug it found. (These tests were
+// written against bugs that are fixed now; they must stay fixed.)
 func ipBug(t testing.TB, format string, args ...any) {
 	t.Helper()
-	msg := "BUG: " + fmt.Sprintf(format, args...)
-	if os.Getenv(ipBugsEnv) != "" {
-		t.Error(msg)
-		return
-	}
-	t.Skip(msg + " [skipped; " + ipBugsEnv + "=1 fails the test instead]")
+	t.Error("BUG: " + fmt.Sprintf(format, args...))
 }
