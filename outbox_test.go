@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -252,5 +253,47 @@ func TestNewWriterRejectsBadConfig(t *testing.T) {
 		if _, err := outbox.NewWriter(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewWriter(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+func TestAddCarriesTheCallersTraceContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	spanID, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled})
+	tctx := trace.ContextWithSpanContext(ctx, sc)
+	own := map[string]string{"traceparent": "00-11111111111111111111111111111111-2222222222222222-01"}
+	if err := outbox.Add(tctx, db.Pool,
+		outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`)},
+		outbox.Event{AggregateID: "b", Type: "t", Payload: json.RawMessage(`2`), Headers: own},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Add(ctx, db.Pool, outbox.Event{AggregateID: "c", Type: "t", Payload: json.RawMessage(`3`)}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*string{}
+	rows, err := db.Pool.Query(ctx, "SELECT aggregate_id, headers->>'traceparent' FROM outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var agg string
+		var tp *string
+		if err := rows.Scan(&agg, &tp); err != nil {
+			t.Fatal(err)
+		}
+		got[agg] = tp
+	}
+	if tp := got["a"]; tp == nil || *tp != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+		t.Fatalf("traceparent of an event written under a span = %v", tp)
+	}
+	if tp := got["b"]; tp == nil || *tp != own["traceparent"] {
+		t.Fatalf("an event's own traceparent was replaced: %v", tp)
+	}
+	if got["c"] != nil {
+		t.Fatalf("traceparent without a span: %v", *got["c"])
 	}
 }

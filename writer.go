@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Writer writes events into the outbox table. It is safe for concurrent use;
@@ -53,7 +54,9 @@ func Add(ctx context.Context, q Querier, events ...Event) error {
 // q, in order, and (depending on WriterConfig.Wakeup) queues a pg_notify on
 // the relay's channel that Postgres delivers only if and when the
 // transaction commits; a rolled-back transaction leaves neither rows nor a
-// wake-up. An event with a zero ID gets a new UUIDv7.
+// wake-up. An event with a zero ID gets a new UUIDv7. If ctx carries an
+// OpenTelemetry span, its W3C traceparent (and tracestate) header is added
+// to every event that does not set one itself.
 //
 // It returns a *ValidationError (wrapping ErrInvalidEvent) and writes
 // nothing if any event is invalid, or the database error wrapped as
@@ -63,6 +66,11 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	// The caller's trace context (W3C traceparent and tracestate), if its
+	// ctx carries an OpenTelemetry span, travels with every event as Kafka
+	// headers, so a consumer's span can continue the writer's trace.
+	trace := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, trace)
 	ids := make([]uuid.UUID, len(events))
 	aggs := make([]string, len(events))
 	types := make([]string, len(events))
@@ -81,8 +89,12 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		aggs[i] = e.AggregateID
 		types[i] = e.Type
 		payloads[i] = string(e.Payload)
-		if len(e.Headers) > 0 {
-			b, err := json.Marshal(e.Headers)
+		h := e.Headers
+		if len(trace) > 0 {
+			h = withTrace(h, trace)
+		}
+		if len(h) > 0 {
+			b, err := json.Marshal(h)
 			if err != nil { // map[string]string always marshals
 				return fmt.Errorf("outbox: encode headers: %w", err)
 			}
@@ -104,6 +116,19 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		return fmt.Errorf("outbox: insert events: %w", err)
 	}
 	return nil
+}
+
+// withTrace returns h plus the trace headers it does not set itself,
+// without modifying h.
+func withTrace(h map[string]string, trace propagation.MapCarrier) map[string]string {
+	out := make(map[string]string, len(h)+len(trace))
+	for k, v := range trace {
+		out[k] = v
+	}
+	for k, v := range h {
+		out[k] = v // the event's own header wins
+	}
+	return out
 }
 
 // shouldNotify decides whether this call carries a notification.
