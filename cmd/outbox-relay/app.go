@@ -42,6 +42,8 @@ Usage:
   outbox-relay [run] [flags]   relay events until SIGINT/SIGTERM (the default)
   outbox-relay migrate [flags] create or update the outbox table
   outbox-relay requeue [flags] put dead-lettered events back (--event-id ID or --all-dead-letters)
+  outbox-relay status [flags]  oldest unpublished age, events by state, relays holding leases (--json)
+  outbox-relay inspect [flags] was an event published, when, attempts, last error (--event-id ID, --json)
   outbox-relay version         print the version
 
 Run "outbox-relay <command> --help" for a command's flags. Every flag can
@@ -63,6 +65,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdMigrate(ctx, args, stdout, stderr)
 	case "requeue":
 		err = cmdRequeue(ctx, args, stdout, stderr)
+	case "status":
+		err = cmdStatus(ctx, args, stdout, stderr)
+	case "inspect":
+		err = cmdInspect(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outbox-relay", version())
 	case "help":

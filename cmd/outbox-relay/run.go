@@ -30,6 +30,7 @@ type runFlags struct {
 	notify      notify.Config
 	noNotify    bool
 	startupWait time.Duration
+	observe     observeFlags // metrics server, retention (observe.go)
 }
 
 func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
@@ -63,6 +64,7 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	fs.StringVar(&f.kafka.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: none)")
 	fs.StringVar(&f.kafka.SASLUsername, "kafka-sasl-username", "", "SASL user name")
 	fs.StringVar(&f.kafka.SASLPassword, "kafka-sasl-password", "", "SASL password (prefer the env OUTBOX_KAFKA_SASL_PASSWORD)")
+	f.observe.register(fs)
 	return (*flagSet)(fs)
 }
 
@@ -88,6 +90,9 @@ func (f *runFlags) validate() error {
 	}
 	if f.relay.Topic == "" {
 		return usagef("--topic: required (events without a topic column need a destination)")
+	}
+	if err := f.observe.validate(f.table); err != nil {
+		return err
 	}
 	if f.startupWait < 0 {
 		return usagef("--startup-wait: must not be negative")
@@ -129,6 +134,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
+	obs, err := startObserve(ctx, &f.observe, pool, f.table, f.relay.Topic, log)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
 	if err := waitFor(startCtx, log, "database", func(ctx context.Context) error { return pool.Ping(ctx) }); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting
@@ -167,6 +177,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	r, err := relay.New(f.relay, claimer, pub, wake, log)
 	if err != nil {
 		return usageError{err}
+	}
+	if err := obs.attach(r, listener, pub); err != nil {
+		return err
 	}
 	log.Info("relay starting",
 		zap.String("relay_id", claimer.Config().RelayID),

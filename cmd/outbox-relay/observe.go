@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/metrics"
+	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/relay"
+	"github.com/pgoutbox/outbox/retention"
+)
+
+// observeFlags are run's flags for the metrics server and the retention
+// cleaner.
+type observeFlags struct {
+	metricsAddr       string
+	metricsInterval   time.Duration
+	retention         time.Duration
+	retentionBatch    int
+	retentionInterval time.Duration
+}
+
+func (o *observeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.metricsAddr, "metrics-addr", metrics.DefaultAddr,
+		"listen address of the HTTP server for /metrics, /healthz and /readyz (empty: no server)")
+	fs.DurationVar(&o.metricsInterval, "metrics-interval", metrics.DefaultInterval,
+		"how often the outbox_* table gauges (oldest unpublished age, counts) are computed from SQL")
+	fs.DurationVar(&o.retention, "retention", retention.DefaultRetention,
+		"delete published rows this long after they were published (0: right after publishing; negative: never delete)")
+	fs.IntVar(&o.retentionBatch, "retention-batch", retention.DefaultBatchSize,
+		fmt.Sprintf("most rows one retention DELETE removes (1..%d)", retention.MaxBatchSize))
+	fs.DurationVar(&o.retentionInterval, "retention-interval", 0,
+		"time between retention passes (0: 1m, or 1s with --retention=0)")
+}
+
+// retentionConfig returns the cleaner's configuration; ok is false when
+// retention is off (--retention negative).
+func (o *observeFlags) retentionConfig(table string) (cfg retention.Config, ok bool) {
+	if o.retention < 0 {
+		return retention.Config{}, false
+	}
+	return retention.Config{Table: table, Retention: o.retention, BatchSize: o.retentionBatch, Interval: o.retentionInterval}, true
+}
+
+var observeConfigFlags = map[string]string{
+	"metrics.Interval": "--metrics-interval", "metrics.Table": "--table",
+	"retention.Retention": "--retention", "retention.BatchSize": "--retention-batch",
+	"retention.Interval": "--retention-interval", "retention.Table": "--table",
+}
+
+// validate checks the flags, naming the flag at fault (exit code 2).
+func (o *observeFlags) validate(table string) error {
+	mcfg := metrics.Config{Table: table, Interval: o.metricsInterval}
+	errs := []error{mcfg.Validate()}
+	if o.retentionBatch < 1 {
+		return usagef("--retention-batch: must be 1..%d, got %d", retention.MaxBatchSize, o.retentionBatch)
+	}
+	if o.retentionInterval < 0 {
+		return usagef("--retention-interval: must not be negative, got %s", o.retentionInterval)
+	}
+	if rcfg, ok := o.retentionConfig(table); ok {
+		errs = append(errs, rcfg.Validate())
+	}
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if m := configErrRE.FindStringSubmatch(err.Error()); m != nil {
+			if fl, ok := observeConfigFlags[m[1]+"."+m[2]]; ok {
+				return usagef("%s: %s", fl, m[3])
+			}
+		}
+		return usageError{err}
+	}
+	return nil
+}
+
+// observer runs the metrics server and the retention cleaner beside the
+// relay.
+type observer struct {
+	flags *observeFlags
+	table string
+	pool  *pgxpool.Pool
+	log   *zap.Logger
+	m     *metrics.Metrics
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startObserve starts the table gauges and, with --metrics-addr, the HTTP
+// server, before the start-up wait, so /healthz answers (and /readyz says
+// what is missing) while the relay waits for the database and the broker.
+// A server that cannot listen (address in use) is logged as an error and
+// the relay runs on without it. Call stop when run ends; ctx's end makes
+// /readyz fail ("stopping") while the relay drains.
+func startObserve(ctx context.Context, o *observeFlags, pool *pgxpool.Pool, table, topic string, log *zap.Logger) (*observer, error) {
+	m, err := metrics.New(metrics.Config{Table: table, DefaultTopic: topic, Interval: o.metricsInterval}, pool, log)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	ob := &observer{flags: o, table: table, pool: pool, log: log, m: m}
+	ob.ctx, ob.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	context.AfterFunc(ctx, m.SetStopping)
+	if o.metricsAddr != "" {
+		ln, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			log.Error("metrics server not started; the relay runs without /metrics, /healthz and /readyz",
+				zap.String("metrics_addr", o.metricsAddr), zap.Error(err))
+		} else {
+			ob.wg.Add(1)
+			go func() {
+				defer ob.wg.Done()
+				if err := m.Serve(ob.ctx, ln); err != nil {
+					log.Error("metrics server failed", zap.Error(err))
+				}
+			}()
+		}
+	}
+	return ob, nil
+}
+
+// attach hands the running relay's parts to the metrics (relay counters,
+// listener state, broker readiness; the relay's OnPublished feeds the
+// per-topic counter and the latency histogram) and starts the table gauges
+// and the retention cleaner. listener is nil with --no-notify. Call it
+// before r.Run.
+func (ob *observer) attach(r *relay.Relay, listener *notify.Listener, pub *kafka.Publisher) error {
+	comps := metrics.Components{Relay: r, Broker: pub}
+	if listener != nil {
+		comps.Listener = listener
+	}
+	ob.m.Attach(comps)
+	prev := r.OnPublished
+	r.OnPublished = func(rows []lease.Row) {
+		ob.m.ObservePublished(rows)
+		if prev != nil {
+			prev(rows)
+		}
+	}
+	ob.wg.Add(1)
+	go func() {
+		defer ob.wg.Done()
+		_ = ob.m.RunRefresher(ob.ctx)
+	}()
+	rcfg, ok := ob.flags.retentionConfig(ob.table)
+	if !ok {
+		ob.log.Info("retention off: published rows are kept (--retention negative)")
+		return nil
+	}
+	c, err := retention.New(rcfg, ob.pool, ob.log)
+	if err != nil {
+		return usageError{errors.New(err.Error())}
+	}
+	ob.m.Registry().MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "outbox_retention_deleted_rows_total",
+			Help: "Published rows deleted by the retention cleaner.",
+		}, func() float64 { return float64(c.Stats().Deleted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "outbox_retention_errors_total",
+			Help: "Failed retention DELETE statements.",
+		}, func() float64 { return float64(c.Stats().Errors) }),
+	)
+	ob.wg.Add(1)
+	go func() {
+		defer ob.wg.Done()
+		_ = c.Run(ob.ctx)
+	}()
+	return nil
+}
+
+// stop stops the cleaner, the table gauges and the metrics server, and
+// waits for them.
+func (ob *observer) stop() {
+	ob.cancel()
+	ob.wg.Wait()
+}

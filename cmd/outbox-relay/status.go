@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// statusReport is `outbox-relay status`'s result; its JSON form is the
+// --json output.
+type statusReport struct {
+	Table     string    `json:"table"`
+	CheckedAt time.Time `json:"checked_at"`
+	// OldestUnpublishedAgeSeconds is the age of the lowest-seq unpublished
+	// event that is not dead-lettered (0 when none), by the database clock.
+	OldestUnpublishedAgeSeconds float64    `json:"oldest_unpublished_age_seconds"`
+	OldestUnpublishedCreatedAt  *time.Time `json:"oldest_unpublished_created_at"`
+	OldestUnpublishedEventID    *string    `json:"oldest_unpublished_event_id"`
+	Unpublished                 struct {
+		Total      int64 `json:"total"`
+		Claimable  int64 `json:"claimable"`
+		Leased     int64 `json:"leased"`
+		BackingOff int64 `json:"backing_off"`
+	} `json:"unpublished"`
+	DeadLetters       int64         `json:"dead_letters"`
+	Published         int64         `json:"published"`
+	OldestPublishedAt *time.Time    `json:"oldest_published_at"`
+	NewestPublishedAt *time.Time    `json:"newest_published_at"`
+	Relays            []relayLeases `json:"relays"`
+}
+
+// relayLeases is one relay holding leases.
+type relayLeases struct {
+	RelayID     string    `json:"relay_id"`
+	Leased      int64     `json:"leased"`
+	LeaseEndsAt time.Time `json:"lease_ends_at"`
+}
+
+// statusSQL counts unpublished rows by state through the partial index of
+// unpublished rows; the published count and range use
+// outbox_published_at_idx (an index-only scan; on a large table of kept
+// history the count takes a moment).
+func statusSQL(t string) string {
+	return `WITH u AS (
+  SELECT dead_lettered_at, locked_by, locked_until FROM ` + t + ` WHERE published_at IS NULL
+)
+SELECT
+  now(),
+  (SELECT count(*) FROM u WHERE dead_lettered_at IS NULL),
+  (SELECT count(*) FROM u WHERE dead_lettered_at IS NULL AND (locked_until IS NULL OR locked_until <= now())),
+  (SELECT count(*) FROM u WHERE dead_lettered_at IS NULL AND locked_by IS NOT NULL AND locked_until > now()),
+  (SELECT count(*) FROM u WHERE dead_lettered_at IS NULL AND locked_by IS NULL AND locked_until > now()),
+  (SELECT count(*) FROM u WHERE dead_lettered_at IS NOT NULL),
+  (SELECT count(*) FROM ` + t + ` WHERE published_at IS NOT NULL),
+  (SELECT min(published_at) FROM ` + t + ` WHERE published_at IS NOT NULL),
+  (SELECT max(published_at) FROM ` + t + ` WHERE published_at IS NOT NULL)`
+}
+
+func oldestSQL(t string) string {
+	return `SELECT created_at, id::text, extract(epoch FROM now() - created_at)::float8 FROM ` + t + `
+WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1`
+}
+
+func relaysSQL(t string) string {
+	return `SELECT locked_by, count(*), max(locked_until) FROM ` + t + `
+WHERE published_at IS NULL AND locked_until > now() AND locked_by IS NOT NULL
+GROUP BY locked_by ORDER BY locked_by`
+}
+
+// queryStatus reads the status of table in one repeatable-read snapshot.
+func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string) (*statusReport, error) {
+	t := outbox.TableIdentifier(table)
+	tx, err := pool.BeginTx(ctx, pgxBeginReadOnlySnapshot)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	r := &statusReport{Table: table, Relays: []relayLeases{}}
+	u := &r.Unpublished
+	if err := tx.QueryRow(ctx, statusSQL(t)).Scan(&r.CheckedAt, &u.Total, &u.Claimable, &u.Leased, &u.BackingOff,
+		&r.DeadLetters, &r.Published, &r.OldestPublishedAt, &r.NewestPublishedAt); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	r.CheckedAt = r.CheckedAt.UTC()
+	var created time.Time
+	var id string
+	var age float64
+	switch err := tx.QueryRow(ctx, oldestSQL(t)).Scan(&created, &id, &age); {
+	case err == nil:
+		created = created.UTC()
+		r.OldestUnpublishedCreatedAt, r.OldestUnpublishedEventID, r.OldestUnpublishedAgeSeconds = &created, &id, age
+	case isNoRows(err):
+	default:
+		return nil, fmt.Errorf("status: oldest unpublished: %w", err)
+	}
+	rows, err := tx.Query(ctx, relaysSQL(t))
+	if err != nil {
+		return nil, fmt.Errorf("status: relays: %w", err)
+	}
+	for rows.Next() {
+		var l relayLeases
+		if err := rows.Scan(&l.RelayID, &l.Leased, &l.LeaseEndsAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("status: relays: %w", err)
+		}
+		l.LeaseEndsAt = l.LeaseEndsAt.UTC()
+		r.Relays = append(r.Relays, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("status: relays: %w", err)
+	}
+	for _, p := range []**time.Time{&r.OldestPublishedAt, &r.NewestPublishedAt} {
+		if *p != nil {
+			v := (**p).UTC()
+			*p = &v
+		}
+	}
+	return r, nil
+}
+
+const timeLayout = "2006-01-02 15:04:05.000000Z07:00"
+
+func (r *statusReport) writeHuman(w io.Writer) {
+	fmt.Fprintf(w, "outbox table %s at %s\n\n", r.Table, r.CheckedAt.Format(timeLayout))
+	if r.OldestUnpublishedCreatedAt != nil {
+		fmt.Fprintf(w, "oldest unpublished event: %s old (event_id %s, created_at %s)\n",
+			fmtSeconds(r.OldestUnpublishedAgeSeconds), *r.OldestUnpublishedEventID, r.OldestUnpublishedCreatedAt.Format(timeLayout))
+	} else {
+		fmt.Fprintln(w, "oldest unpublished event: none (every event is published or dead-lettered)")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "unpublished\t%d\t\n", r.Unpublished.Total)
+	fmt.Fprintf(tw, "  claimable\t%d\t  lease free; may still wait behind an earlier event of its aggregate\n", r.Unpublished.Claimable)
+	fmt.Fprintf(tw, "  leased\t%d\t  held by a relay, being published\n", r.Unpublished.Leased)
+	fmt.Fprintf(tw, "  backing off\t%d\t  failed, waiting for its retry\n", r.Unpublished.BackingOff)
+	hint := ""
+	if r.DeadLetters > 0 {
+		hint = "  see `outbox-relay inspect --event-id`, then `outbox-relay requeue`"
+	}
+	fmt.Fprintf(tw, "dead letters\t%d\t%s\n", r.DeadLetters, hint)
+	kept := ""
+	if r.OldestPublishedAt != nil {
+		kept = fmt.Sprintf("  published from %s to %s", r.OldestPublishedAt.Format(timeLayout), r.NewestPublishedAt.Format(timeLayout))
+	}
+	fmt.Fprintf(tw, "published (kept)\t%d\t%s\n", r.Published, kept)
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	if len(r.Relays) == 0 {
+		fmt.Fprintln(w, "relays holding leases: none")
+		return
+	}
+	fmt.Fprintln(w, "relays holding leases:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RELAY\tLEASED\tLEASE ENDS")
+	for _, l := range r.Relays {
+		fmt.Fprintf(tw, "  %s\t%d\t%s (in %s)\n", l.RelayID, l.Leased, l.LeaseEndsAt.Format(timeLayout),
+			fmtSeconds(l.LeaseEndsAt.Sub(r.CheckedAt).Seconds()))
+	}
+	_ = tw.Flush()
+}
+
+// fmtSeconds prints seconds as a rounded duration, e.g. 2.35s, 4m12s.
+func fmtSeconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Microsecond).String()
+	case d < time.Minute:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", stderr)
+	var common commonFlags
+	common.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	pool, err := connectForCommand(ctx, &common)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r, err := queryStatus(ctx, pool, common.table)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, r)
+	}
+	r.writeHuman(stdout)
+	return nil
+}
+
+// connectForCommand opens a small pool for a one-shot command and checks
+// that the outbox table is there.
+func connectForCommand(ctx context.Context, common *commonFlags) (*pgxpool.Pool, error) {
+	pcfg, err := common.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if err := checkTable(ctx, pool, common.table); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}

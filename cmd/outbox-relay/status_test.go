@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/outbox/internal/testenv"
+)
+
+// seedStates inserts one table with every state: 2 published, 3
+// claimable (one of them 2 minutes old, the oldest), 2 leased by relay-a and
+// 1 by relay-b, 1 backing off, 1 dead letter. It returns the IDs by name.
+func seedStates(t *testing.T, db *testenv.TestDB) map[string]uuid.UUID {
+	t.Helper()
+	ids := map[string]uuid.UUID{}
+	for _, n := range []string{"pub1", "pub2", "old", "c2", "c3", "la1", "la2", "lb1", "backoff", "dead"} {
+		ids[n] = uuid.New()
+	}
+	// One statement (the extended protocol takes one), all columns.
+	_, err := db.Pool.Exec(context.Background(), `
+INSERT INTO outbox (id, aggregate_id, event_type, payload, topic, created_at, published_at, locked_by, locked_until, claim_token, attempts, last_error, dead_lettered_at)
+VALUES ($1, 'p1', 'payment.captured', '{}', 'payments', now() - interval '1 hour', now() - interval '1 hour' + interval '12 milliseconds', NULL, NULL, NULL, 0, NULL, NULL),
+       ($2, 'p2', 'payment.captured', '{}', NULL, now() - interval '30 minutes', now() - interval '30 minutes', NULL, NULL, NULL, 0, NULL, NULL),
+       ($3, 'o', 'old.one', '{}', NULL, now() - interval '2 minutes', NULL, NULL, NULL, NULL, 0, NULL, NULL),
+       ($4, 'c2', 't', '{}', NULL, now(), NULL, NULL, NULL, NULL, 0, NULL, NULL),
+       ($5, 'c3', 't', '{}', NULL, now(), NULL, NULL, NULL, NULL, 0, NULL, NULL),
+       ($6, 'la1', 't', '{}', NULL, now(), NULL, 'relay-a/1234', now() + interval '20 seconds', gen_random_uuid(), 0, NULL, NULL),
+       ($7, 'la2', 't', '{}', NULL, now(), NULL, 'relay-a/1234', now() + interval '25 seconds', gen_random_uuid(), 0, NULL, NULL),
+       ($8, 'lb1', 't', '{}', NULL, now(), NULL, 'relay-b/5678', now() + interval '10 seconds', gen_random_uuid(), 0, NULL, NULL),
+       ($9, 'bo', 'order.created', '{}', NULL, now(), NULL, NULL, now() + interval '30 seconds', NULL, 2, 'kafka: NOT_LEADER_FOR_PARTITION', NULL),
+       ($10, 'dl', 'big.event', '{}', 'payments', now(), NULL, NULL, 'infinity', NULL, 1, 'MESSAGE_TOO_LARGE', now())`,
+		ids["pub1"], ids["pub2"], ids["old"], ids["c2"], ids["c3"], ids["la1"], ids["la2"], ids["lb1"], ids["backoff"], ids["dead"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	ids := seedStates(t, db)
+
+	code, out, stderr := runMain(t, ctx, "status", "--database-url", db.ConnString, "--json")
+	if code != 0 {
+		t.Fatalf("status --json: exit %d %s", code, stderr)
+	}
+	var r statusReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	u := r.Unpublished
+	if u.Total != 7 || u.Claimable != 3 || u.Leased != 3 || u.BackingOff != 1 || r.DeadLetters != 1 || r.Published != 2 {
+		t.Fatalf("counts %+v dead %d published %d; want total 7 = 3 claimable + 3 leased + 1 backing off, 1 dead, 2 published\n%s",
+			u, r.DeadLetters, r.Published, out)
+	}
+	if r.OldestUnpublishedAgeSeconds < 120 || r.OldestUnpublishedAgeSeconds > 180 || r.OldestUnpublishedEventID == nil || *r.OldestUnpublishedEventID != ids["old"].String() {
+		t.Fatalf("oldest unpublished: %v s, %v; want about 120 s, %s", r.OldestUnpublishedAgeSeconds, r.OldestUnpublishedEventID, ids["old"])
+	}
+	if len(r.Relays) != 2 || r.Relays[0].RelayID != "relay-a/1234" || r.Relays[0].Leased != 2 || r.Relays[1].RelayID != "relay-b/5678" || r.Relays[1].Leased != 1 {
+		t.Fatalf("relays %+v", r.Relays)
+	}
+	if d := r.Relays[0].LeaseEndsAt.Sub(r.CheckedAt).Seconds(); d < 24 || d > 26 {
+		t.Fatalf("relay-a's lease ends in %vs, want 25s (its latest lease)", d)
+	}
+	// The raw JSON has the documented snake_case keys.
+	for _, k := range []string{`"oldest_unpublished_age_seconds"`, `"claimable": 3`, `"backing_off": 1`, `"dead_letters": 1`, `"relay_id": "relay-b/5678"`, `"lease_ends_at"`} {
+		if !strings.Contains(out, k) {
+			t.Errorf("JSON lacks %s:\n%s", k, out)
+		}
+	}
+
+	code, out, stderr = runMain(t, ctx, "status", "--database-url", db.ConnString)
+	if code != 0 {
+		t.Fatalf("status: exit %d %s", code, stderr)
+	}
+	for _, re := range []string{
+		`oldest unpublished event: 2m0(\.\d+)?s old \(event_id ` + ids["old"].String(),
+		`(?m)^unpublished +7 *$`,
+		`(?m)^  claimable +3 +lease free`,
+		`(?m)^  leased +3 +held`,
+		`(?m)^  backing off +1 +failed`,
+		`(?m)^dead letters +1 +see .outbox-relay inspect`,
+		`(?m)^published \(kept\) +2 +published from `,
+		`(?m)^  relay-a/1234 +2 +\S+ \S+ \(in 2[45]\.\d+s\)$`,
+		`(?m)^  relay-b/5678 +1 +`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("status output does not match %s:\n%s", re, out)
+		}
+	}
+}
+
+func TestStatusOfAnEmptyTable(t *testing.T) {
+	t.Parallel()
+	db := testenv.MigratedDB(t)
+	code, out, stderr := runMain(t, context.Background(), "status", "--database-url", db.ConnString)
+	if code != 0 || !strings.Contains(out, "oldest unpublished event: none") || !strings.Contains(out, "relays holding leases: none") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	code, out, _ = runMain(t, context.Background(), "status", "--database-url", db.ConnString, "--json")
+	if code != 0 || !strings.Contains(out, `"oldest_unpublished_age_seconds": 0,`) || !strings.Contains(out, `"relays": []`) || !strings.Contains(out, `"oldest_unpublished_event_id": null`) {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+}
+
+func TestStatusWithoutTableSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	code, _, stderr := runMain(t, context.Background(), "status", "--database-url", db.ConnString)
+	if code != exitFailure || !strings.Contains(stderr, "outbox-relay migrate") {
+		t.Fatalf("exit %d %s", code, stderr)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	ids := seedStates(t, db)
+	inspect := func(id uuid.UUID, args ...string) (int, string, string) {
+		return runMain(t, ctx, append([]string{"inspect", "--database-url", db.ConnString, "--event-id", id.String()}, args...)...)
+	}
+
+	// Published: JSON.
+	code, out, stderr := inspect(ids["pub1"], "--json")
+	if code != 0 {
+		t.Fatalf("exit %d %s", code, stderr)
+	}
+	var r eventReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Found || !r.Published || r.State != "published" || r.Topic == nil || *r.Topic != "payments" || r.AggregateID != "p1" ||
+		r.EventType != "payment.captured" || r.PublishedAt == nil || r.PublishedAt.Sub(*r.CreatedAt).Milliseconds() != 12 ||
+		r.Attempts != 0 || r.LastError != nil || r.DeadLetteredAt != nil || r.LockedBy != nil {
+		t.Fatalf("published event: %s", out)
+	}
+	// Human.
+	code, out, _ = inspect(ids["pub1"])
+	for _, re := range []string{`^event ` + ids["pub1"].String() + `: published\n`, `(?m)^  topic +payments$`, `(?m)^  aggregate_id +p1$`,
+		`(?m)^  event_type +payment.captured$`, `(?m)^  published_at +\S+ \S+ \(12ms after created_at\)$`, `(?m)^  attempts +0$`, `(?m)^  last_error +-$`} {
+		if code != 0 || !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("inspect output does not match %s:\n%s", re, out)
+		}
+	}
+	// NULL topic: the relay's default.
+	if _, out, _ = inspect(ids["pub2"]); !strings.Contains(out, "the relay's --topic") {
+		t.Errorf("NULL topic not explained:\n%s", out)
+	}
+
+	// Dead letter.
+	code, out, _ = inspect(ids["dead"], "--json")
+	r = eventReport{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
+		t.Fatal(code, err)
+	}
+	if r.State != "dead_lettered" || r.Published || r.PublishedAt != nil || r.DeadLetteredAt == nil || r.Attempts != 1 || r.LastError == nil || *r.LastError != "MESSAGE_TOO_LARGE" || r.LockedUntil == nil || *r.LockedUntil != "infinity" {
+		t.Fatalf("dead letter: %s", out)
+	}
+	if _, out, _ = inspect(ids["dead"]); !strings.Contains(out, "DEAD-LETTERED") || !regexp.MustCompile(`(?m)^  last_error +MESSAGE_TOO_LARGE$`).MatchString(out) {
+		t.Errorf("dead letter:\n%s", out)
+	}
+
+	// Backing off, leased, pending.
+	code, out, _ = inspect(ids["backoff"])
+	if code != 0 || !strings.Contains(out, "waiting for its retry") || !regexp.MustCompile(`(?m)^  attempts +2$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^  last_error +kafka: NOT_LEADER_FOR_PARTITION$`).MatchString(out) || !regexp.MustCompile(`(?m)^  locked_until +.* \(in (29|30)\.\d+s\)$`).MatchString(out) {
+		t.Errorf("backing off:\n%s", out)
+	}
+	code, out, _ = inspect(ids["la1"], "--json")
+	r = eventReport{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || r.State != "leased" || r.LockedBy == nil || *r.LockedBy != "relay-a/1234" || r.LockedUntil == nil || !strings.HasPrefix(*r.LockedUntil, "20") {
+		t.Fatalf("leased: %s", out)
+	}
+	if code, out, _ = inspect(ids["c2"]); code != 0 || !strings.Contains(out, "waiting to be claimed") {
+		t.Errorf("pending:\n%s", out)
+	}
+
+	// Unknown: exit 1 naming retention, human and JSON.
+	unknown := uuid.New()
+	code, out, stderr = inspect(unknown)
+	if code != exitFailure || out != "" || !strings.Contains(stderr, unknown.String()) || !strings.Contains(stderr, "not in table outbox") || !strings.Contains(stderr, "retention") {
+		t.Fatalf("unknown ID: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, out, _ = inspect(unknown, "--json")
+	r = eventReport{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != exitFailure || r.Found || !strings.Contains(r.Message, "retention") {
+		t.Fatalf("unknown ID --json: exit %d %s", code, out)
+	}
+
+	// Usage errors.
+	if code, _, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString); code != exitUsage || !strings.Contains(stderr, "--event-id") {
+		t.Errorf("no --event-id: %d %s", code, stderr)
+	}
+	if code, _, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", "nope"); code != exitUsage || !strings.Contains(stderr, "--event-id") {
+		t.Errorf("bad --event-id: %d %s", code, stderr)
+	}
+}
