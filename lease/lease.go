@@ -44,7 +44,34 @@ type Config struct {
 	// leases for its own. Defaults to
 	// "<hostname>-<random>".
 	RelayID string
+	// Columns names the columns that hold the event's fields, for an
+	// existing outbox table whose producers cannot change (a Debezium
+	// outbox table: see sql.Adopt). Defaults to pgoutbox's names.
+	Columns Columns
 }
+
+// Columns maps an event's fields to column names. The lease bookkeeping
+// columns (seq, locked_until, ...) always have pgoutbox's names.
+type Columns struct {
+	// ID is the event ID column, of type uuid. Defaults to "id".
+	ID string
+	// AggregateID is the aggregate (Kafka key) column, text. Defaults to
+	// "aggregate_id"; Debezium: "aggregateid".
+	AggregateID string
+	// EventType is the event type column, text. Defaults to "event_type";
+	// Debezium: "type".
+	EventType string
+	// Payload is the payload column, jsonb or text. Defaults to "payload".
+	Payload string
+	// AggregateType is an optional column whose value routes the event
+	// (relay.Config.TopicTemplate's ${aggregatetype}); Debezium:
+	// "aggregatetype". Defaults to "" (none).
+	AggregateType string
+}
+
+// DebeziumColumns are the columns of Debezium's Outbox Event Router table
+// (id, aggregatetype, aggregateid, type, payload).
+var DebeziumColumns = Columns{ID: "id", AggregateID: "aggregateid", EventType: "type", Payload: "payload", AggregateType: "aggregatetype"}
 
 // DefaultLease is Config.Lease's default.
 const DefaultLease = 30 * time.Second
@@ -67,6 +94,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.RelayID == "" {
 		c.RelayID = DefaultRelayID()
+	}
+	if c.Columns.ID == "" {
+		c.Columns.ID = "id"
+	}
+	if c.Columns.AggregateID == "" {
+		c.Columns.AggregateID = "aggregate_id"
+	}
+	if c.Columns.EventType == "" {
+		c.Columns.EventType = "event_type"
+	}
+	if c.Columns.Payload == "" {
+		c.Columns.Payload = "payload"
 	}
 }
 
@@ -103,6 +142,9 @@ type Row struct {
 	Headers map[string]string
 	// Topic is the row's topic, "" to use the relay's.
 	Topic string
+	// AggregateType is the Columns.AggregateType column's value; "" when
+	// that column is not configured or NULL.
+	AggregateType string
 	// CreatedAt is the inserting transaction's start time (database clock).
 	CreatedAt time.Time
 	// Attempts counts earlier failed publishes of this row.
@@ -168,6 +210,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 		return nil, err
 	}
 	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
+	col := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	id, agg, typ, payload := col(cfg.Columns.ID), col(cfg.Columns.AggregateID), col(cfg.Columns.EventType), col(cfg.Columns.Payload)
+	aggType := "NULL::text"
+	if cfg.Columns.AggregateType != "" {
+		aggType = "o." + col(cfg.Columns.AggregateType) + "::text"
+	}
 	gparts := strings.Split(cfg.Table, ".")
 	gparts[len(gparts)-1] += "_order_guard"
 	guard := pgx.Identifier(gparts).Sanitize()
@@ -218,7 +266,7 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
     AND (NOT (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.until > now() AND g.key <> 'relay:' || $3))
       OR NOT COALESCE((
       SELECT true FROM ` + t + ` p
-      WHERE p.aggregate_id = o.aggregate_id
+      WHERE p.` + agg + ` = o.` + agg + `
         AND p.published_at IS NULL
         AND p.seq < o.seq
         AND p.seq >= $5
@@ -232,7 +280,7 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
 UPDATE ` + t + ` o
 SET locked_until = now() + $2 * interval '1 millisecond', locked_by = $3, claim_token = $4
 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
-RETURNING o.seq, o.id, o.aggregate_id, o.event_type, o.payload::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until`
+RETURNING o.seq, o.` + id + `, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType
 	// The floor: every row with seq below it is published. Published rows
 	// leave the partial indexes only when VACUUM cleans them (and a large
 	// table's autovacuum may skip index cleanup for a long time: PG 14+'s
@@ -251,21 +299,21 @@ RETURNING o.seq, o.id, o.aggregate_id, o.event_type, o.payload::text, o.headers,
   (SELECT min(seq) FROM ` + t + ` WHERE published_at IS NULL AND seq >= $1)`
 	c.markSQL = `UPDATE ` + t + `
 SET published_at = now(), locked_until = NULL, last_error = NULL
-WHERE id = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+WHERE ` + id + ` = ANY($1) AND claim_token = $2 AND published_at IS NULL`
 	c.releaseSQL = `UPDATE ` + t + `
 SET locked_until = CASE WHEN $3 > 0 THEN now() + $3 * interval '1 millisecond' END,
     locked_by = NULL, claim_token = NULL,
     attempts = attempts + $4, last_error = COALESCE($5, last_error)
-WHERE id = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+WHERE ` + id + ` = ANY($1) AND claim_token = $2 AND published_at IS NULL`
 	c.deadSQL = `UPDATE ` + t + `
 SET dead_lettered_at = now(),
     locked_until = CASE WHEN $3 THEN 'infinity'::timestamptz END,
     locked_by = NULL, claim_token = NULL,
     attempts = attempts + $4, last_error = $5
-WHERE id = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+WHERE ` + id + ` = ANY($1) AND claim_token = $2 AND published_at IS NULL`
 	c.requeueSQL = `UPDATE ` + t + `
 SET dead_lettered_at = NULL, locked_until = NULL, attempts = 0
-WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL AND ($1::uuid[] IS NULL OR id = ANY($1))`
+WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL AND ($1::uuid[] IS NULL OR ` + id + ` = ANY($1))`
 	return c, nil
 }
 
@@ -404,10 +452,10 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	}
 	batch := &Batch{Token: token}
 	var headers []byte
-	var payload, topic *string
+	var payload, topic, aggType *string
 	for rows.Next() {
 		var r Row
-		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil); err != nil {
+		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil, &aggType); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
@@ -416,6 +464,9 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 		}
 		if topic != nil {
 			r.Topic = *topic
+		}
+		if aggType != nil {
+			r.AggregateType = *aggType
 		}
 		if len(headers) > 0 && string(headers) != "null" {
 			r.Headers, err = decodeHeaders(headers)

@@ -18,6 +18,7 @@ package relay
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pgoutbox/outbox"
@@ -29,6 +30,16 @@ type Config struct {
 	// Topic is the Kafka topic for rows whose topic column is NULL. Required
 	// unless every row names its topic.
 	Topic string
+	// TopicTemplate routes each event to a topic computed from its row, as
+	// Debezium's Outbox Event Router does with route.topic.replacement:
+	// "${aggregatetype}" (or Debezium's "${routedByValue}") is replaced by
+	// the row's aggregate type column (lease.Columns.AggregateType). A
+	// row's own topic column still wins; Topic is used when the template
+	// gives an empty value. Defaults to "" (no routing).
+	TopicTemplate string
+	// IDHeader, if set, also carries the event ID in a header of this name
+	// (Debezium's router uses "id"), besides event_id. Defaults to "".
+	IDHeader string
 	// PollInterval is the fallback poll: with no notification for this long,
 	// the relay claims anyway (events from writers that do not notify, and
 	// notifications lost while the listener reconnects). Jittered by ±10%.
@@ -122,6 +133,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Topic != "" && outbox.ValidateTopic(c.Topic) != nil:
 		return fmt.Errorf("relay: Config.Topic: %w", outbox.ValidateTopic(c.Topic))
+	case c.TopicTemplate != "" && !strings.Contains(c.TopicTemplate, "${"):
+		return fmt.Errorf("relay: Config.TopicTemplate: %q has no ${aggregatetype} placeholder", c.TopicTemplate)
+	case c.IDHeader == "event_type" || c.IDHeader == "aggregate_id":
+		return fmt.Errorf("relay: Config.IDHeader: %q is already set from another field", c.IDHeader)
 	case c.PollInterval < time.Millisecond:
 		return fmt.Errorf("relay: Config.PollInterval: must be at least 1ms, got %s", c.PollInterval)
 	case c.LingerPoll < 0:

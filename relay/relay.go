@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -634,18 +635,29 @@ func (r *Relay) message(row lease.Row) kafka.Message {
 		kafka.Header{Key: "aggregate_id", Value: []byte(row.AggregateID)},
 	)
 	for k, v := range row.Headers {
-		if reservedHeader(k) {
+		if reservedHeader(k) || k == r.cfg.IDHeader {
 			// A plain-SQL writer's header must not override the event's
 			// identity: consumers dedupe on event_id.
 			continue
 		}
 		h = append(h, kafka.Header{Key: k, Value: []byte(v)})
 	}
+	if r.cfg.IDHeader != "" && r.cfg.IDHeader != "event_id" {
+		h = append(h, kafka.Header{Key: r.cfg.IDHeader, Value: []byte(row.ID.String())})
+	}
 	topic := row.Topic
+	if topic == "" && r.cfg.TopicTemplate != "" && row.AggregateType != "" {
+		topic = r.routeTopic(row.AggregateType)
+	}
 	if topic == "" {
 		topic = r.cfg.Topic
 	}
 	return kafka.Message{Topic: topic, Key: []byte(row.AggregateID), Value: row.Payload, Headers: h}
+}
+
+// routeTopic expands Config.TopicTemplate for an aggregate type.
+func (r *Relay) routeTopic(aggregateType string) string {
+	return strings.NewReplacer("${aggregatetype}", aggregateType, "${routedByValue}", aggregateType).Replace(r.cfg.TopicTemplate)
 }
 
 // reservedHeader reports whether k is one of the headers the relay sets

@@ -42,6 +42,7 @@ Usage:
   outbox-relay [run] [flags]   relay events until SIGINT/SIGTERM (the default)
   outbox-relay migrate [flags] create or update the outbox table
   outbox-relay requeue [flags] put dead-lettered events back (--event-id ID or --all-dead-letters)
+  outbox-relay adopt [flags]   prepare an existing (e.g. Debezium) outbox table: --table T --debezium
   outbox-relay status [flags]  oldest unpublished age, events by state, relays holding leases (--json)
   outbox-relay inspect [flags] was an event published, when, attempts, last error (--event-id ID, --json)
   outbox-relay version         print the version
@@ -63,6 +64,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(ctx, args, stderr)
 	case "migrate":
 		err = cmdMigrate(ctx, args, stdout, stderr)
+	case "adopt":
+		err = cmdAdopt(ctx, args, stdout, stderr)
 	case "requeue":
 		err = cmdRequeue(ctx, args, stdout, stderr)
 	case "status":

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -31,6 +32,7 @@ type runFlags struct {
 	noNotify    bool
 	startupWait time.Duration
 	observe     observeFlags // metrics server, retention (observe.go)
+	columns     columnFlags  // existing tables, e.g. Debezium's (adopt.go)
 }
 
 func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
@@ -43,6 +45,9 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	fs.DurationVar(&f.lease.Lease, "lease", lease.DefaultLease, "how long a claim holds its rows before another relay may take them (min 1s)")
 	fs.IntVar(&f.lease.BatchSize, "batch-size", lease.DefaultBatchSize, fmt.Sprintf("most events per claim (1..%d)", lease.MaxBatchSize))
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
+	f.columns.register(fs)
+	fs.StringVar(&f.relay.TopicTemplate, "topic-template", "", "route events by the --column-aggregate-type value, e.g. outbox.event.${aggregatetype} (Debezium's default routing)")
+	fs.StringVar(&f.relay.IDHeader, "id-header", "", "also carry the event ID in this header (Debezium's router uses id; default: only event_id)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "fallback poll interval when no notification arrives (jittered ±10%)")
 	fs.DurationVar(&f.relay.Linger, "linger", relay.DefaultLinger, "after a claim found events, keep claiming every --linger-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative: off)")
 	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", 500*time.Microsecond, "first interval between lingering claims")
@@ -55,6 +60,7 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	fs.StringVar(&f.kafka.ClientID, "kafka-client-id", "pgoutbox", "Kafka client.id")
 	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 10*time.Second, "timeout of one produce request")
 	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout (0: the publisher's small default)")
+	fs.BoolVar(&f.kafka.AutoCreateTopic, "kafka-auto-create-topics", false, "let metadata requests create missing topics on brokers that allow it (auto.create.topics.enable)")
 	fs.StringVar(&f.kafka.Compression, "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
 	fs.BoolVar(&f.kafka.TLSEnabled, "kafka-tls", false, "connect to Kafka over TLS")
 	fs.StringVar(&f.kafka.TLSCAFile, "kafka-tls-ca", "", "PEM file of CA certificates for Kafka TLS (default: system roots)")
@@ -82,6 +88,13 @@ func (f *runFlags) validate() error {
 	}
 	f.kafka.Topic = f.relay.Topic
 	f.lease.Table = f.table
+	f.lease.Columns = f.columns.columns()
+	if f.columns.debezium && f.relay.TopicTemplate == "" {
+		f.relay.TopicTemplate = "outbox.event.${aggregatetype}"
+	}
+	if f.columns.debezium && f.relay.IDHeader == "" {
+		f.relay.IDHeader = "id"
+	}
 	f.notify.ReconnectMin, f.notify.ReconnectMax = 0, 0
 	for _, err := range []error{f.lease.Validate(), f.relay.Validate(), f.notify.Validate(), f.kafka.Validate()} {
 		if err != nil {
@@ -145,7 +158,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return err
 	}
-	if err := checkTable(ctx, pool, f.table); err != nil {
+	if err := checkTable(ctx, pool, f.table, f.lease.Columns); err != nil {
 		return err
 	}
 
@@ -215,8 +228,19 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 
 // checkTable fails fast, with a clear message, when the outbox table is
 // missing or has the wrong shape.
-func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
-	cols := "seq, id, aggregate_id, event_type, payload, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at"
+func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns ...lease.Columns) error {
+	c := lease.Config{Table: table}
+	if len(columns) > 0 {
+		c.Columns = columns[0]
+	}
+	_ = c.Validate() // applies the column defaults
+	var event []string
+	for _, name := range []string{c.Columns.ID, c.Columns.AggregateID, c.Columns.EventType, c.Columns.Payload, c.Columns.AggregateType} {
+		if name != "" {
+			event = append(event, pgx.Identifier{name}.Sanitize())
+		}
+	}
+	cols := strings.Join(event, ", ") + ", seq, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at"
 	_, err := pool.Exec(ctx, "SELECT "+cols+" FROM "+outbox.TableIdentifier(table)+" LIMIT 0")
 	switch {
 	case err == nil:
@@ -224,7 +248,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	case lease.IsMissingTable(err):
 		return fmt.Errorf("outbox table %q not found: run `outbox-relay migrate` first (%v)", table, err)
 	case lease.IsSchemaMismatch(err):
-		return fmt.Errorf("table %q is not an outbox table of this version: run `outbox-relay migrate` (%v)", table, err)
+		return fmt.Errorf("table %q is not an outbox table of this version: run `outbox-relay migrate` (or `outbox-relay adopt` for an existing table such as Debezium's, and check the --column-* flags) (%v)", table, err)
 	}
 	return fmt.Errorf("check outbox table %q: %w", table, err)
 }
@@ -232,7 +256,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
 // configFlags maps "<package>.<Config field>" onto the flag that sets it.
 var configFlags = map[string]string{
 	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
-	"relay.Topic": "--topic", "relay.PollInterval": "--poll-interval", "relay.Linger": "--linger", "relay.LingerPoll": "--linger-poll",
+	"relay.Topic": "--topic", "relay.TopicTemplate": "--topic-template", "relay.IDHeader": "--id-header", "relay.PollInterval": "--poll-interval", "relay.Linger": "--linger", "relay.LingerPoll": "--linger-poll",
 	"relay.RetryMin": "--retry-min", "relay.MaxAttempts": "--max-attempts", "relay.OnDeadLetter": "--on-dead-letter", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
 	"notify.Channel": "--channel",
 	"kafka.Brokers":  "--brokers", "kafka.Topic": "--topic", "kafka.ClientID": "--kafka-client-id",
