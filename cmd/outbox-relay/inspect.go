@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/lease"
 )
 
 // pgxBeginReadOnlySnapshot reads several statements from one snapshot.
@@ -49,8 +50,9 @@ type eventReport struct {
 	Message   string    `json:"message,omitempty"`
 }
 
-func inspectSQL(t string) string {
-	return `SELECT seq, topic, aggregate_id, event_type, created_at, published_at, attempts, last_error,
+func inspectSQL(t string, cols lease.Columns) string {
+	id := func(c string) string { return pgx.Identifier{c}.Sanitize() }
+	return `SELECT seq, topic, ` + id(cols.AggregateID) + `::text, ` + id(cols.EventType) + `::text, created_at, published_at, attempts, last_error,
   dead_lettered_at, locked_by, NULLIF(locked_until, 'infinity'), coalesce(locked_until = 'infinity', false), now(),
   CASE
     WHEN published_at IS NOT NULL THEN 'published'
@@ -59,7 +61,7 @@ func inspectSQL(t string) string {
     WHEN locked_by IS NULL AND locked_until > now() THEN 'backing_off'
     ELSE 'pending'
   END
-FROM ` + t + ` WHERE id = $1`
+FROM ` + t + ` WHERE ` + id(cols.ID) + ` = $1`
 }
 
 // errEventNotFound is inspect's failure for an unknown event ID (exit 1).
@@ -71,13 +73,13 @@ func (e errEventNotFound) Error() string {
 
 func queryEvent(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}, table string, id uuid.UUID) (*eventReport, error) {
+}, table string, cols lease.Columns, id uuid.UUID) (*eventReport, error) {
 	r := &eventReport{EventID: id.String()}
 	var (
 		created time.Time
 		state   string
 	)
-	err := q.QueryRow(ctx, inspectSQL(outbox.TableIdentifier(table)), id).Scan(&r.Seq, &r.Topic, &r.AggregateID, &r.EventType,
+	err := q.QueryRow(ctx, inspectSQL(outbox.TableIdentifier(table), cols), id).Scan(&r.Seq, &r.Topic, &r.AggregateID, &r.EventType,
 		&created, &r.PublishedAt, &r.Attempts, &r.LastError, &r.DeadLetteredAt, &r.LockedBy, &r.lockedUntil, &r.heldForever, &r.CheckedAt, &state)
 	if isNoRows(err) {
 		r.CheckedAt = time.Now().UTC()
@@ -163,7 +165,9 @@ func (r *eventReport) writeHuman(w io.Writer) {
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("inspect", stderr)
 	var common commonFlags
+	var cf columnFlags
 	common.register(fs)
+	cf.register(fs)
 	eventID := fs.String("event-id", "", "the event's ID (the Kafka header event_id), a UUID (required)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text (also for an unknown ID, with found=false; the exit code is 1 then too)")
 	if err := parse(fs, args); err != nil {
@@ -176,12 +180,12 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return usagef("--event-id: %q is not a UUID", *eventID)
 	}
-	pool, err := connectForCommand(ctx, &common)
+	pool, cols, err := connectForCommand(ctx, &common, &cf)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	r, err := queryEvent(ctx, pool, common.table, id)
+	r, err := queryEvent(ctx, pool, common.table, cols, id)
 	if err != nil {
 		return err
 	}

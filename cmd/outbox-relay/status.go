@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/lease"
 )
 
 // statusReport is `outbox-relay status`'s result; its JSON form is the
@@ -63,8 +66,8 @@ SELECT
   (SELECT max(published_at) FROM ` + t + ` WHERE published_at IS NOT NULL)`
 }
 
-func oldestSQL(t string) string {
-	return `SELECT created_at, id::text, extract(epoch FROM now() - created_at)::float8 FROM ` + t + `
+func oldestSQL(t, idCol string) string {
+	return `SELECT created_at, ` + idCol + `::text, extract(epoch FROM now() - created_at)::float8 FROM ` + t + `
 WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1`
 }
 
@@ -75,7 +78,7 @@ GROUP BY locked_by ORDER BY locked_by`
 }
 
 // queryStatus reads the status of table in one repeatable-read snapshot.
-func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string) (*statusReport, error) {
+func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lease.Columns) (*statusReport, error) {
 	t := outbox.TableIdentifier(table)
 	tx, err := pool.BeginTx(ctx, pgxBeginReadOnlySnapshot)
 	if err != nil {
@@ -92,7 +95,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string) (*status
 	var created time.Time
 	var id string
 	var age float64
-	switch err := tx.QueryRow(ctx, oldestSQL(t)).Scan(&created, &id, &age); {
+	switch err := tx.QueryRow(ctx, oldestSQL(t, pgx.Identifier{cols.ID}.Sanitize())).Scan(&created, &id, &age); {
 	case err == nil:
 		created = created.UTC()
 		r.OldestUnpublishedCreatedAt, r.OldestUnpublishedEventID, r.OldestUnpublishedAgeSeconds = &created, &id, age
@@ -187,17 +190,19 @@ func writeJSON(w io.Writer, v any) error {
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
 	var common commonFlags
+	var cf columnFlags
 	common.register(fs)
+	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	pool, err := connectForCommand(ctx, &common)
+	pool, cols, err := connectForCommand(ctx, &common, &cf)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	r, err := queryStatus(ctx, pool, common.table)
+	r, err := queryStatus(ctx, pool, common.table, cols)
 	if err != nil {
 		return err
 	}
@@ -208,21 +213,26 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// connectForCommand opens a small pool for a one-shot command and checks
-// that the outbox table is there.
-func connectForCommand(ctx context.Context, common *commonFlags) (*pgxpool.Pool, error) {
+// connectForCommand opens a small pool for a one-shot command, checks
+// that the outbox table is there with the columns cf maps (--debezium,
+// --column-*), and returns the column names with defaults applied.
+func connectForCommand(ctx context.Context, common *commonFlags, cf *columnFlags) (*pgxpool.Pool, lease.Columns, error) {
+	lc := lease.Config{Table: common.table, Columns: cf.columns()}
+	if err := lc.Validate(); err != nil {
+		return nil, lease.Columns{}, usageError{errors.New(flagError(err))}
+	}
 	pcfg, err := common.poolConfig()
 	if err != nil {
-		return nil, err
+		return nil, lease.Columns{}, err
 	}
 	pcfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, lease.Columns{}, fmt.Errorf("connect: %w", err)
 	}
-	if err := checkTable(ctx, pool, common.table); err != nil {
+	if err := checkTable(ctx, pool, common.table, lc.Columns); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, lease.Columns{}, err
 	}
-	return pool, nil
+	return pool, lc.Columns, nil
 }

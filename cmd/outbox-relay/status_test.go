@@ -203,3 +203,43 @@ func TestInspect(t *testing.T) {
 		t.Errorf("bad --event-id: %d %s", code, stderr)
 	}
 }
+
+// TestStatusAndInspectOnADebeziumTable: with --debezium the commands read
+// the adopted table's own column names.
+func TestStatusAndInspectOnADebeziumTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE outboxevent (
+  id uuid NOT NULL,
+  aggregatetype varchar(255) NOT NULL,
+  aggregateid varchar(255) NOT NULL,
+  type varchar(255) NOT NULL,
+  payload jsonb,
+  PRIMARY KEY (id)
+)`); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runMain(t, ctx, "adopt", "--database-url", db.ConnString, "--table", "outboxevent", "--debezium"); code != 0 {
+		t.Fatalf("adopt: %d %s", code, stderr)
+	}
+	id := uuid.New()
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO outboxevent (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'Order', 'order-1', 'OrderCreated', '{}')", id); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--table", "outboxevent", "--debezium", "--event-id", id.String(), "--json")
+	var r eventReport
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.State != "pending" || r.AggregateID != "order-1" || r.EventType != "OrderCreated" {
+		t.Fatalf("inspect: %d %s %s", code, out, stderr)
+	}
+	code, out, stderr = runMain(t, ctx, "status", "--database-url", db.ConnString, "--table", "outboxevent", "--debezium", "--json")
+	var s statusReport
+	if code != 0 || json.Unmarshal([]byte(out), &s) != nil || s.Unpublished.Claimable != 1 || s.OldestUnpublishedEventID == nil || *s.OldestUnpublishedEventID != id.String() {
+		t.Fatalf("status: %d %s %s", code, out, stderr)
+	}
+	// Without --debezium the event columns are not found: named.
+	code, _, stderr = runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--table", "outboxevent", "--event-id", id.String())
+	if code != exitFailure || !strings.Contains(stderr, "--column-") {
+		t.Fatalf("inspect without --debezium: %d %s", code, stderr)
+	}
+}
