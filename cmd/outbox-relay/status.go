@@ -139,18 +139,18 @@ func (r *statusReport) writeHuman(w io.Writer) {
 		fmt.Fprintln(w, "oldest unpublished event: none (every event is published or dead-lettered)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "unpublished\t%d\t\n", r.Unpublished.Total)
-	fmt.Fprintf(tw, "  claimable\t%d\t  lease free; may still wait behind an earlier event of its aggregate\n", r.Unpublished.Claimable)
-	fmt.Fprintf(tw, "  leased\t%d\t  held by a relay, being published\n", r.Unpublished.Leased)
-	fmt.Fprintf(tw, "  backing off\t%d\t  failed, waiting for its retry\n", r.Unpublished.BackingOff)
+	fmt.Fprintf(tw, "unpublished\t%d\tnot dead-lettered\n", r.Unpublished.Total)
+	fmt.Fprintf(tw, "  claimable\t%d\tlease free; may still wait behind an earlier event of its aggregate\n", r.Unpublished.Claimable)
+	fmt.Fprintf(tw, "  leased\t%d\theld by a relay, being published\n", r.Unpublished.Leased)
+	fmt.Fprintf(tw, "  backing off\t%d\tfailed, waiting for its retry\n", r.Unpublished.BackingOff)
 	hint := ""
 	if r.DeadLetters > 0 {
-		hint = "  see `outbox-relay inspect --event-id`, then `outbox-relay requeue`"
+		hint = "see `outbox-relay inspect --event-id`, then `outbox-relay requeue`"
 	}
 	fmt.Fprintf(tw, "dead letters\t%d\t%s\n", r.DeadLetters, hint)
 	kept := ""
 	if r.OldestPublishedAt != nil {
-		kept = fmt.Sprintf("  published from %s to %s", r.OldestPublishedAt.Format(timeLayout), r.NewestPublishedAt.Format(timeLayout))
+		kept = fmt.Sprintf("published from %s to %s", r.OldestPublishedAt.Format(timeLayout), r.NewestPublishedAt.Format(timeLayout))
 	}
 	fmt.Fprintf(tw, "published (kept)\t%d\t%s\n", r.Published, kept)
 	_ = tw.Flush()
