@@ -82,7 +82,7 @@ func TestStatus(t *testing.T) {
 	}
 	for _, re := range []string{
 		`oldest unpublished event: 2m0(\.\d+)?s old \(event_id ` + ids["old"].String(),
-		`(?m)^unpublished +7 *$`,
+		`(?m)^unpublished +7 +not dead-lettered$`,
 		`(?m)^  claimable +3 +lease free`,
 		`(?m)^  leased +3 +held`,
 		`(?m)^  backing off +1 +failed`,
