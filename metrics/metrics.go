@@ -72,9 +72,13 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultInterval      = 5 * time.Second
-	DefaultQueryTimeout  = 5 * time.Second
-	DefaultCheckTimeout  = time.Second
+	// DefaultInterval is Config.Interval's default.
+	DefaultInterval = 5 * time.Second
+	// DefaultQueryTimeout is Config.QueryTimeout's default.
+	DefaultQueryTimeout = 5 * time.Second
+	// DefaultCheckTimeout is Config.CheckTimeout's default.
+	DefaultCheckTimeout = time.Second
+	// DefaultReadyCacheTTL is Config.ReadyCacheTTL's default.
 	DefaultReadyCacheTTL = 2 * time.Second
 	// DefaultAddr is the run command's default --metrics-addr.
 	DefaultAddr = ":9090"

@@ -52,15 +52,24 @@ type Config struct {
 	StatementTimeout time.Duration
 }
 
-// Defaults of Config.
+// Defaults and bounds of Config.
 const (
-	DefaultRetention         = 7 * 24 * time.Hour
-	DefaultInterval          = time.Minute
+	// DefaultRetention is the recommended Config.Retention: 7 days, so
+	// incident questions about last week's events can be answered.
+	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultInterval is Config.Interval's default when Retention > 0.
+	DefaultInterval = time.Minute
+	// DefaultImmediateInterval is Config.Interval's default when
+	// Retention is 0.
 	DefaultImmediateInterval = time.Second
-	DefaultBatchSize         = 1000
-	MaxBatchSize             = 100000
-	DefaultPause             = 20 * time.Millisecond
-	DefaultStatementTimeout  = 30 * time.Second
+	// DefaultBatchSize is Config.BatchSize's default.
+	DefaultBatchSize = 1000
+	// MaxBatchSize bounds Config.BatchSize.
+	MaxBatchSize = 100000
+	// DefaultPause is Config.Pause's default.
+	DefaultPause = 20 * time.Millisecond
+	// DefaultStatementTimeout is Config.StatementTimeout's default.
+	DefaultStatementTimeout = 30 * time.Second
 )
 
 func (c *Config) setDefaults() {

@@ -31,7 +31,7 @@ type eventReport struct {
 	State          string     `json:"state,omitempty"`
 	Published      bool       `json:"published"`
 	Seq            int64      `json:"seq,omitempty"`
-	Topic          *string    `json:"topic,omitempty"`
+	Topic          *string    `json:"topic"`
 	AggregateID    string     `json:"aggregate_id,omitempty"`
 	EventType      string     `json:"event_type,omitempty"`
 	CreatedAt      *time.Time `json:"created_at,omitempty"`

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -162,7 +161,7 @@ func (ob *observer) attach(r *relay.Relay, listener *notify.Listener, pub *kafka
 	}
 	c, err := retention.New(rcfg, ob.pool, ob.log)
 	if err != nil {
-		return usageError{errors.New(err.Error())}
+		return usageError{err}
 	}
 	ob.m.Registry().MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
