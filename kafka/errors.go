@@ -204,3 +204,52 @@ func IsUnreachable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne)
 }
+
+// Error reasons returned by ErrorReason: a small fixed set, fit for a
+// metrics label.
+const (
+	ReasonUnreachable     = "unreachable"       // no answer from a broker (network, timeout)
+	ReasonMessageTooLarge = "message_too_large" // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, local size check
+	ReasonInvalidRecord   = "invalid_record"    // INVALID_RECORD, CORRUPT_MESSAGE
+	ReasonNotLeader       = "not_leader"        // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE
+	ReasonNotEnoughISR    = "not_enough_replicas"
+	ReasonTimeout         = "request_timed_out" // REQUEST_TIMED_OUT from the broker
+	ReasonUnknownTopic    = "unknown_topic"     // UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION
+	ReasonAuthorization   = "authorization"     // TOPIC_ or CLUSTER_AUTHORIZATION_FAILED
+	ReasonOther           = "other"
+)
+
+// ErrorReason classifies a publish error into one of the Reason*
+// constants.
+func ErrorReason(err error) string {
+	var tooLarge kafkago.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return ReasonMessageTooLarge
+	}
+	var ke kafkago.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge:
+			return ReasonMessageTooLarge
+		case kafkago.InvalidRecord, kafkago.InvalidMessage:
+			return ReasonInvalidRecord
+		case kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable:
+			return ReasonNotLeader
+		case kafkago.NotEnoughReplicas, kafkago.NotEnoughReplicasAfterAppend:
+			return ReasonNotEnoughISR
+		case kafkago.RequestTimedOut:
+			return ReasonTimeout
+		case kafkago.UnknownTopicOrPartition, kafkago.InvalidTopic:
+			return ReasonUnknownTopic
+		case kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed:
+			return ReasonAuthorization
+		}
+	}
+	if errors.Is(err, kafkago.MessageSizeTooLarge) {
+		return ReasonMessageTooLarge
+	}
+	if IsUnreachable(err) {
+		return ReasonUnreachable
+	}
+	return ReasonOther
+}

@@ -159,6 +159,10 @@ type Batch struct {
 	Rows []Row
 	// LockedUntil is when the lease ends, by the database clock.
 	LockedUntil time.Time
+	// TakenOver counts rows whose previous lease had expired without a
+	// mark or release: a relay died or stalled holding them (a lease
+	// takeover). They may have been published already.
+	TakenOver int
 	// Claimed is when the claim committed, by this host's clock; with
 	// Config.Lease it gives a local deadline that is safe against clock
 	// skew because it only measures elapsed time.
@@ -258,7 +262,7 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
 	// (set_config above): the SubPlan's pessimistic cost estimate would
 	// otherwise trigger JIT compilation, about 20ms per claim for nothing.
 	c.claimSQL = `WITH candidates AS (
-  SELECT o.ctid FROM ` + t + ` o
+  SELECT o.ctid, o.locked_by IS NOT NULL AS taken_over FROM ` + t + ` o
   WHERE o.published_at IS NULL
     AND o.seq >= $5
     AND (o.locked_until IS NULL OR o.locked_until <= now())
@@ -276,11 +280,13 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
-)
+), claimed AS (
 UPDATE ` + t + ` o
 SET locked_until = now() + $2 * interval '1 millisecond', locked_by = $3, claim_token = $4
 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
-RETURNING o.seq, o.` + id + `, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType
+RETURNING o.seq, o.` + id + `, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `
+)
+SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) FROM claimed`
 	// The floor: every row with seq below it is published. Published rows
 	// leave the partial indexes only when VACUUM cleans them (and a large
 	// table's autovacuum may skip index cleanup for a long time: PG 14+'s
@@ -455,7 +461,7 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	var payload, topic, aggType *string
 	for rows.Next() {
 		var r Row
-		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil, &aggType); err != nil {
+		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil, &aggType, &batch.TakenOver); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
 		}

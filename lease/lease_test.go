@@ -156,8 +156,8 @@ func TestExpiredLeaseIsReclaimedAndLateMarkDoesNotClobber(t *testing.T) {
 		}
 		return len(b2.Rows) > 0
 	}, "the expired lease was never re-claimed")
-	if fmt.Sprint(ids(b2)) != fmt.Sprint(want) {
-		t.Fatalf("re-claim = %v, want %v", ids(b2), want)
+	if fmt.Sprint(ids(b2)) != fmt.Sprint(want) || b2.TakenOver != 3 {
+		t.Fatalf("re-claim = %v (taken over %d), want %v, all 3 taken over", ids(b2), b2.TakenOver, want)
 	}
 	if n, err := stalled.MarkPublished(ctx, b1.Token, want); err != nil || n != 0 {
 		t.Fatalf("late mark by the stalled relay: n=%d err=%v, want 0", n, err)

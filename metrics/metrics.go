@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
@@ -177,6 +179,13 @@ type Metrics struct {
 	lastRefresh   prometheus.Gauge
 	published     *prometheus.CounterVec
 	latency       prometheus.Histogram
+	publishErrors *prometheus.CounterVec
+	claimDur      *prometheus.HistogramVec
+	batchSize     prometheus.Histogram
+	markDur       prometheus.Histogram
+	takeovers     prometheus.Counter
+	leaseLost     prometheus.Counter
+	markErrors    prometheus.Counter
 
 	refreshFailing atomic.Bool
 
@@ -249,6 +258,38 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		Help:    "Time from the inserting transaction's start (created_at, database clock) to Kafka's acknowledgement (relay host clock).",
 		Buckets: LatencyBuckets,
 	})
+	m.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_publish_errors_total",
+		Help: "Events whose publish failed, by topic and reason (kafka.ErrorReason: unreachable, message_too_large, not_leader, ...), and whether they were dead-lettered.",
+	}, []string{"topic", "reason", "dead_lettered"})
+	m.claimDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "outbox_claim_duration_seconds",
+		Help:    "Duration of a claim (one round trip: lease a batch and commit), by result: rows, empty or error.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"result"})
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "outbox_claim_batch_size",
+		Help:    "Events leased by a claim that found any.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+	})
+	m.markDur = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "outbox_mark_duration_seconds",
+		Help:    "Duration of marking a published chunk of events.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	})
+	m.takeovers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_lease_takeovers_total",
+		Help: "Events claimed after their previous lease expired unmarked and unreleased (a relay died or stalled).",
+	})
+	m.leaseLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_lease_lost_total",
+		Help: "Published events this relay could not mark because its lease had passed to another claim (they are published again).",
+	})
+	m.markErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_mark_errors_total",
+		Help: "Failed mark statements (retried; events are published again if the lease ends first).",
+	})
+	m.reg.MustRegister(m.publishErrors, m.claimDur, m.batchSize, m.markDur, m.takeovers, m.leaseLost, m.markErrors)
 	m.reg.MustRegister(m.oldestAge, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&componentCollector{m: m})
@@ -302,6 +343,40 @@ func (m *Metrics) ObservePublished(rows []lease.Row) {
 		m.latency.Observe(now.Sub(rows[i].CreatedAt).Seconds())
 	}
 	flush()
+}
+
+// ObserveClaim records one claim: set it as relay.Relay.OnClaim.
+func (m *Metrics) ObserveClaim(d time.Duration, rows, takenOver int, err error) {
+	switch {
+	case err != nil:
+		m.claimDur.WithLabelValues("error").Observe(d.Seconds())
+	case rows == 0:
+		m.claimDur.WithLabelValues("empty").Observe(d.Seconds())
+	default:
+		m.claimDur.WithLabelValues("rows").Observe(d.Seconds())
+		m.batchSize.Observe(float64(rows))
+	}
+	if takenOver > 0 {
+		m.takeovers.Add(float64(takenOver))
+	}
+}
+
+// ObserveMark records one mark: set it as relay.Relay.OnMark.
+func (m *Metrics) ObserveMark(d time.Duration, ids int, marked int64, err error) {
+	if err != nil {
+		m.markErrors.Inc()
+		return
+	}
+	m.markDur.Observe(d.Seconds())
+	if lost := int64(ids) - marked; lost > 0 {
+		m.leaseLost.Add(float64(lost))
+	}
+}
+
+// ObservePublishFailure records one failed event: set it as
+// relay.Relay.OnPublishFailure.
+func (m *Metrics) ObservePublishFailure(_ lease.Row, topic string, err error, deadLettered bool) {
+	m.publishErrors.WithLabelValues(topic, kafka.ErrorReason(err), strconv.FormatBool(deadLettered)).Inc()
 }
 
 // TableStats are the values behind the table gauges.

@@ -79,8 +79,20 @@ type Relay struct {
 	}
 
 	// OnPublished, if set before Run, is called after each publish with the
-	// rows Kafka acknowledged (for tests and benchmarks; keep it fast).
+	// rows Kafka acknowledged (metrics, tests, benchmarks; keep it fast).
 	OnPublished func(rows []lease.Row)
+	// OnClaim, if set before Run, is called after each claim with its
+	// duration, the rows it leased, how many of them were taken over from
+	// an expired lease, and its error (metrics; keep it fast).
+	OnClaim func(d time.Duration, rows, takenOver int, err error)
+	// OnMark, if set before Run, is called after each mark with its
+	// duration, the rows it tried to mark, how many it marked (fewer: the
+	// lease was lost) and its error.
+	OnMark func(d time.Duration, ids int, marked int64, err error)
+	// OnPublishFailure, if set before Run, is called for each event whose
+	// publish failed, with its topic, the error (see kafka.ErrorReason) and
+	// whether it was dead-lettered.
+	OnPublishFailure func(row lease.Row, topic string, err error, deadLettered bool)
 }
 
 // New returns a Relay. wake delivers wake-up signals (notify.Listener.Wake);
@@ -218,9 +230,21 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 		// nobody holds until the lease ends. It is bounded by DBTimeout, and
 		// a batch claimed during shutdown is released below.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+		began := time.Now()
 		b, err := r.claimer.Claim(cctx)
 		cancel()
 		r.stats.claims.Add(1)
+		if r.OnClaim != nil {
+			if err != nil {
+				r.OnClaim(time.Since(began), 0, 0, err)
+			} else {
+				r.OnClaim(time.Since(began), len(b.Rows), b.TakenOver, nil)
+			}
+		}
+		if err == nil && b.TakenOver > 0 {
+			r.log.Warn("lease takeover: took events whose lease had expired; a relay died or stalled, they may be published again",
+				zap.Int("events", b.TakenOver))
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -534,6 +558,9 @@ func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failu
 			attempts++
 		}
 		dead := kafka.IsRecordRejected(f.err) || attempts >= r.cfg.MaxAttempts
+		if r.OnPublishFailure != nil {
+			r.OnPublishFailure(f.row, r.topicOf(f.row), f.err, dead)
+		}
 		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
 		groups[k] = append(groups[k], f.row.ID)
 		fields := []zap.Field{
@@ -601,8 +628,12 @@ func (r *Relay) runMarker(work context.Context, in <-chan markJob) {
 	for job := range in {
 		for attempt := 1; ; attempt++ {
 			mctx, cancel := context.WithTimeout(work, r.cfg.DBTimeout)
+			began := time.Now()
 			n, err := r.claimer.MarkPublished(mctx, job.token, job.ids)
 			cancel()
+			if r.OnMark != nil {
+				r.OnMark(time.Since(began), len(job.ids), n, err)
+			}
 			if err == nil {
 				r.stats.marked.Add(n)
 				if n < int64(len(job.ids)) {
@@ -645,6 +676,12 @@ func (r *Relay) message(row lease.Row) kafka.Message {
 	if r.cfg.IDHeader != "" && r.cfg.IDHeader != "event_id" {
 		h = append(h, kafka.Header{Key: r.cfg.IDHeader, Value: []byte(row.ID.String())})
 	}
+	return kafka.Message{Topic: r.topicOf(row), Key: []byte(row.AggregateID), Value: row.Payload, Headers: h}
+}
+
+// topicOf returns the row's destination: its topic column, else the
+// TopicTemplate route, else Config.Topic.
+func (r *Relay) topicOf(row lease.Row) string {
 	topic := row.Topic
 	if topic == "" && r.cfg.TopicTemplate != "" && row.AggregateType != "" {
 		topic = r.routeTopic(row.AggregateType)
@@ -652,7 +689,7 @@ func (r *Relay) message(row lease.Row) kafka.Message {
 	if topic == "" {
 		topic = r.cfg.Topic
 	}
-	return kafka.Message{Topic: topic, Key: []byte(row.AggregateID), Value: row.Payload, Headers: h}
+	return topic
 }
 
 // routeTopic expands Config.TopicTemplate for an aggregate type.

@@ -149,6 +149,9 @@ func (ob *observer) attach(r *relay.Relay, listener *notify.Listener, pub *kafka
 			prev(rows)
 		}
 	}
+	r.OnClaim = ob.m.ObserveClaim
+	r.OnMark = ob.m.ObserveMark
+	r.OnPublishFailure = ob.m.ObservePublishFailure
 	ob.wg.Add(1)
 	go func() {
 		defer ob.wg.Done()

@@ -208,6 +208,14 @@ func TestRunServesMetricsHealthAndReadiness(t *testing.T) {
 			t.Errorf("%s = %v, want %v", series, got[series], v)
 		}
 	}
+	// Claim, batch and mark instrumentation: every event came through a
+	// claim that found rows and was marked; nothing was taken over or lost.
+	if got["outbox_claim_batch_size_sum"] != 5 || got["outbox_claim_duration_seconds_count{result=\"rows\"}"] < 1 ||
+		got["outbox_mark_duration_seconds_count"] < 1 || got["outbox_lease_takeovers_total"] != 0 || got["outbox_lease_lost_total"] != 0 {
+		t.Errorf("batch sizes sum %v, claims with rows %v, marks %v, takeovers %v, lease lost %v",
+			got["outbox_claim_batch_size_sum"], got["outbox_claim_duration_seconds_count{result=\"rows\"}"],
+			got["outbox_mark_duration_seconds_count"], got["outbox_lease_takeovers_total"], got["outbox_lease_lost_total"])
+	}
 	if got["outbox_relay_claims_total"] < 1 || got["outbox_listener_reconnects_total"] < 1 || got["outbox_notifications_received_total"] < 1 {
 		t.Errorf("claims %v, reconnects %v, notifications %v: want each >= 1", got["outbox_relay_claims_total"],
 			got["outbox_listener_reconnects_total"], got["outbox_notifications_received_total"])
@@ -231,6 +239,21 @@ func TestRunServesMetricsHealthAndReadiness(t *testing.T) {
 	if failed := fmt.Sprint(body["failed"]); failed != "[broker]" {
 		t.Fatalf("failed %s, want [broker]: %v", failed, body)
 	}
+	// An event written now fails to publish, counted by topic and reason.
+	if err := w.Add(ctx, db.Pool, outbox.Event{AggregateID: "x", Type: "t", Payload: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	unreachable := func(m map[string]float64) float64 {
+		for series, v := range m {
+			if strings.HasPrefix(series, "outbox_publish_errors_total{") && strings.Contains(series, `reason="unreachable"`) &&
+				strings.Contains(series, `topic="`+topic+`"`) && strings.Contains(series, `dead_lettered="false"`) {
+				return v
+			}
+		}
+		return 0
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool { got = scrape(t, r.addr); return unreachable(got) >= 1 },
+		"no publish error counted with reason unreachable for topic %s", topic)
 
 	if code := r.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, r.stderr)
