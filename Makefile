@@ -36,9 +36,9 @@ run:
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario latency,drain,writers --mode notify,poll,naive,floor \
+		--scenario latency,drain,writers,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --duration 15s --grace 5s --idle-window 2s --poll-interval 500ms \
-		--events 50000 --relays 1,2 \
+		--events 50000 --relays 1,2 --outage 15s \
 		--connections 16,32,64 --writers-duration 5s \
 		--json bench/results/latest.json --plot bench/results/latest.png $(BENCH_FLAGS)
 
@@ -47,8 +47,8 @@ bench:
 .PHONY: bench-full
 bench-full:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario latency,drain,writers,sweep --mode notify,poll,naive,floor \
-		--rate 1000 --duration 30s --poll-interval 50ms,100ms,500ms --lease 5s,30s \
+		--scenario latency,drain,writers,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
+		--rate 1000 --duration 30s --poll-interval 50ms,100ms,500ms --lease 5s,30s --outage 20s \
 		--events 200000 --relays 1,2 --connections 16,32,64 \
 		--json bench/results/full.json --plot bench/results/full.png $(BENCH_FLAGS)
 

@@ -19,12 +19,18 @@
 //     they can, with the product's wake-ups and with none.
 //   - sweep: the latency scenario across poll intervals and leases, with
 //     claim queries/s and empty claims/s.
+//   - broker-down: the relay as a child process (cmd/outbox-relay run),
+//     writers at a constant rate, the in-process broker refusing
+//     connections for a while: the relay's RSS before, during and after
+//     the outage, the recovery time, lost events.
 //
 // Modes: "notify" (the product: listener, relay and the writer's default
 // debounced wake-ups), "poll" (the product without notifications, writer
 // WakeupNone), "naive" (a hand-written polling relay: one transaction that
 // selects FOR UPDATE SKIP LOCKED, publishes, marks and commits) and "floor"
 // (the same Kafka client and broker without a database: produce, consume).
+// Drain also has "notify-proc": the notify relay as a child process
+// (Env.RelayBin, see BuildRelay), whose own RSS is sampled from /proc.
 //
 // Each run gets a fresh schema (its own outbox table) and a fresh topic, one
 // run after the other against the same Postgres and broker.

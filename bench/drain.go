@@ -17,7 +17,9 @@ import (
 
 // DrainConfig configures a drain run.
 type DrainConfig struct {
-	// Mode is ModeNotify, ModePoll, ModeNaive or ModeSQLCeiling. Required.
+	// Mode is ModeNotify, ModePoll, ModeNaive, ModeNotifyProc (notify
+	// relays as child processes of Env.RelayBin) or ModeSQLCeiling.
+	// Required.
 	Mode string
 	// Relay configures the relays (Relay.Mode is set from Mode; for
 	// sql-ceiling only BatchSize and Lease are used).
@@ -73,16 +75,19 @@ func (c *DrainConfig) validate() error {
 	case c.Timeout < 0:
 		return fmt.Errorf("bench: DrainConfig.Timeout: must be positive, got %s", c.Timeout)
 	}
-	if c.Mode == ModeSQLCeiling {
+	switch c.Mode {
+	case ModeSQLCeiling:
 		c.Relay.Mode = ModePoll // only to apply defaults
-	} else {
+	case ModeNotifyProc:
+		c.Relay.Mode = ModeNotify
+	default:
 		c.Relay.Mode = c.Mode
 	}
 	if err := c.Relay.validate(); err != nil {
 		if c.Mode != ModeSQLCeiling {
 			return err
 		}
-		return fmt.Errorf("bench: DrainConfig.Mode: %q is not notify, poll, naive or sql-ceiling", c.Mode)
+		return fmt.Errorf("bench: DrainConfig.Mode: %q is not notify, poll, naive, notify-proc or sql-ceiling", c.Mode)
 	}
 	return nil
 }
@@ -90,7 +95,10 @@ func (c *DrainConfig) validate() error {
 // Drain runs the drain scenario for one mode: it preloads cfg.Events rows
 // with no relay running, starts cfg.Relays relays and measures until the
 // consumer has every event (for sql-ceiling: until a raw claim+mark loop,
-// the statements of package lease without Kafka, finds no more rows).
+// the statements of package lease without Kafka, finds no more rows). With
+// notify-proc the relays are `outbox-relay run` processes (Env.RelayBin)
+// whose VmRSS is sampled every 100ms; their start-up is inside the
+// measured time.
 func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 	if err := e.validate(); err != nil {
 		return Run{}, err
@@ -173,6 +181,11 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 	var runErr error
 	if cfg.Mode == ModeSQLCeiling {
 		end, runErr = sqlCeiling(dctx, db, cfg, &marked, &claims)
+	} else if cfg.Mode == ModeNotifyProc {
+		end, runErr = e.drainProc(dctx, db, topic, tr, cfg, &run, log)
+		tr.Stop()
+		run.Received = tr.Distinct()
+		run.DuplicateReceptions = tr.duplicates.Load()
 	} else {
 		var rels []runningRelay
 		for i := range cfg.Relays {
@@ -218,6 +231,56 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 	}
 	log.Debug("drained", zap.Float64("events_per_s", run.EventsPerS))
 	return run, nil
+}
+
+// drainProc runs the drain with cfg.Relays relay processes and fills the
+// relay_* figures of run; it returns when the last event arrived.
+func (e *Env) drainProc(ctx context.Context, db *runDB, topic string, tr *tracker, cfg DrainConfig, run *Run, log *zap.Logger) (time.Time, error) {
+	start := time.Now()
+	var procs []*relayProc
+	var samplers []*rssSampler
+	defer func() {
+		for i, p := range procs {
+			samplers[i].Stop()
+			p.Stop()
+		}
+	}()
+	for i := range cfg.Relays {
+		p, err := e.startRelayProc(db, topic, db.Schema, cfg.Relay, log.Named(fmt.Sprint(i)))
+		if err != nil {
+			return time.Time{}, err
+		}
+		procs = append(procs, p)
+		samplers = append(samplers, startRSSSampler(p.Pid(), 1, 100*time.Millisecond))
+	}
+	deadline := time.Now().Add(cfg.Timeout)
+	var first time.Time
+	for tr.Distinct() < int64(cfg.Events) {
+		if first.IsZero() && tr.Distinct() > 0 {
+			first = time.Now()
+		}
+		for _, p := range procs {
+			if err := p.Exited(); err != nil {
+				return time.Time{}, err
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return time.Time{}, fmt.Errorf("bench: drain: %d of %d events arrived within %s", tr.Distinct(), cfg.Events, cfg.Timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	end := time.Unix(0, tr.lastRecv.Load())
+	if first.IsZero() {
+		first = end
+	}
+	run.RelayStartS = first.Sub(start).Seconds()
+	for i, p := range procs {
+		samplers[i].Stop()
+		run.RelayRSSMaxMiB = max(run.RelayRSSMaxMiB, samplers[i].Max(0))
+		_, hwm := procMemMiB(p.Pid())
+		run.RelayVmHWMMiB = max(run.RelayVmHWMMiB, hwm)
+	}
+	return end, nil
 }
 
 // preload inserts ids through outbox.Writer (WakeupNone) in transactions of

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/faultnet"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -40,6 +42,13 @@ type Env struct {
 	// Broker describes the broker in the report ("kfake" or "external").
 	// Defaults to "external".
 	Broker string
+	// RelayBin is the outbox-relay binary that the subprocess modes (drain
+	// notify-proc, broker-down) run; see BuildRelay.
+	RelayBin string
+	// SetBrokerUp, if set, makes the broker reachable (true) or refuse
+	// every connection (false); the broker-down scenario needs it
+	// (Local.SetBrokerUp for the in-process broker).
+	SetBrokerUp func(up bool)
 }
 
 func (e *Env) validate() error {
@@ -73,6 +82,7 @@ type Local struct {
 	Brokers []string
 	pg      *pgtemp.Cluster
 	kafka   *kfake.Cluster
+	ln      *faultnet.Listener
 }
 
 // StartLocal starts what is missing: a pgtemp cluster with fsync on (the
@@ -88,18 +98,40 @@ func StartLocal(ctx context.Context, dsn string, brokers []string) (*Local, erro
 		l.pg, l.DSN = c, c.DSN()
 	}
 	if len(brokers) == 0 {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+		// The broker listens through faultnet so that the broker-down
+		// scenario can refuse connections on the same address.
+		ln, err := faultnet.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("bench: kfake listener: %w", err)
+		}
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(),
+			kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
+		if err != nil {
+			_ = ln.Close()
 			l.Close()
 			return nil, fmt.Errorf("bench: kfake: %w", err)
 		}
-		l.kafka, l.Brokers = c, c.ListenAddrs()
+		l.kafka, l.ln, l.Brokers = c, ln, c.ListenAddrs()
 	}
 	return l, nil
 }
 
 // Kfake reports whether the broker is the in-process kfake cluster.
 func (l *Local) Kfake() bool { return l.kafka != nil }
+
+// SetBrokerUp makes the in-process broker reachable (true) or closes and
+// refuses every connection to it (false). A no-op without one.
+func (l *Local) SetBrokerUp(up bool) {
+	if l.ln == nil {
+		return
+	}
+	if up {
+		l.ln.SetMode(faultnet.Up)
+	} else {
+		l.ln.SetMode(faultnet.Refuse)
+	}
+}
 
 // Pgtemp reports whether Postgres is a throwaway pgtemp cluster.
 func (l *Local) Pgtemp() bool { return l.pg != nil }

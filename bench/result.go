@@ -14,6 +14,10 @@ const (
 	ScenarioDrain   = "drain"
 	ScenarioWriters = "writers"
 	ScenarioSweep   = "sweep"
+	// ScenarioBrokerDown: the broker refuses connections for a while
+	// as writers go on; the relay (a subprocess) must stay bounded in
+	// memory and lose nothing.
+	ScenarioBrokerDown = "broker-down"
 )
 
 // Mode names, the "mode" key of a Run.
@@ -23,6 +27,10 @@ const (
 	ModeNaive      = "naive"
 	ModeFloor      = "floor"
 	ModeSQLCeiling = "sql-ceiling"
+	// ModeNotifyProc is the drain of notify with the relay as a child
+	// process (the cmd/outbox-relay binary, `run`), so that the relay's own
+	// RSS is measured apart from the bench's consumer and broker.
+	ModeNotifyProc = "notify-proc"
 )
 
 // Report is the whole output: the machine and every run, in order.
@@ -47,9 +55,16 @@ type Run struct {
 	DurationS float64 `json:"duration_s"`
 	// Error is set when the run failed; its figures are then partial.
 	Error string `json:"error,omitempty"`
+	// Note explains a skipped run (e.g. broker-down with external
+	// brokers).
+	Note string `json:"note,omitempty"`
 	*Latency
 	*Drain
 	*Writers
+	// BrokerDown is set for the broker-down scenario. Its keys (count,
+	// lost, ...) would clash with Latency's under encoding/json's
+	// embedding rules, so MarshalJSON adds them to the top level.
+	BrokerDown *BrokerDown `json:"-"`
 
 	// hist is the latency histogram (microseconds), for the plot.
 	hist *hdrhistogram.Histogram
@@ -141,6 +156,17 @@ type Drain struct {
 	// of the relay's own RSS.
 	RSSMaxMB float64 `json:"rss_max_mb"`
 	VmHWMMB  float64 `json:"vmhwm_mb"`
+	// RelayRSSMaxMiB is the highest VmRSS of the relay process itself,
+	// sampled every 100ms from /proc/<pid>/status, and RelayVmHWMMiB its
+	// VmHWM (peak RSS over the process's life) at the end of the drain, in
+	// MiB: set for notify-proc only (max over the relay processes).
+	RelayRSSMaxMiB float64 `json:"relay_rss_max_mib,omitempty"`
+	RelayVmHWMMiB  float64 `json:"relay_vmhwm_mib,omitempty"`
+	// RelayStartS (notify-proc) is the time from starting the relay
+	// process to the first event received: process start, connecting to
+	// Postgres and Kafka, the first claim and publish. It is inside
+	// DurationS.
+	RelayStartS float64 `json:"relay_start_s,omitempty"`
 	// Claims is the number of claim statements run.
 	Claims int64 `json:"claims"`
 }
@@ -167,6 +193,56 @@ type Writers struct {
 	// ms.
 	TxP50MS float64 `json:"tx_p50_ms"`
 	TxP99MS float64 `json:"tx_p99_ms"`
+}
+
+// BrokerDown is the result of a broker-down run: RSS of the relay process
+// (MiB) before, during and after an outage of the broker while writers go
+// on at Rate.
+type BrokerDown struct {
+	// OutageS is how long the broker refused connections, in seconds.
+	OutageS float64 `json:"outage_s"`
+	// Rate is the writers' target rate, events/s.
+	Rate float64 `json:"rate"`
+	// RSSBeforeMiB is the relay's highest VmRSS before the outage (steady
+	// traffic), RSSMaxOutageMiB during it, RSSMaxRecoveryMiB from the
+	// broker's return until every event was delivered; VmHWMMiB is the
+	// process's peak RSS at the end.
+	RSSBeforeMiB      float64 `json:"rss_before_mib"`
+	RSSMaxOutageMiB   float64 `json:"rss_max_outage_mib"`
+	RSSMaxRecoveryMiB float64 `json:"rss_max_recovery_mib"`
+	VmHWMMiB          float64 `json:"vmhwm_mib"`
+	// WrittenOutage is the number of events committed while the broker
+	// was down.
+	WrittenOutage int64 `json:"written_outage"`
+	// RecoveryS is the time from the broker's return to the last event
+	// received (the writers stop when the broker returns).
+	RecoveryS float64 `json:"recovery_s"`
+	// Count is the number of events committed (warm-up excluded);
+	// Received how many of them arrived, Lost = Count - Received,
+	// Duplicates receptions beyond the first.
+	Count      int64 `json:"count"`
+	Received   int64 `json:"received"`
+	Lost       int64 `json:"lost"`
+	Duplicates int64 `json:"duplicates"`
+}
+
+// MarshalJSON writes the run with the keys of its scenario's result at
+// the top level.
+func (r Run) MarshalJSON() ([]byte, error) {
+	type plain Run // without this method
+	b, err := json.Marshal(plain(r))
+	if err != nil || r.BrokerDown == nil {
+		return b, err
+	}
+	bd, err := json.Marshal(r.BrokerDown)
+	if err != nil {
+		return nil, err
+	}
+	if len(bd) <= 2 {
+		return b, nil
+	}
+	out := append(b[:len(b)-1:len(b)-1], ',')
+	return append(out, bd[1:]...), nil
 }
 
 // WriteJSON writes the report to file, indented.

@@ -99,6 +99,8 @@ func TestJSONShape(t *testing.T) {
 		{Scenario: ScenarioDrain, Mode: ModeNotify, Drain: &Drain{Relays: 1, Events: 200000}},
 		{Scenario: ScenarioDrain, Mode: ModeSQLCeiling, Drain: &Drain{Relays: 1, Events: 200000}},
 		{Scenario: ScenarioWriters, Mode: ModeNotify, Writers: &Writers{Connections: 16, Wakeups: true}},
+		{Scenario: ScenarioBrokerDown, Mode: ModeNotify, BrokerDown: &BrokerDown{OutageS: 20, Count: 5}},
+		{Scenario: ScenarioDrain, Mode: ModeNotifyProc, Drain: &Drain{Relays: 1, Events: 1000, RelayRSSMaxMiB: 20, RelayVmHWMMiB: 21}},
 	}}
 	b, err := json.Marshal(rep)
 	if err != nil {
@@ -121,6 +123,8 @@ func TestJSONShape(t *testing.T) {
 		{"scenario", "mode", "relays", "events", "events_per_s"},
 		{"scenario", "mode", "relays", "events", "events_per_s"},
 		{"scenario", "connections", "wakeups", "commits_per_s"},
+		{"scenario", "mode", "outage_s", "rss_before_mib", "rss_max_outage_mib", "rss_max_recovery_mib", "recovery_s", "count", "lost"},
+		{"scenario", "mode", "relays", "events", "events_per_s", "relay_rss_max_mib", "relay_vmhwm_mib", "rss_max_mb"},
 	}
 	for i, keys := range want {
 		for _, k := range keys {
@@ -141,6 +145,12 @@ func TestJSONShape(t *testing.T) {
 	}
 	if _, ok := got.Runs[0]["commits_per_s"]; ok {
 		t.Error("latency run has commits_per_s")
+	}
+	if _, ok := got.Runs[4]["p50_ms"]; ok || got.Runs[4]["count"] != 5.0 {
+		t.Errorf("broker-down run = %v", got.Runs[4])
+	}
+	if _, ok := got.Runs[1]["relay_rss_max_mib"]; ok {
+		t.Error("in-process drain run has relay_rss_max_mib")
 	}
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,12 +13,14 @@ import (
 // SuiteConfig selects what RunSuite runs.
 type SuiteConfig struct {
 	// Scenarios to run, in this order of preference: latency, drain,
-	// writers, sweep. Defaults to latency, drain, writers.
+	// writers, sweep, broker-down. Defaults to latency, drain, writers.
 	Scenarios []string
 	// Modes for the latency scenario (notify, poll, naive, floor); drain
-	// uses notify (with each of DrainRelays) and naive (one relay) among
-	// them, plus sql-ceiling; sweep uses notify and poll. Defaults to all
-	// four.
+	// uses notify (with each of DrainRelays), notify-proc and naive (one
+	// relay) among them, plus sql-ceiling; sweep uses notify and poll.
+	// notify-proc (drain only) runs the relay as a child process
+	// (Env.RelayBin) to measure its own RSS. Defaults to notify, poll,
+	// naive and floor.
 	Modes []string
 	// PollIntervals are the poll intervals of the poll and naive modes
 	// (one run each) and the sweep's first axis. Defaults to [500ms].
@@ -49,6 +52,9 @@ type SuiteConfig struct {
 	// Connections are the writers runs' connection counts. Defaults to
 	// [16, 32, 64].
 	Connections []int
+	// BrokerDown is the template of the broker-down run (its Relay is
+	// set from FallbackPoll, the first lease, BatchSize and Linger).
+	BrokerDown BrokerDownConfig
 }
 
 func (c *SuiteConfig) setDefaults() {
@@ -80,13 +86,13 @@ func (c *SuiteConfig) setDefaults() {
 func (c *SuiteConfig) Validate() error {
 	c.setDefaults()
 	for _, s := range c.Scenarios {
-		if !slices.Contains([]string{ScenarioLatency, ScenarioDrain, ScenarioWriters, ScenarioSweep}, s) {
-			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers or sweep", s)
+		if !slices.Contains([]string{ScenarioLatency, ScenarioDrain, ScenarioWriters, ScenarioSweep, ScenarioBrokerDown}, s) {
+			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, sweep or broker-down", s)
 		}
 	}
 	for _, m := range c.Modes {
-		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor}, m) {
-			return fmt.Errorf("bench: SuiteConfig.Modes: %q is not notify, poll, naive or floor", m)
+		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc}, m) {
+			return fmt.Errorf("bench: SuiteConfig.Modes: %q is not notify, poll, naive, floor or notify-proc", m)
 		}
 	}
 	for _, d := range c.PollIntervals {
@@ -114,7 +120,20 @@ func (c *SuiteConfig) Validate() error {
 			return fmt.Errorf("bench: SuiteConfig.Connections: must be positive, got %d", n)
 		}
 	}
+	if slices.Contains(c.Scenarios, ScenarioBrokerDown) {
+		bc := c.BrokerDown
+		if err := bc.validate(); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// NeedsRelayBin reports whether cfg runs a relay process (Env.RelayBin):
+// the broker-down scenario, or drain with the notify-proc mode.
+func (c *SuiteConfig) NeedsRelayBin() bool {
+	return slices.Contains(c.Scenarios, ScenarioBrokerDown) ||
+		(slices.Contains(c.Scenarios, ScenarioDrain) && slices.Contains(c.Modes, ModeNotifyProc))
 }
 
 // RunSuite runs cfg's scenarios one run after the other and appends each
@@ -143,13 +162,16 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 	}
 	has := func(m string) bool { return slices.Contains(cfg.Modes, m) }
 	lease0 := cfg.Leases[0]
-	for _, sc := range []string{ScenarioLatency, ScenarioDrain, ScenarioWriters, ScenarioSweep} {
+	for _, sc := range []string{ScenarioLatency, ScenarioDrain, ScenarioWriters, ScenarioSweep, ScenarioBrokerDown} {
 		if !slices.Contains(cfg.Scenarios, sc) {
 			continue
 		}
 		switch sc {
 		case ScenarioLatency:
 			for _, m := range cfg.Modes {
+				if m == ModeNotifyProc {
+					continue // drain only
+				}
 				polls := []time.Duration{cfg.FallbackPoll}
 				if m == ModePoll || m == ModeNaive {
 					polls = cfg.PollIntervals
@@ -171,7 +193,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 			// poll drains exactly like notify (a full claim is followed by
 			// another at once), so it is not run separately.
 			var modes []string
-			for _, m := range []string{ModeNotify, ModeNaive} {
+			for _, m := range []string{ModeNotify, ModeNotifyProc, ModeNaive} {
 				if has(m) {
 					modes = append(modes, m)
 				}
@@ -245,6 +267,21 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					}
 				}
 			}
+		case ScenarioBrokerDown:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			bc := cfg.BrokerDown
+			bc.Relay = relayCfg(ModeNotify, cfg.FallbackPoll, lease0)
+			r, err := e.BrokerDown(ctx, bc)
+			if r.Scenario == "" {
+				r = Run{Scenario: ScenarioBrokerDown, Mode: ModeNotify, BrokerDown: &BrokerDown{OutageS: bc.Outage.Seconds(), Rate: bc.Rate}}
+			}
+			if errors.Is(err, ErrNoBrokerControl) {
+				r.Note, err = "skipped: the broker is external (--brokers); only the in-process broker can be taken down", nil
+				e.Log.Warn("broker-down skipped: external brokers")
+			}
+			add(r, err)
 		}
 	}
 	return ctx.Err()

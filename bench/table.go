@@ -24,6 +24,8 @@ func RunLabel(r *Run) string {
 		return fmt.Sprintf("%s x%d", r.Mode, r.Relays)
 	case r.Writers != nil:
 		return fmt.Sprintf("%d conns %s", r.Connections, r.WakeupMode)
+	case r.BrokerDown != nil:
+		return fmt.Sprintf("%s outage=%gs", r.Mode, r.BrokerDown.OutageS)
 	}
 	return r.Mode
 }
@@ -45,10 +47,12 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "machine: %s, %d cores, %d MiB, %s, kernel %s\n", m.CPU, m.Cores, m.MemoryMB, m.GoVersion, m.Kernel)
 	fmt.Fprintf(w, "postgres: %s (fsync=%s, synchronous_commit=%s, %s); broker: %s\n\n",
 		firstWords(m.Postgres, 2), m.PostgresFsync, m.PostgresSynchronousCommit, m.PostgresSource, m.Broker)
-	var lat, drain, writers []*Run
+	var lat, drain, writers, down []*Run
 	for i := range r.Runs {
 		run := &r.Runs[i]
 		switch {
+		case run.BrokerDown != nil:
+			down = append(down, run)
 		case run.Latency != nil:
 			lat = append(lat, run)
 		case run.Drain != nil:
@@ -73,13 +77,22 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if len(drain) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "drain\tevents\tseconds\tevents/s\treceived\tdup\tclaims\tRSS max MiB\tpeak RSS MiB\t")
+		fmt.Fprintln(tw, "drain\tevents\tseconds\tevents/s\treceived\tdup\tclaims\tbench RSS max MiB\tbench peak MiB\trelay RSS max MiB\trelay peak MiB\t")
 		for _, run := range drain {
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%d\t%d\t%d\t%.1f\t%.1f\t%s\n",
+			relayRSS, relayHWM := "-", "-"
+			if run.RelayRSSMaxMiB > 0 {
+				relayRSS, relayHWM = fmt.Sprintf("%.1f", run.RelayRSSMaxMiB), fmt.Sprintf("%.1f", run.RelayVmHWMMiB)
+			}
+			claims := fmt.Sprint(run.Claims)
+			if run.Mode == ModeNotifyProc {
+				claims = "-" // not counted in another process
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%d\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\n",
 				RunLabel(run), run.Events, run.DurationS, run.EventsPerS, run.Received, run.DuplicateReceptions,
-				run.Claims, run.RSSMaxMB, run.VmHWMMB, errNote(run))
+				claims, run.RSSMaxMB, run.VmHWMMB, relayRSS, relayHWM, errNote(run))
 		}
 		tw.Flush()
+		fmt.Fprintln(w, "(bench RSS: the whole bench process, with the consumer and the in-process broker; relay RSS: the relay process alone, notify-proc)")
 		fmt.Fprintln(w)
 	}
 	if len(writers) > 0 {
@@ -96,13 +109,28 @@ func (r *Report) WriteTable(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintln(w)
 	}
+	if len(down) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "broker-down (relay process)\toutage s\trate/s\twritten in outage\tRSS before MiB\tmax in outage\tmax in recovery\tpeak MiB\trecovery s\tcount\tlost\tdup\t")
+		for _, run := range down {
+			b := run.BrokerDown
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t%d\t%d\t%s\n",
+				run.Mode, b.OutageS, b.Rate, b.WrittenOutage, b.RSSBeforeMiB, b.RSSMaxOutageMiB, b.RSSMaxRecoveryMiB,
+				b.VmHWMMiB, b.RecoveryS, b.Count, b.Lost, b.Duplicates, errNote(run))
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
 }
 
 func errNote(r *Run) string {
-	if r.Error == "" {
-		return ""
+	switch {
+	case r.Error != "":
+		return "  error: " + r.Error
+	case r.Note != "":
+		return "  note: " + r.Note
 	}
-	return "  error: " + r.Error
+	return ""
 }
 
 func firstWords(s string, n int) string {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,11 +42,23 @@ Scenarios (--scenario, comma-separated; run in this order):
   writers  --connections writers committing as fast as they can, with the
            product's wake-ups and with none; commits/s and the ratio
   sweep    latency and claim load across --poll-interval x --lease values
+  broker-down
+           the relay as a process (outbox-relay run); writers at --rate; the
+           in-process broker refuses connections for --outage, then returns:
+           the relay's RSS before, during and after, the recovery time and
+           lost events (skipped with external --brokers)
 
 Modes (--mode): notify (the product), poll (no LISTEN, writer WakeupNone,
 one run per --poll-interval), naive (hand-written SELECT ... FOR UPDATE SKIP
 LOCKED / publish / UPDATE / COMMIT poller, one run per --poll-interval),
-floor (the same Kafka client and broker, no database).
+floor (the same Kafka client and broker, no database), notify-proc (drain
+only: one notify relay run as an outbox-relay process, so that its own RSS
+is measured, relay_rss_max_mib; the other drain rows' RSS is the whole bench
+process with the consumer and the in-process broker).
+
+notify-proc and broker-down run the outbox-relay binary given by
+--relay-bin, or one built with "go build" into a temporary directory (this
+needs the go command and the current directory inside the module).
 
 Every flag can also be set in the environment as OUTBOX_<FLAG_NAME>
 (--poll-interval is OUTBOX_POLL_INTERVAL); the database URL also as
@@ -122,6 +135,7 @@ type options struct {
 	progress    time.Duration
 	logLevel    string
 	cpuProfile  string
+	relayBin    string
 }
 
 func register(fs *flag.FlagSet, o *options) {
@@ -136,8 +150,8 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env OUTBOX_DATABASE_URL or DATABASE_URL); empty: start a throwaway cluster with fsync on")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port; empty: an in-process kfake broker")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
-	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,sweep")
-	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor")
+	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,sweep,broker-down")
+	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc (notify-proc: drain only, relay as a process)")
 	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
 	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
 	fs.Var(durations(&s.Leases), "lease", "leases of the sweep (the first is used elsewhere), e.g. 5s,30s")
@@ -157,6 +171,9 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.Var(ints(&s.DrainRelays), "relays", "drain: relay counts, e.g. 1,2")
 	fs.Var(ints(&s.Connections), "connections", "writers: connection counts, e.g. 16,32,64")
 	fs.DurationVar(&s.Writers.Duration, "writers-duration", 0, "writers: how long each run writes (0: --duration)")
+	fs.DurationVar(&s.BrokerDown.Outage, "outage", 20*time.Second, "broker-down: how long the broker refuses connections (writers go on at --rate)")
+	fs.DurationVar(&s.BrokerDown.Before, "outage-before", 3*time.Second, "broker-down: normal traffic before the outage (the baseline RSS)")
+	fs.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary for notify-proc and broker-down (empty: go build ./cmd/outbox-relay into a temporary directory)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&o.plotFile, "plot", "", "write the latency CDF plot to this file (.png or .svg)")
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "progress line interval on stderr (0: off)")
@@ -211,6 +228,10 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 	o.suite.Drain.Aggregates = o.suite.Latency.Aggregates
 	o.suite.Writers.PayloadBytes = o.suite.Latency.PayloadBytes
 	o.suite.Writers.Aggregates = o.suite.Latency.Aggregates
+	o.suite.BrokerDown.Rate = o.suite.Latency.Rate
+	o.suite.BrokerDown.Writers = o.suite.Latency.Writers
+	o.suite.BrokerDown.PayloadBytes = o.suite.Latency.PayloadBytes
+	o.suite.BrokerDown.Aggregates = o.suite.Latency.Aggregates
 	if err := o.suite.Validate(); err != nil {
 		return usageError{errors.New(flagError(err))}
 	}
@@ -252,6 +273,25 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 	}
 	if local.Kfake() {
 		env.Broker = "kfake"
+		env.SetBrokerUp = local.SetBrokerUp
+	}
+	needBin := o.suite.NeedsRelayBin()
+	if !local.Kfake() && !slices.Contains(o.suite.Modes, bench.ModeNotifyProc) {
+		needBin = false // broker-down is skipped with external brokers
+	}
+	if needBin {
+		env.RelayBin = o.relayBin
+		if env.RelayBin == "" {
+			dir, err := os.MkdirTemp("", "outbox-bench-relay-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			fmt.Fprintln(stderr, "bench: building cmd/outbox-relay for the relay-process runs ...")
+			if env.RelayBin, err = bench.BuildRelay(ctx, dir); err != nil {
+				return fmt.Errorf("%w (or pass --relay-bin)", err)
+			}
+		}
 	}
 	if o.progress > 0 {
 		env.Progress = &bench.Progress{W: stderr, Interval: o.progress}
@@ -323,6 +363,7 @@ func flagError(err error) string {
 		"LatencyConfig.Rate": "--rate", "LatencyConfig.Duration": "--duration", "LatencyConfig.Writers": "--writers",
 		"LatencyConfig.EventsPerTx": "--events-per-tx", "LatencyConfig.PayloadBytes": "--payload-bytes",
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
+		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",
 	} {
 		if i := strings.Index(s, field+": "); i >= 0 {
 			return fl + ": " + s[i+len(field)+2:]
