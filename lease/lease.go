@@ -195,6 +195,7 @@ type Claimer struct {
 	floor       int64
 	markers     []marker
 	lastAdvance time.Time
+	lastBeat    time.Time // when the last registry write was sent
 }
 
 // marker says: once every transaction with an xid below xid has ended,
@@ -224,10 +225,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 	gparts[len(gparts)-1] += "_order_guard"
 	guard := pgx.Identifier(gparts).Sanitize()
 	c := &Claimer{cfg: cfg, pool: pool, holder: cfg.RelayID + "/" + randomHex(4), guard: guard}
-	// Each claim records, in its own transaction, when this relay's newest
-	// lease ends; other relays' claims read it to know whether they need
-	// the order guard.
-	c.beatSQL = `INSERT INTO ` + guard + ` (key, until) VALUES ('relay:' || $1, now() + $2 * interval '1 millisecond')
+	// The relay records, in a claim's own transaction, a time by which all
+	// its leases will have ended; other relays' claims read it to know
+	// whether they need the order guard. It writes now() + 3 leases, and
+	// writes again in the first claim after half a lease has passed (by the
+	// monotonic clock), so every lease of a claim in between — which ends at
+	// most half a lease plus that claim's own duration later — is covered
+	// with more than a lease to spare, without an extra write per claim.
+	c.beatSQL = `INSERT INTO ` + guard + ` (key, until) VALUES ('relay:' || $1, now() + 3 * $2 * interval '1 millisecond')
 ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until`
 	// A release with a delay ($1 ms) or a held dead letter ($1 NULL:
 	// forever) extends 'holds', by the database clock.
@@ -415,6 +420,9 @@ func (c *Claimer) Holder() string { return c.holder }
 // marked or released; it does nothing while rows are still leased by this
 // Claimer. Errors are wrapped as "close claimer: ...".
 func (c *Claimer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastBeat = time.Time{} // a later claim registers again
 	_, err := c.pool.Exec(ctx, `DELETE FROM `+c.guard+` WHERE key = 'relay:' || $1
 AND NOT EXISTS (SELECT 1 FROM `+c.table()+` WHERE locked_by = $1 AND published_at IS NULL AND locked_until > now())`, c.holder)
 	if err != nil {
@@ -435,7 +443,11 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	defer c.mu.Unlock()
 	b := &pgx.Batch{}
 	b.Queue(c.lockSQL)
-	b.Queue(c.beatSQL, c.holder, c.cfg.Lease.Milliseconds())
+	began := time.Now()
+	beat := c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
+	if beat {
+		b.Queue(c.beatSQL, c.holder, c.cfg.Lease.Milliseconds())
+	}
 	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder, token, c.floor)
 	advance := time.Since(c.lastAdvance) >= advanceEvery
 	if advance {
@@ -449,8 +461,10 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("claim batch: %w", err)
+	if beat {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("claim batch: %w", err)
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -501,6 +515,9 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("claim batch: commit: %w", err)
+	}
+	if beat {
+		c.lastBeat = began
 	}
 	batch.Claimed = time.Now()
 	// RETURNING is not ordered; the relay needs seq order.
