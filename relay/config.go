@@ -56,8 +56,12 @@ type Config struct {
 	// A relay without notifications (New with a nil wake channel) never
 	// lingers: it polls every PollInterval.
 	Linger time.Duration
-	// LingerPoll is the first interval between lingering claims. Defaults
-	// to 500µs.
+	// LingerPoll is the interval between lingering claims after a claim
+	// that found one event; after one that found n, n×LingerPoll up to
+	// 20×LingerPoll, so a busy relay takes bigger batches instead of
+	// claiming more often; after an empty one, twice the previous gap up to
+	// 4×LingerPoll.
+	// Defaults to 500µs.
 	LingerPoll time.Duration
 	// MaxAttempts is how many failed publishes, each answered by the broker
 	// with an error, an event may have before it is dead-lettered. Failures

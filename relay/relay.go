@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -190,8 +191,9 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 	defer linger.Stop()
 	// Lingering: after a claim found events, claim again every gap until
 	// activeUntil (see Config.Linger).
-	var activeUntil time.Time
+	var activeUntil, lastClaim time.Time
 	gap := r.cfg.LingerPoll
+	rate := 0.0 // events per second found by recent claims, smoothed
 	backlog := true // claim at once on start
 	failures := 0
 	for {
@@ -231,6 +233,8 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 		// a batch claimed during shutdown is released below.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
 		began := time.Now()
+		sinceLast := began.Sub(lastClaim)
+		lastClaim = began
 		b, err := r.claimer.Claim(cctx)
 		cancel()
 		r.stats.claims.Add(1)
@@ -271,6 +275,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 		failures = 0
 		if len(b.Rows) == 0 {
 			r.stats.emptyClaims.Add(1)
+			rate = arrivalRate(rate, 0, sinceLast)
 			if now := time.Now(); now.Before(activeUntil) {
 				gap = min(2*gap, 4*r.cfg.LingerPoll)
 				resetTimer(linger, min(gap, activeUntil.Sub(now)))
@@ -291,7 +296,16 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			backlog = true
 		} else if r.cfg.Linger > 0 {
 			activeUntil = time.Now().Add(r.cfg.Linger)
+			// Below one event per LingerPoll (2,000/s by default) a claim
+			// follows every LingerPoll, for latency. Above it the relay is
+			// busy and claims every 20×LingerPoll (10ms) instead, taking
+			// bigger batches rather than a round trip per few events, which
+			// on a small machine takes CPU from the writers.
+			rate = arrivalRate(rate, len(b.Rows), sinceLast)
 			gap = r.cfg.LingerPoll
+			if rate*r.cfg.LingerPoll.Seconds() >= 1 {
+				gap = 20 * r.cfg.LingerPoll
+			}
 			resetTimer(linger, gap)
 		}
 	}
@@ -710,6 +724,22 @@ func rowIDs(rows []lease.Row) []uuid.UUID {
 	}
 	return ids
 }
+
+// arrivalRate folds a claim that found n events, elapsed after the previous
+// claim started, into the rate estimate (events/s): an exponentially
+// decayed count of the events found over the last rateWindow, divided by
+// rateWindow. Averaging over a window, not per claim, keeps random bursts
+// of a moderate rate from looking busy.
+func arrivalRate(prev float64, n int, elapsed time.Duration) float64 {
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	count := prev*rateWindow.Seconds()*math.Exp(-elapsed.Seconds()/rateWindow.Seconds()) + float64(n)
+	return count / rateWindow.Seconds()
+}
+
+// rateWindow is arrivalRate's averaging window.
+const rateWindow = 50 * time.Millisecond
 
 func resetTimer(t *time.Timer, d time.Duration) {
 	t.Stop()
