@@ -193,7 +193,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 	// activeUntil (see Config.Linger).
 	var activeUntil, lastClaim time.Time
 	gap := r.cfg.LingerPoll
-	rate := 0.0 // events per second found by recent claims, smoothed
+	rate := 0.0     // events per second found by recent claims, smoothed
 	backlog := true // claim at once on start
 	failures := 0
 	for {
