@@ -680,7 +680,7 @@ func (r *Relay) message(row lease.Row) kafka.Message {
 		kafka.Header{Key: "aggregate_id", Value: []byte(row.AggregateID)},
 	)
 	for k, v := range row.Headers {
-		if reservedHeader(k) || k == r.cfg.IDHeader {
+		if reservedHeader(k) || (r.cfg.IDHeader != "" && k == r.cfg.IDHeader) {
 			// A plain-SQL writer's header must not override the event's
 			// identity: consumers dedupe on event_id.
 			continue
