@@ -56,11 +56,11 @@ type Config struct {
 	// A relay without notifications (New with a nil wake channel) never
 	// lingers: it polls every PollInterval.
 	Linger time.Duration
-	// LingerPoll is the interval between lingering claims after a claim
-	// that found one event; after one that found n, n×LingerPoll up to
-	// 20×LingerPoll, so a busy relay takes bigger batches instead of
-	// claiming more often; after an empty one, twice the previous gap up to
-	// 4×LingerPoll.
+	// LingerPoll is the interval between lingering claims while events
+	// arrive at less than one per LingerPoll (2,000/s by default, averaged
+	// over 50ms); above that rate the relay is busy and lingers every
+	// 40×LingerPoll (20ms), taking bigger batches instead of claiming more
+	// often. After an empty claim the gap doubles, up to 4×LingerPoll.
 	// Defaults to 500µs.
 	LingerPoll time.Duration
 	// MaxAttempts is how many failed publishes, each answered by the broker
