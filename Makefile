@@ -38,7 +38,7 @@ bench:
 	$(GO) run ./cmd/outbox-bench \
 		--scenario latency,drain,writers,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --duration 15s --grace 5s --idle-window 2s --poll-interval 500ms \
-		--events 50000 --relays 1,2 --outage 15s \
+		--events 200000 --relays 1,2 --outage 15s \
 		--connections 16,32,64 --writers-duration 5s \
 		--json bench/results/latest.json --plot bench/results/latest.png $(BENCH_FLAGS)
 
