@@ -126,17 +126,12 @@ func IsRetriable(err error) bool {
 		errors.Is(err, ErrNoTopic), errors.Is(err, context.Canceled):
 		return false
 	}
-	var tooLarge kafkago.MessageTooLargeError
-	if errors.As(err, &tooLarge) {
+	if IsRecordRejected(err) {
 		return false
 	}
 	var ke kafkago.Error
 	if errors.As(err, &ke) {
 		switch ke {
-		case kafkago.MessageSizeTooLarge, kafkago.InvalidRecord, kafkago.InvalidMessage,
-			kafkago.RecordListTooLarge, kafkago.InvalidTopic,
-			kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed:
-			return false
 		case kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable,
 			kafkago.RequestTimedOut, kafkago.NotEnoughReplicas,
 			kafkago.NotEnoughReplicasAfterAppend, kafkago.UnknownTopicOrPartition,
@@ -145,6 +140,12 @@ func IsRetriable(err error) bool {
 		}
 		return ke.Temporary()
 	}
+	return isNetworkError(err)
+}
+
+// isNetworkError reports whether err says the broker was not reached or
+// did not answer in time.
+func isNetworkError(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
@@ -195,14 +196,7 @@ func IsUnreachable(err error) bool {
 	if errors.As(err, &ke) {
 		return ke == kafkago.NetworkException || ke == kafkago.BrokerNotAvailable
 	}
-	if errors.Is(err, ErrNotAttempted) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne)
+	return errors.Is(err, ErrNotAttempted) || isNetworkError(err)
 }
 
 // Error reasons returned by ErrorReason: a small fixed set, fit for a
