@@ -247,3 +247,9 @@ func ErrorReason(err error) string {
 	}
 	return ReasonOther
 }
+
+// ErrMessageTooLarge is Kafka's MESSAGE_TOO_LARGE (kafka-go's
+// MessageSizeTooLarge, error code 10). Callers that refuse an oversized
+// message before sending it wrap it, so IsRecordRejected and ErrorReason
+// treat it like the broker's answer.
+var ErrMessageTooLarge error = kafkago.MessageSizeTooLarge

@@ -462,7 +462,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 			}
 			n := kafka.MessageSize(&m)
 			if n > maxBytes {
-				failures = append(failures, failure{row, fmt.Errorf("event is %d bytes, over the publisher's limit of %d bytes (message.max.bytes)", n, maxBytes)})
+				failures = append(failures, failure{row, fmt.Errorf("event is %d bytes, over the publisher's limit of %d bytes (message.max.bytes): %w", n, maxBytes, kafka.ErrMessageTooLarge)})
 				failedAggs[row.AggregateID] = true
 				continue
 			}

@@ -666,3 +666,26 @@ func TestPoisonEventWithSkipLetsItsAggregateGoOn(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return unpublished(t, db) == 1 }, "want only the dead letter unpublished")
 }
+
+// An event over the publisher's own size limit (a plain-SQL writer skipped
+// the writer's check) is dead-lettered at once, not retried.
+func TestEventOverThePublisherLimitIsDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	id := outbox.NewID()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES ($1, 'big', 't', jsonb_build_object('blob', repeat('x', 2000000)))`, id); err != nil {
+		t.Fatal(err)
+	}
+	h := startRelay(t, db, k, topic, opts{})
+	testenv.Eventually(t, 20*time.Second, func() bool { return h.relay.Stats().DeadLettered == 1 }, "not dead-lettered")
+	var attempts int
+	var lastErr string
+	if err := db.Pool.QueryRow(ctx, "SELECT attempts, last_error FROM outbox WHERE id = $1 AND dead_lettered_at IS NOT NULL", id).Scan(&attempts, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 || !strings.Contains(lastErr, "over the publisher's limit") {
+		t.Fatalf("attempts %d, last_error %q", attempts, lastErr)
+	}
+}
