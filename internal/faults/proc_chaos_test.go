@@ -26,7 +26,7 @@ func chaosDuration(t *testing.T) time.Duration {
 	if testing.Short() {
 		return 10 * time.Second
 	}
-	return 45 * time.Second
+	return time.Minute
 }
 
 // TestProcThreeRelaysRandomKills: three relay subprocesses (--lease 2s) on
