@@ -175,20 +175,21 @@ func (b *Batch) Deadline(lease time.Duration) time.Time { return b.Claimed.Add(l
 
 // Claimer claims, marks and releases outbox rows through a pool.
 type Claimer struct {
-	cfg        Config
-	pool       *pgxpool.Pool
-	holder     string
-	guard      string // quoted name of the order-guard table
-	beatSQL    string
-	holdSQL    string
-	sweepSQL   string
-	advanceSQL string
-	claimSQL   string
-	markSQL    string
-	releaseSQL string
-	deadSQL    string
-	requeueSQL string
-	lockSQL    string
+	cfg         Config
+	pool        *pgxpool.Pool
+	holder      string
+	guard       string // quoted name of the order-guard table
+	beatSQL     string
+	holdSQL     string
+	sweepSQL    string
+	advanceSQL  string
+	claimSQL    string
+	markSQL     string
+	releaseSQL  string
+	deadSQL     string
+	requeueSQL  string
+	lockSQL     string
+	lockSyncSQL string
 
 	// The floor (see advance) is used and moved only by Claim.
 	mu          sync.Mutex
@@ -196,7 +197,12 @@ type Claimer struct {
 	markers     []marker
 	lastAdvance time.Time
 	lastBeat    time.Time // when the last registry write was sent
+	lastRescan  time.Time // when a claim last scanned from seq 0
 }
+
+// rescanEvery is how often a claim ignores the floor and scans from the
+// start, so that nothing the floor passed by mistake waits longer.
+const rescanEvery = 10 * time.Second
 
 // marker says: once every transaction with an xid below xid has ended,
 // every row with seq <= seq is final (committed or rolled back).
@@ -247,6 +253,10 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
 	// yet leased), which would let them be published out of order. The
 	// lock lasts only the claim statement, a few milliseconds.
 	c.lockSQL = `SELECT pg_advisory_xact_lock(1869574000, '` + strings.ReplaceAll(t, `'`, `''`) + `'::regclass::oid::int), set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`
+	// A claim that registers the relay in the order guard commits
+	// synchronously: other relays skip the guard on the strength of that
+	// row, so a database crash must not lose it while its leases survive.
+	c.lockSyncSQL = `SELECT pg_advisory_xact_lock(1869574000, '` + strings.ReplaceAll(t, `'`, `''`) + `'::regclass::oid::int), set_config('jit', 'off', true)`
 	// One statement: a CTE picks and row-locks the candidates, the UPDATE
 	// leases exactly those. Never `UPDATE ... WHERE id IN (SELECT ... LIMIT
 	// n FOR UPDATE SKIP LOCKED)`: the planner may run that subquery more
@@ -292,17 +302,21 @@ WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
 RETURNING o.seq, o.` + id + `, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `
 )
 SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) FROM claimed`
-	// The floor: every row with seq below it is published. Published rows
-	// leave the partial indexes only when VACUUM cleans them (and a large
-	// table's autovacuum may skip index cleanup for a long time: PG 14+'s
-	// INDEX_CLEANUP auto bypass), so an index scan from the start would walk
-	// over every published row's dead entry, and each claim would get
-	// slower as events are published. Claims start at the floor instead.
-	// It moves only over rows that are published and final: the identity's
-	// last value, less max_connections (one row per running transaction may
-	// take its seq before its transaction has an xid), is recorded with the
-	// next xid; once every transaction below that xid has ended, nothing at
-	// or below that seq can still appear.
+	// The floor: a seq below which, as far as this relay can tell, every
+	// row is published. Published rows leave the partial indexes only when
+	// VACUUM cleans them (and a large table's autovacuum may skip index
+	// cleanup for a long time: PG 14+'s INDEX_CLEANUP auto bypass), so an
+	// index scan from the start would walk over every published row's dead
+	// entry, and each claim would get slower as events are published.
+	// Claims start at the floor instead. It moves only over published rows
+	// and over seqs it believes final: the identity's last value, less
+	// max_connections, is recorded with the next xid, and counts once every
+	// transaction below that xid has ended. That belief can be wrong, since
+	// nextval does not give a transaction an xid: COPY takes the seqs of up
+	// to 1,000 buffered rows before its first write, a slow expression in
+	// an INSERT runs after its nextval, and a sequence with CACHE > 1 hands
+	// out old values late. So every rescanEvery a claim scans from seq 0:
+	// a row the floor passed is published at most that late, never lost.
 	c.advanceSQL = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
   pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
   coalesce(pg_sequence_last_value(pg_get_serial_sequence('` + strings.ReplaceAll(t, `'`, `''`) + `', 'seq')::regclass), 0)
@@ -442,13 +456,22 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := &pgx.Batch{}
-	b.Queue(c.lockSQL)
 	began := time.Now()
 	beat := c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
 	if beat {
+		b.Queue(c.lockSyncSQL)
 		b.Queue(c.beatSQL, c.holder, c.cfg.Lease.Milliseconds())
+	} else {
+		b.Queue(c.lockSQL)
 	}
-	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder, token, c.floor)
+	// Now and then a claim scans from the start instead of the floor, so a
+	// row the floor passed by mistake waits at most rescanEvery (see
+	// advance for how that can happen).
+	floor := c.floor
+	if began.Sub(c.lastRescan) >= rescanEvery {
+		floor = 0
+	}
+	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder, token, floor)
 	advance := time.Since(c.lastAdvance) >= advanceEvery
 	if advance {
 		b.Queue(c.advanceSQL, c.floor)
@@ -518,6 +541,9 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	}
 	if beat {
 		c.lastBeat = began
+	}
+	if floor == 0 {
+		c.lastRescan = began
 	}
 	batch.Claimed = time.Now()
 	// RETURNING is not ordered; the relay needs seq order.

@@ -320,6 +320,9 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks
 	// number that may still hold its later events (claims that started
 	// before the failed row's release committed).
 	blocked := map[string]uint64{}
+	// heldUntil maps an aggregate whose failed row could not be released
+	// to that row and when its lease ends.
+	heldUntil := map[string]held{}
 	outages := 0 // publishes in a row that delivered nothing
 	for b := range in {
 		for agg, no := range blocked {
@@ -327,11 +330,16 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks
 				delete(blocked, agg)
 			}
 		}
+		for agg, h := range heldUntil {
+			if b.Claimed.After(h.until.Add(time.Minute)) {
+				delete(heldUntil, agg)
+			}
+		}
 		if ctx.Err() != nil {
 			r.release(work, b.Token, rowIDs(b.Rows), 0, false, "")
 			continue
 		}
-		if r.publishBatch(ctx, work, b, blocked, marks) {
+		if r.publishBatch(ctx, work, b, blocked, heldUntil, marks) {
 			outages++
 			// Nothing got through: hold the claimer back, growing with
 			// each outage in a row; the broker is likely down.
@@ -357,6 +365,20 @@ func unreachable(errs []error) bool {
 // maxOutagePause caps how long the claimer waits between attempts while the
 // broker is unreachable, so publishing resumes within seconds of its return.
 const maxOutagePause = 5 * time.Second
+
+// held is an event that failed and could not be released, still leased by
+// this relay until until.
+type held struct {
+	seq   int64
+	until time.Time
+}
+
+// holds reports whether row, in a batch claimed at claimed, must wait
+// behind the held event: it is a later event of the same aggregate, and the
+// held event's lease had not ended when the batch was claimed.
+func (h held) holds(row lease.Row, claimed time.Time) bool {
+	return !h.until.IsZero() && row.Seq > h.seq && claimed.Before(h.until)
+}
 
 // errHeld marks a message not sent because an earlier event of its
 // aggregate failed in the same chunk.
@@ -422,7 +444,7 @@ type failure struct {
 
 // publishBatch publishes one claimed batch and reports whether it hit an
 // outage (a publish that delivered nothing).
-func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[string]uint64, marks chan<- markJob) (outage bool) {
+func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[string]uint64, heldUntil map[string]held, marks chan<- markJob) (outage bool) {
 	maxBytes := r.pub.MaxBatchBytes()
 	failedAggs := map[string]bool{}
 	var skipped []uuid.UUID
@@ -447,7 +469,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 		i := start
 		for ; i < len(rows); i++ {
 			row := rows[i]
-			if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no {
+			if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no || heldUntil[row.AggregateID].holds(row, b.Claimed) {
 				skipped = append(skipped, row.ID)
 				continue
 			}
@@ -520,7 +542,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 			// Nothing got through and the broker did not answer: stop this
 			// batch and hold the claimer back, the broker is likely down.
 			for _, row := range rows[start:] {
-				if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no {
+				if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no || heldUntil[row.AggregateID].holds(row, b.Claimed) {
 					skipped = append(skipped, row.ID)
 				} else {
 					unsent = append(unsent, row.ID)
@@ -533,7 +555,14 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 
 	if len(failures) > 0 {
 		r.stats.failed.Add(int64(len(failures)))
-		r.releaseFailures(work, b.Token, failures)
+		for _, row := range r.releaseFailures(work, b.Token, failures) {
+			// Its failed row stays leased by this relay until the lease
+			// ends (plus a margin for clock rates); hold the aggregate's
+			// later events back in every batch claimed before then. A
+			// claim after that finds the row claimable again, and claims
+			// take the lowest seq first.
+			heldUntil[row.AggregateID] = held{seq: row.Seq, until: b.Deadline(r.lease.Lease).Add(time.Second)}
+		}
 		// Batches whose claim started before that release committed may
 		// hold later events of these aggregates: hold them back there too.
 		last := r.claimStarts.Load()
@@ -556,7 +585,12 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 // itself, or when the attempt just made was their MaxAttempts-th. Failures
 // where the broker was not reached do not count as attempts. Rows with the
 // same outcome, delay and error share a statement.
-func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failure) {
+//
+// It returns the failed rows it could not give back: such a row stays
+// leased by this relay until its lease ends, and since a relay's own leases
+// do not hold back its claims, the caller must hold the later events of its
+// aggregate back itself until then.
+func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failure) (stuck []lease.Row) {
 	type key struct {
 		dead     bool
 		count    bool
@@ -564,6 +598,7 @@ func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failu
 		msg      string
 	}
 	groups := map[key][]uuid.UUID{}
+	rowOf := map[uuid.UUID]lease.Row{}
 	unreachable := 0
 	var firstUnreachable error
 	for _, f := range fs {
@@ -578,6 +613,7 @@ func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failu
 		}
 		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
 		groups[k] = append(groups[k], f.row.ID)
+		rowOf[f.row.ID] = f.row
 		fields := []zap.Field{
 			zap.String("event_id", f.row.ID.String()),
 			zap.String("aggregate_id", f.row.AggregateID),
@@ -602,6 +638,11 @@ func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failu
 		// One line per batch, not per event: an outage fails every event.
 		r.log.Warn("publish failed: broker unreachable; will retry", zap.Int("events", unreachable), zap.Error(firstUnreachable))
 	}
+	stick := func(ids []uuid.UUID) {
+		for _, id := range ids {
+			stuck = append(stuck, rowOf[id])
+		}
+	}
 	for k, ids := range groups {
 		if k.dead {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
@@ -609,32 +650,44 @@ func (r *Relay) releaseFailures(ctx context.Context, token uuid.UUID, fs []failu
 			cancel()
 			if err != nil {
 				r.log.Warn("dead-letter failed; rows come back when their lease ends", zap.Error(err), zap.Int("rows", len(ids)))
+				stick(ids)
 				continue
 			}
 			r.stats.deadLettered.Add(n)
 			continue
 		}
 		d := backoff(r.cfg.RetryMin, r.cfg.RetryMax, max(k.attempts, 1))
-		r.release(ctx, token, ids, d, k.count, k.msg)
+		if err := r.release(ctx, token, ids, d, k.count, k.msg); err != nil {
+			stick(ids)
+		}
 	}
+	return stuck
 }
 
-func (r *Relay) release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, delay time.Duration, countAttempt bool, lastError string) {
+func (r *Relay) release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, delay time.Duration, countAttempt bool, lastError string) error {
 	if len(ids) == 0 {
-		return
+		return nil
 	}
-	// A release must happen even on a hard shutdown; bound it on its own.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
-	defer cancel()
-	n, err := r.claimer.Release(rctx, token, ids, delay, countAttempt, lastError)
-	if err != nil {
-		r.log.Warn("release failed; rows come back when their lease ends", zap.Error(err), zap.Int("rows", len(ids)))
-		return
+	// A release must happen even on a hard shutdown; bound it on its own,
+	// and try again a couple of times: a transient database error must not
+	// leave the rows held until their lease ends.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+		var n int64
+		n, err = r.claimer.Release(rctx, token, ids, delay, countAttempt, lastError)
+		cancel()
+		if err == nil {
+			r.stats.released.Add(n)
+			if ce := r.log.Check(zap.DebugLevel, "released"); ce != nil {
+				ce.Write(zap.Int("rows", len(ids)), zap.Int64("released", n), zap.Duration("retry_in", delay), zap.Stringer("claim_token", token))
+			}
+			return nil
+		}
+		time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
 	}
-	r.stats.released.Add(n)
-	if ce := r.log.Check(zap.DebugLevel, "released"); ce != nil {
-		ce.Write(zap.Int("rows", len(ids)), zap.Int64("released", n), zap.Duration("retry_in", delay), zap.Stringer("claim_token", token))
-	}
+	r.log.Warn("release failed; rows come back when their lease ends", zap.Error(err), zap.Int("rows", len(ids)))
+	return err
 }
 
 // runMarker marks delivered rows published, retrying a failed mark while
