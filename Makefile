@@ -11,8 +11,11 @@ PKGS          ?= ./...
 
 all: build
 
+# Builds every package and puts the commands in bin/ (outbox-relay,
+# outbox-dev, outbox-bench, outbox-soak).
 build:
 	$(GO) build ./...
+	$(GO) build -o bin/ ./cmd/...
 
 vet:
 	$(GO) vet $(PKGS)

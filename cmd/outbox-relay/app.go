@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/peterbourgon/ff/v3"
 	"go.uber.org/zap"
@@ -54,6 +55,10 @@ OUTBOX_POLL_INTERVAL); the database URL also as DATABASE_URL.
 
 // Main runs the command line args and returns the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprint(stdout, topUsage)
+		return exitOK
+	}
 	cmd := "run"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
@@ -178,7 +183,17 @@ func parse(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	return nil
+	// Zero would silently mean "the default" for these; say so instead.
+	var zero error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "lease", "batch-size", "poll-interval", "max-attempts", "shutdown-timeout", "retry-min", "retry-max", "linger-poll":
+			if v := f.Value.String(); zero == nil && (v == "0" || v == "0s") {
+				zero = usagef("--%s: must be positive (omit it for the default, %s)", f.Name, f.DefValue)
+			}
+		}
+	})
+	return zero
 }
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
@@ -256,6 +271,9 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, check func(conte
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := check(cctx)
 		cancel()
+		if permanent(err) {
+			return fmt.Errorf("%s refused the connection: %w", what, err)
+		}
 		if err == nil {
 			if attempt > 1 {
 				log.Info(what+" is reachable", zap.Int("attempts", attempt))
@@ -275,6 +293,14 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, check func(conte
 			delay = 10 * time.Second
 		}
 	}
+}
+
+// permanent reports whether a connection error will not go away by
+// waiting: the database does not exist (SQLSTATE 3D000) or the server
+// refused the credentials (class 28).
+func permanent(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "3D000" || strings.HasPrefix(pgErr.Code, "28"))
 }
 
 func connectFunc(cfg *pgx.ConnConfig) func(ctx context.Context) (*pgx.Conn, error) {

@@ -68,7 +68,7 @@ FROM ` + t + ` WHERE ` + id(cols.ID) + ` = $1`
 type errEventNotFound struct{ id, table string }
 
 func (e errEventNotFound) Error() string {
-	return fmt.Sprintf("event %s is not in table %s: it was never written, its transaction rolled back, or the retention cleaner deleted it after it was published (run --retention, default 7 days)", e.id, e.table)
+	return fmt.Sprintf("event %s is not in table %s: it was never written, its transaction rolled back, or the retention cleaner deleted it after it was published (see `outbox-relay run --retention`, default 7 days)", e.id, e.table)
 }
 
 func queryEvent(ctx context.Context, q interface {

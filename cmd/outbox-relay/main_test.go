@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
@@ -49,6 +51,10 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{"bad sasl", append([]string{"run", "--kafka-sasl-mechanism", "GSSAPI"}, valid...), "--kafka-sasl-mechanism"},
 		{"retry max below min", append([]string{"run", "--retry-min", "10s", "--retry-max", "1s"}, valid...), "--retry-max"},
 		{"unknown flag", append([]string{"run", "--nope"}, valid...), "nope"},
+		{"zero lease", append([]string{"run", "--lease", "0"}, valid...), "--lease: must be positive"},
+		{"zero batch size", append([]string{"run", "--batch-size", "0"}, valid...), "--batch-size: must be positive"},
+		{"zero poll interval", append([]string{"run", "--poll-interval", "0s"}, valid...), "--poll-interval: must be positive"},
+		{"bad metrics address", append([]string{"run", "--metrics-addr", "bogus"}, valid...), "--metrics-addr"},
 		{"stray argument", append([]string{"run", "extra"}, valid...), "extra"},
 		{"unknown command", []string{"frobnicate"}, "frobnicate"},
 		{"bad dsn", []string{"run", "--database-url", "postgres://u:s3cret@host:notaport/db", "--brokers", "127.0.0.1:1", "--topic", "t"}, "--database-url"},
@@ -261,5 +267,35 @@ func TestRequeue(t *testing.T) {
 	var left int
 	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL OR locked_until IS NOT NULL OR attempts <> 0").Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d rows still parked (%v)", left, err)
+	}
+}
+
+func TestTopLevelHelpListsTheCommands(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runMain(t, context.Background(), "--help")
+	for _, want := range []string{"migrate", "requeue", "adopt", "status", "inspect"} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Fatalf("--help: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+}
+
+// A database that does not exist will not appear by waiting: report it at
+// once instead of retrying forever as "not reachable yet".
+func TestMissingDatabaseFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	cfg, err := pgx.ParseConfig(db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := fmt.Sprintf("postgres://%s@%s:%d/no_such_db_%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, db.Schema)
+	start := time.Now()
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", dsn, "--brokers", "127.0.0.1:1", "--topic", "t")
+	if code != exitFailure || !strings.Contains(stderr, "database refused the connection") || !strings.Contains(stderr, "3D000") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 naming the missing database", code, stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %s: it retried", d)
 	}
 }

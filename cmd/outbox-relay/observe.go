@@ -62,6 +62,11 @@ var observeConfigFlags = map[string]string{
 func (o *observeFlags) validate(table string) error {
 	mcfg := metrics.Config{Table: table, Interval: o.metricsInterval}
 	errs := []error{mcfg.Validate()}
+	if o.metricsAddr != "" {
+		if _, port, err := net.SplitHostPort(o.metricsAddr); err != nil || port == "" {
+			return usagef("--metrics-addr: %q is not [host]:port (empty disables the server)", o.metricsAddr)
+		}
+	}
 	if o.retentionBatch < 1 {
 		return usagef("--retention-batch: must be 1..%d, got %d", retention.MaxBatchSize, o.retentionBatch)
 	}

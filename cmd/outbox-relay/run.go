@@ -39,7 +39,7 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	fs := newFlagSet(fsName, stderr)
 	f.commonFlags.register(fs)
 	fs.StringVar(&f.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port (required)")
-	fs.StringVar(&f.relay.Topic, "topic", "", "Kafka topic for events whose topic column is NULL")
+	fs.StringVar(&f.relay.Topic, "topic", "", "Kafka topic for events whose topic column is NULL (required; the topic must exist unless --kafka-auto-create-topics)")
 	fs.StringVar(&f.notify.Channel, "channel", notify.DefaultChannel, "Postgres NOTIFY channel to LISTEN on (must match the writers')")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "do not LISTEN: find events by polling only")
 	fs.DurationVar(&f.lease.Lease, "lease", lease.DefaultLease, "how long a claim holds its rows before another relay may take them (min 1s)")
