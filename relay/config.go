@@ -152,7 +152,7 @@ func (c *Config) Validate() error {
 	case c.RetryMin <= 0:
 		return fmt.Errorf("relay: Config.RetryMin: must be positive, got %s", c.RetryMin)
 	case c.RetryMax < c.RetryMin:
-		return fmt.Errorf("relay: Config.RetryMax: %s is less than RetryMin %s", c.RetryMax, c.RetryMin)
+		return fmt.Errorf("relay: Config.RetryMax: %s is less than Config.RetryMin (%s)", c.RetryMax, c.RetryMin)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("relay: Config.ShutdownTimeout: must be positive, got %s", c.ShutdownTimeout)
 	case c.DBTimeout <= 0:

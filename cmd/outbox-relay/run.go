@@ -276,7 +276,14 @@ func flagError(err error) string {
 		return err.Error()
 	}
 	if fl, ok := configFlags[m[1]+"."+m[2]]; ok {
-		return fl + ": " + m[3]
+		// Other fields named in the reason are flags too.
+		reason := m[3]
+		for field, other := range configFlags {
+			if pkg, name, _ := strings.Cut(field, "."); pkg == m[1] {
+				reason = strings.ReplaceAll(reason, "Config."+name, other)
+			}
+		}
+		return fl + ": " + reason
 	}
 	return err.Error()
 }
