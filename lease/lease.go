@@ -495,15 +495,13 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	}
 	batch := &Batch{Token: token}
 	var headers []byte
-	var payload, topic, aggType *string
+	var topic, aggType *string
 	for rows.Next() {
 		var r Row
-		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil, &aggType, &batch.TakenOver); err != nil {
+		// Payload scans straight into a fresh []byte (nil for SQL NULL).
+		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil, &aggType, &batch.TakenOver); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
-		}
-		if payload != nil {
-			r.Payload = []byte(*payload)
 		}
 		if topic != nil {
 			r.Topic = *topic
