@@ -87,11 +87,16 @@ type Local struct {
 
 // StartLocal starts what is missing: a pgtemp cluster with fsync on (the
 // realistic setting) when dsn is empty, a one-broker kfake cluster when
-// brokers is empty. Close stops what it started.
+// brokers is empty. Close stops what it started. The throwaway cluster
+// spaces checkpoints out (max_wal_size 8GB, checkpoint_timeout 30min):
+// the suite writes about a million rows, and a checkpoint landing in one
+// mode's run by chance would skew the comparison between modes.
 func StartLocal(ctx context.Context, dsn string, brokers []string) (*Local, error) {
 	l := &Local{DSN: dsn, Brokers: brokers}
 	if dsn == "" {
-		c, err := pgtemp.Start(ctx, pgtemp.Options{Fsync: true})
+		c, err := pgtemp.Start(ctx, pgtemp.Options{Fsync: true, ExtraConf: map[string]string{
+			"max_wal_size": "8GB", "checkpoint_timeout": "30min",
+		}})
 		if err != nil {
 			return nil, err
 		}
