@@ -152,16 +152,11 @@ func (e *Env) BrokerDown(ctx context.Context, cfg BrokerDownConfig) (Run, error)
 	defer tr.Stop()
 
 	// Warm-up: the relay is up and publishing.
-	for j := n; j < n+warm; j++ {
-		if err := snd.send(ctx, []outbox.Event{event(j)}); err != nil {
-			return run, fmt.Errorf("bench: warm-up: %w", err)
+	if err := warmUp(ctx, snd, tr, event, n, int(warm), 60*time.Second); err != nil {
+		if perr := proc.Exited(); perr != nil {
+			return run, perr
 		}
-	}
-	if !tr.waitFor(ctx, warm, 60*time.Second) {
-		if err := proc.Exited(); err != nil {
-			return run, err
-		}
-		return run, fmt.Errorf("bench: warm-up: %d of %d events arrived within 60s", tr.Distinct(), warm)
+		return run, err
 	}
 
 	rs := startRSSSampler(proc.Pid(), 4, 100*time.Millisecond)

@@ -251,13 +251,8 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	defer tr.Stop()
 
 	// Warm-up: a few events through the whole path, not measured.
-	for j := n; j < n+warm; j++ {
-		if err := snd.send(ctx, []outbox.Event{event(j)}); err != nil {
-			return run, fmt.Errorf("bench: warm-up: %w", err)
-		}
-	}
-	if warm > 0 && !tr.waitFor(ctx, int64(warm), 30*time.Second+2*cfg.Relay.PollInterval) {
-		return run, fmt.Errorf("bench: warm-up: %d of %d events arrived within 30s", tr.Distinct(), warm)
+	if err := warmUp(ctx, snd, tr, event, n, warm, 30*time.Second+2*cfg.Relay.PollInterval); err != nil {
+		return run, err
 	}
 
 	commitAt := make([]time.Time, n)
@@ -433,3 +428,17 @@ func label(cfg LatencyConfig) string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// warmUp sends events n..n+warm-1, one per transaction, and waits up to
+// timeout until the tracker received them all.
+func warmUp(ctx context.Context, snd sender, tr *tracker, event func(int) outbox.Event, n, warm int, timeout time.Duration) error {
+	for j := n; j < n+warm; j++ {
+		if err := snd.send(ctx, []outbox.Event{event(j)}); err != nil {
+			return fmt.Errorf("bench: warm-up: %w", err)
+		}
+	}
+	if warm > 0 && !tr.waitFor(ctx, int64(warm), timeout) {
+		return fmt.Errorf("bench: warm-up: %d of %d events arrived within %s", tr.Distinct(), warm, timeout)
+	}
+	return nil
+}
