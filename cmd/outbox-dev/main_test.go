@@ -25,30 +25,12 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of run.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var publishedLine = regexp.MustCompile(`(?m)^published (payment\.(?:authorized|captured)) (pay_\d{6}) event_id=([0-9a-f-]{36}) in (\S+)$`)
 
 // devRun is run running in the background: its output, its cancel
 // function, and done, closed with err set when run returned.
 type devRun struct {
-	stdout, stderr syncBuffer
+	stdout, stderr testenv.SyncBuffer
 	cancel         context.CancelFunc
 	done           chan struct{}
 	err            error
@@ -310,7 +292,7 @@ func TestClosedStdoutStopsCleanly(t *testing.T) {
 	db := testenv.MigratedDB(t)
 	k := testenv.Kafka(t)
 	topic := k.Topic(t, 1)
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(context.Background(), []string{"--database-url", db.ConnString,

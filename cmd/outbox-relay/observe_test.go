@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,28 +17,9 @@ import (
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and readers in other
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runningRelay is `outbox-relay run` in this process.
 type runningRelay struct {
-	stderr *syncBuffer
+	stderr *testenv.SyncBuffer
 	cancel context.CancelFunc
 	done   chan int
 	addr   string // metrics server, host:port
@@ -51,7 +30,7 @@ type runningRelay struct {
 func startRun(t *testing.T, args ...string) *runningRelay {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningRelay{stderr: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	r := &runningRelay{stderr: &testenv.SyncBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
 		r.done <- Main(ctx, append([]string{"run", "--log-format", "json"}, args...), io.Discard, r.stderr)
 	}()

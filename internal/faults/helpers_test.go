@@ -4,7 +4,6 @@ package faults
 // tests.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/checker"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
 // binDirPrefix names the per-process directory that holds the relay binary
@@ -83,31 +83,13 @@ func sweepStaleBinDirs() {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // RelayProc is an outbox-relay subprocess.
 type RelayProc struct {
 	t      testing.TB
 	Name   string
 	Args   []string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testenv.SyncBuffer
 	done   chan struct{}
 	err    error // the exit status, once done is closed
 }
@@ -136,7 +118,7 @@ func startRelayProc(t testing.TB, dsn string, brokers []string, topic string, ex
 		args = append(args, "--channel", ch)
 	}
 	args = append(args, extraArgs...)
-	p := &RelayProc{t: t, Args: args, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &RelayProc{t: t, Args: args, stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	p.Name = fmt.Sprintf("relay-%d", relayCount.Add(1))
 	for i, a := range args {
 		if a == "--relay-id" && i+1 < len(args) {
