@@ -461,6 +461,8 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	if beat {
 		b.Queue(c.lockSyncSQL)
 		b.Queue(c.beatSQL, c.holder, c.cfg.Lease.Milliseconds())
+		// Dead relays' entries are swept as rarely as this relay beats.
+		b.Queue(c.sweepSQL)
 	} else {
 		b.Queue(c.lockSQL)
 	}
@@ -475,7 +477,6 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	advance := time.Since(c.lastAdvance) >= advanceEvery
 	if advance {
 		b.Queue(c.advanceSQL, c.floor)
-		b.Queue(c.sweepSQL)
 	}
 	// The statements run in one implicit transaction, in one round trip;
 	// it commits when the batch completes, releasing the advisory lock.
@@ -487,6 +488,9 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	if beat {
 		if _, err := br.Exec(); err != nil {
 			return nil, fmt.Errorf("claim batch: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("claim batch: sweep order guard: %w", err)
 		}
 	}
 	rows, err := br.Query()
@@ -530,9 +534,6 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 		}
 		c.advance(xmin, xmax, seq, minUnpublished)
 		c.lastAdvance = time.Now()
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("claim batch: sweep order guard: %w", err)
-		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("claim batch: commit: %w", err)
