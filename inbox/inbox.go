@@ -45,6 +45,11 @@ const CreateTableSQL = `CREATE TABLE IF NOT EXISTS processed_events (
     PRIMARY KEY (consumer, event_id)
 )`
 
+// migrateLockSQL takes a transaction-scoped advisory lock whose key is
+// derived from a fixed name, so that only concurrent inbox migrations wait
+// on it.
+const migrateLockSQL = `SELECT pg_advisory_xact_lock(hashtext('pgoutbox.inbox.migrate'))`
+
 // Execer runs a statement; *pgxpool.Pool, *pgx.Conn and pgx.Tx implement
 // it.
 type Execer interface {
@@ -60,11 +65,16 @@ type Beginner interface {
 // (CreateTableSQL). Safe to run concurrently and repeatedly. Errors are
 // wrapped as "inbox: migrate: ...".
 func Migrate(ctx context.Context, db Execer) error {
-	if _, err := db.Exec(ctx, CreateTableSQL); err != nil {
+	// CREATE TABLE IF NOT EXISTS is not safe concurrently: two sessions
+	// can both miss the table and the loser fails on the catalog's
+	// unique indexes (pg_type: 42710, pg_class: 42P07, or 23505). Both
+	// statements go in one simple-protocol message (no arguments), which
+	// PostgreSQL runs as one implicit transaction, so the advisory
+	// transaction lock serializes concurrent migrations and is released
+	// at its end.
+	if _, err := db.Exec(ctx, migrateLockSQL+"; "+CreateTableSQL); err != nil {
 		var pgErr *pgconn.PgError
-		// Two concurrent CREATE TABLE IF NOT EXISTS may both miss the
-		// table and one then fails on the catalog's unique index.
-		if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07") {
+		if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710") {
 			return nil
 		}
 		return fmt.Errorf("inbox: migrate: %w", err)
