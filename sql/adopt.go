@@ -49,7 +49,7 @@ func Adopt(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn strin
   ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,
   ADD COLUMN IF NOT EXISTS last_error text,
   ADD COLUMN IF NOT EXISTS dead_lettered_at timestamptz`,
-		`ALTER TABLE ` + t + ` SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01,
+		`ALTER TABLE ` + t + ` SET (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.01,
   autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01, vacuum_index_cleanup = on)`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("_unpublished_seq_idx") + ` ON ` + t + ` (seq) WHERE published_at IS NULL`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("_unpublished_aggregate_idx") + ` ON ` + t + ` (` + agg + `, seq) WHERE published_at IS NULL`,
