@@ -68,6 +68,14 @@ type relayStats struct {
 	WakeNotify, WakePoll, WakeLinger, WakeBacklog int64
 }
 
+func (a relayStats) add(b relayStats) relayStats {
+	return relayStats{
+		Claims: a.Claims + b.Claims, EmptyClaims: a.EmptyClaims + b.EmptyClaims, Published: a.Published + b.Published,
+		WakeNotify: a.WakeNotify + b.WakeNotify, WakePoll: a.WakePoll + b.WakePoll,
+		WakeLinger: a.WakeLinger + b.WakeLinger, WakeBacklog: a.WakeBacklog + b.WakeBacklog,
+	}
+}
+
 func (a relayStats) sub(b relayStats) relayStats {
 	return relayStats{
 		Claims: a.Claims - b.Claims, EmptyClaims: a.EmptyClaims - b.EmptyClaims, Published: a.Published - b.Published,

@@ -193,6 +193,14 @@ type Writers struct {
 	// ms.
 	TxP50MS float64 `json:"tx_p50_ms"`
 	TxP99MS float64 `json:"tx_p99_ms"`
+	// RelayClaimsPerS is the relay's claim statements per second while the
+	// writers ran, RelayNotificationsPerS the notifications it received
+	// per second (0 without wake-ups), and RelayEventsPerClaim the events
+	// it published per non-empty claim: what the relay cost the database.
+	RelayClaimsPerS        float64 `json:"relay_claims_per_s"`
+	RelayNotificationsPerS float64 `json:"relay_notifications_per_s"`
+	RelayEventsPerClaim    float64 `json:"relay_events_per_claim"`
+	relay                  relayStats
 }
 
 // BrokerDown is the result of a broker-down run: RSS of the relay process

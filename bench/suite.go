@@ -314,9 +314,11 @@ func mergeWriterRounds(rounds []Run, connections int, wakeups bool) Run {
 		out.FailedCommits += r.FailedCommits
 		out.TxP50MS = max(out.TxP50MS, r.TxP50MS)
 		out.TxP99MS = max(out.TxP99MS, r.TxP99MS)
+		out.Writers.relay = out.Writers.relay.add(r.Writers.relay)
 	}
 	if out.DurationS > 0 {
 		out.CommitsPerS = float64(out.Commits) / out.DurationS
 	}
+	out.Writers.setRelayRates(out.DurationS)
 	return out
 }

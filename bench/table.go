@@ -97,14 +97,15 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if len(writers) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "writers\twake-ups\tcommits/s\tratio\ttx p50 ms\ttx p99 ms\terrors\t")
+		fmt.Fprintln(tw, "writers\twake-ups\tcommits/s\tratio\ttx p50 ms\ttx p99 ms\terrors\trelay claims/s\tnotifications/s\tevents/claim\t")
 		for _, run := range writers {
 			ratio := ""
 			if run.Ratio > 0 {
 				ratio = fmt.Sprintf("%.2f", run.Ratio)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%.2f\t%.2f\t%d\t%s\n",
-				run.Connections, run.WakeupMode, run.CommitsPerS, ratio, run.TxP50MS, run.TxP99MS, run.FailedCommits, errNote(run))
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%.2f\t%.2f\t%d\t%.1f\t%.1f\t%.0f\t%s\n",
+				run.Connections, run.WakeupMode, run.CommitsPerS, ratio, run.TxP50MS, run.TxP99MS, run.FailedCommits,
+				run.RelayClaimsPerS, run.RelayNotificationsPerS, run.RelayEventsPerClaim, errNote(run))
 		}
 		tw.Flush()
 		fmt.Fprintln(w)

@@ -116,6 +116,7 @@ func (e *Env) Writers(ctx context.Context, cfg WritersConfig) (Run, error) {
 	})
 	defer e.Progress.End()
 	start := time.Now()
+	relay0 := rel.Stats()
 	deadline := start.Add(cfg.Duration)
 	var wg sync.WaitGroup
 	for c := range cfg.Connections {
@@ -158,6 +159,8 @@ func (e *Env) Writers(ctx context.Context, cfg WritersConfig) (Run, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	run.Writers.relay = rel.Stats().sub(relay0)
+	run.Writers.setRelayRates(elapsed.Seconds())
 	e.Progress.End()
 	if err := ctx.Err(); err != nil {
 		return run, err
@@ -173,4 +176,16 @@ func (e *Env) Writers(ctx context.Context, cfg WritersConfig) (Run, error) {
 	run.CommitsPerS = float64(run.Commits) / elapsed.Seconds()
 	run.TxP50MS, run.TxP99MS = s.P50, s.P99
 	return run, nil
+}
+
+// setRelayRates derives the Relay* figures from w.relay over seconds.
+func (w *Writers) setRelayRates(seconds float64) {
+	if seconds <= 0 {
+		return
+	}
+	w.RelayClaimsPerS = float64(w.relay.Claims) / seconds
+	w.RelayNotificationsPerS = float64(w.relay.WakeNotify) / seconds
+	if n := w.relay.Claims - w.relay.EmptyClaims; n > 0 {
+		w.RelayEventsPerClaim = float64(w.relay.Published) / float64(n)
+	}
 }
