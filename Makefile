@@ -42,7 +42,7 @@ bench:
 		--scenario latency,drain,writers,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --duration 15s --grace 5s --idle-window 2s --poll-interval 500ms \
 		--events 200000 --relays 1,2 --outage 15s \
-		--connections 16,32,64 --writers-duration 5s \
+		--connections 16,32,64 --writers-duration 8s \
 		--json bench/results/latest.json --plot bench/results/latest.png $(BENCH_FLAGS)
 
 # The full suite (the issue's defaults: 30s runs, 200k-event drains, three
