@@ -6,7 +6,8 @@
 --
 -- fillfactor 80 leaves room on each page so that the claim's update (which
 -- touches only locked_until, locked_by and claim_token, none of them indexed)
--- can be a HOT update: no new index entries, no index bloat. Autovacuum runs
+-- can be a HOT update: no new index entries, no index bloat (too little room:
+-- migration 00006 lowers it to 40, see there). Autovacuum runs
 -- on 1% of changed rows instead of 20%, because every row is updated twice.
 CREATE TABLE IF NOT EXISTS outbox (
     seq          bigint      GENERATED ALWAYS AS IDENTITY,
