@@ -29,10 +29,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DefaultMaxPayloadBytes is the default upper bound of an event's payload,
-// 1 MiB: Kafka's default broker message.max.bytes (1048588 bytes) rounded
-// down, so an accepted event is not refused by a default broker.
-const DefaultMaxPayloadBytes = 1 << 20
+// DefaultMaxRecordBytes is the default upper bound of the Kafka record the
+// relay publishes for an event (WriterConfig.MaxRecordBytes): 1,000,000
+// bytes. Kafka's default message.max.bytes, 1,048,588 bytes, bounds a whole
+// record batch (61 bytes of batch header plus each record's framing); the
+// rest of the margin covers the headers the relay may add from its own
+// configuration (--id-header) and the kafka-go producer's accounting
+// against its default BatchBytes of 1 MiB. So an event the writer accepts
+// is not refused by a broker with default settings.
+const DefaultMaxRecordBytes = 1_000_000
 
 // DefaultChannel is the Postgres NOTIFY channel the relay listens on.
 const DefaultChannel = "outbox"
@@ -56,8 +61,9 @@ type Event struct {
 	// Type names the event, e.g. "payment.captured" (header event_type).
 	// Required.
 	Type string
-	// Payload is the record value: valid JSON of at most the writer's
-	// MaxPayloadBytes (default 1 MiB). Required; use `null` for none.
+	// Payload is the record value: valid JSON; with key and headers, within
+	// the writer's MaxRecordBytes (default 1,000,000 bytes). Required; use
+	// `null` for none.
 	Payload json.RawMessage
 	// Headers are extra Kafka headers. Optional.
 	Headers map[string]string
@@ -117,9 +123,15 @@ type WriterConfig struct {
 	// Channel is the NOTIFY channel that wakes the relay. Defaults to
 	// "outbox". It must match the relay's --channel.
 	Channel string
-	// MaxPayloadBytes bounds each payload, in bytes. Defaults to 1 MiB
-	// (DefaultMaxPayloadBytes).
-	MaxPayloadBytes int
+	// MaxRecordBytes bounds, in bytes, the Kafka record the relay will
+	// publish for each event: its value (the payload as PostgreSQL prints it
+	// back from jsonb, which may be longer than what was written: ", " and
+	// ": " separators, numbers in plain notation), its key (the aggregate
+	// ID) and its headers, names and values (event_id, event_type,
+	// aggregate_id, the trace context and the event's own). An event over
+	// it is refused before anything is written, rather than dead-lettered
+	// by the relay later. Defaults to 1,000,000 (DefaultMaxRecordBytes).
+	MaxRecordBytes int
 	// Wakeup chooses how the relay is woken after commit. Defaults to
 	// WakeupDebounced.
 	Wakeup WakeupMode
@@ -170,8 +182,8 @@ func (c *WriterConfig) setDefaults() {
 	if c.Channel == "" {
 		c.Channel = DefaultChannel
 	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
 	}
 	if c.WakeupInterval == 0 {
 		c.WakeupInterval = DefaultWakeupInterval
@@ -179,8 +191,8 @@ func (c *WriterConfig) setDefaults() {
 }
 
 func (c *WriterConfig) validate() error {
-	if c.MaxPayloadBytes < 0 {
-		return fmt.Errorf("outbox: WriterConfig.MaxPayloadBytes: must be positive, got %d", c.MaxPayloadBytes)
+	if c.MaxRecordBytes < 0 {
+		return fmt.Errorf("outbox: WriterConfig.MaxRecordBytes: must be positive, got %d", c.MaxRecordBytes)
 	}
 	if c.WakeupInterval < 0 {
 		return fmt.Errorf("outbox: WriterConfig.WakeupInterval: must be positive, got %s", c.WakeupInterval)

@@ -22,7 +22,7 @@ func TestAddValidatesBeforeWriting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	w, err := outbox.NewWriter(outbox.WriterConfig{MaxPayloadBytes: 16})
+	w, err := outbox.NewWriter(outbox.WriterConfig{MaxRecordBytes: 90})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,9 @@ func TestAddValidatesBeforeWriting(t *testing.T) {
 		{"empty type", outbox.Event{AggregateID: "a", Payload: json.RawMessage(`{}`)}, "Type"},
 		{"empty payload", outbox.Event{AggregateID: "a", Type: "t"}, "Payload"},
 		{"invalid json", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{"a":`)}, "Payload"},
-		{"too large", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`"0123456789abcdef"`)}, "Payload"},
+		{"too large", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`"0123456789abcdef0123456789"`)}, "Payload"},
+		// 22 bytes as written, 30 as PostgreSQL prints it back: over 90 with key and headers.
+		{"too large as stored", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`[1,2,3,4,5,6,7,8,9,0,1]`)}, "Payload"},
 		{"bad topic", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`), Topic: "no spaces"}, "Topic"},
 		{"empty header name", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`), Headers: map[string]string{"": "x"}}, "Headers"},
 		{"reserved header", outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`), Headers: map[string]string{"event_id": "x"}}, "Headers"},
@@ -245,7 +247,7 @@ func TestNewWriterRejectsBadConfig(t *testing.T) {
 		cfg  outbox.WriterConfig
 		want string
 	}{
-		{outbox.WriterConfig{MaxPayloadBytes: -1}, "MaxPayloadBytes"},
+		{outbox.WriterConfig{MaxRecordBytes: -1}, "MaxRecordBytes"},
 		{outbox.WriterConfig{WakeupInterval: -time.Second}, "WakeupInterval"},
 		{outbox.WriterConfig{Wakeup: 9}, "Wakeup"},
 		{outbox.WriterConfig{Table: "a.b.c"}, "Table"},

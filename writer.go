@@ -45,7 +45,7 @@ var defaultWriter, _ = NewWriter(WriterConfig{})
 
 // Add writes events into the outbox table through q, the caller's
 // transaction, with the default WriterConfig (table "outbox", channel
-// "outbox", 1 MiB payloads, debounced wake-ups). See Writer.Add.
+// "outbox", records up to 1,000,000 bytes, debounced wake-ups). See Writer.Add.
 func Add(ctx context.Context, q Querier, events ...Event) error {
 	return defaultWriter.Add(ctx, q, events...)
 }
@@ -92,6 +92,9 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		h := e.Headers
 		if len(trace) > 0 {
 			h = withTrace(h, trace)
+		}
+		if err := w.checkSize(i, e, h); err != nil {
+			return err
 		}
 		if len(h) > 0 {
 			b, err := json.Marshal(h)
@@ -158,8 +161,6 @@ func (w *Writer) validate(i int, e *Event) error {
 		return bad("Type", "empty")
 	case len(e.Payload) == 0:
 		return bad("Payload", "empty (use null for an event without a payload)")
-	case len(e.Payload) > w.cfg.MaxPayloadBytes:
-		return bad("Payload", fmt.Sprintf("%d bytes is over the limit of %d bytes", len(e.Payload), w.cfg.MaxPayloadBytes))
 	case !json.Valid(e.Payload):
 		return bad("Payload", "not valid JSON")
 	}
@@ -196,6 +197,31 @@ func ValidateTopic(topic string) error {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
 			return fmt.Errorf("topic name %q has %q; only [a-zA-Z0-9._-] are legal", topic, r)
 		}
+	}
+	return nil
+}
+
+// relayHeaderBytes is what the relay's own headers add to a record besides
+// their values of variable length: the names event_id, event_type and
+// aggregate_id, and the event ID's 36 characters.
+const relayHeaderBytes = len("event_id") + 36 + len("event_type") + len("aggregate_id")
+
+// checkSize refuses e if the record the relay will publish for it (value as
+// PostgreSQL prints the stored jsonb, key, headers h and the relay's own)
+// is over MaxRecordBytes.
+func (w *Writer) checkSize(i int, e *Event, h map[string]string) error {
+	value, err := jsonbTextLen(e.Payload)
+	if err != nil {
+		return &ValidationError{Index: i, Field: "Payload", Reason: "not valid JSON: " + err.Error()}
+	}
+	rest := len(e.AggregateID) + relayHeaderBytes + len(e.Type) + len(e.AggregateID)
+	for k, v := range h {
+		rest += len(k) + len(v)
+	}
+	if value+rest > w.cfg.MaxRecordBytes {
+		return &ValidationError{Index: i, Field: "Payload", Reason: fmt.Sprintf(
+			"the Kafka record would be %d bytes, over the limit of %d (MaxRecordBytes): payload %d bytes as PostgreSQL prints it back from jsonb (%d as written), key and headers %d",
+			value+rest, w.cfg.MaxRecordBytes, value, len(e.Payload), rest)}
 	}
 	return nil
 }

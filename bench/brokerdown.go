@@ -69,8 +69,8 @@ func (c *BrokerDownConfig) validate() error {
 		return errors.New("bench: BrokerDownConfig: durations must be positive")
 	case c.Rate*(c.Before+c.Outage).Seconds() > 50e6:
 		return errors.New("bench: BrokerDownConfig.Outage: over 50 million events")
-	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxPayloadBytes:
-		return fmt.Errorf("bench: BrokerDownConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxPayloadBytes, c.PayloadBytes)
+	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxRecordBytes:
+		return fmt.Errorf("bench: BrokerDownConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxRecordBytes, c.PayloadBytes)
 	case c.Aggregates < 0:
 		return fmt.Errorf("bench: BrokerDownConfig.Aggregates: must be positive, got %d", c.Aggregates)
 	}

@@ -68,8 +68,8 @@ func (c *DrainConfig) validate() error {
 		return fmt.Errorf("bench: DrainConfig.Events: must be positive, got %d", c.Events)
 	case c.PreloadBatch < 0:
 		return fmt.Errorf("bench: DrainConfig.PreloadBatch: must be positive, got %d", c.PreloadBatch)
-	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxPayloadBytes:
-		return fmt.Errorf("bench: DrainConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxPayloadBytes, c.PayloadBytes)
+	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxRecordBytes:
+		return fmt.Errorf("bench: DrainConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxRecordBytes, c.PayloadBytes)
 	case c.Aggregates < 0:
 		return fmt.Errorf("bench: DrainConfig.Aggregates: must be positive, got %d", c.Aggregates)
 	case c.Timeout < 0:

@@ -99,8 +99,8 @@ func (c *LatencyConfig) validate() error {
 		return fmt.Errorf("bench: LatencyConfig.Writers: must be positive, got %d", c.Writers)
 	case c.EventsPerTx < 0:
 		return fmt.Errorf("bench: LatencyConfig.EventsPerTx: must be positive, got %d", c.EventsPerTx)
-	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxPayloadBytes:
-		return fmt.Errorf("bench: LatencyConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxPayloadBytes, c.PayloadBytes)
+	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxRecordBytes:
+		return fmt.Errorf("bench: LatencyConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxRecordBytes, c.PayloadBytes)
 	case c.Aggregates < 0:
 		return fmt.Errorf("bench: LatencyConfig.Aggregates: must be positive, got %d", c.Aggregates)
 	case c.Grace < 0:

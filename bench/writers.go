@@ -52,8 +52,8 @@ func (c *WritersConfig) validate() error {
 		return fmt.Errorf("bench: WritersConfig.Connections: must be 1..1000, got %d", c.Connections)
 	case c.Duration < 0:
 		return fmt.Errorf("bench: WritersConfig.Duration: must be positive, got %s", c.Duration)
-	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxPayloadBytes:
-		return fmt.Errorf("bench: WritersConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxPayloadBytes, c.PayloadBytes)
+	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxRecordBytes:
+		return fmt.Errorf("bench: WritersConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxRecordBytes, c.PayloadBytes)
 	case c.Aggregates < 0:
 		return fmt.Errorf("bench: WritersConfig.Aggregates: must be positive, got %d", c.Aggregates)
 	}

@@ -689,3 +689,47 @@ func TestEventOverThePublisherLimitIsDeadLetteredAtOnce(t *testing.T) {
 		t.Fatalf("attempts %d, last_error %q", attempts, lastErr)
 	}
 }
+
+// TestEventAtTheWritersLimitIsPublished: an event the writer accepts with
+// its default limit is published by a relay with default publisher settings
+// to a broker with Kafka's default message.max.bytes (kfake's too), and one
+// a byte larger is refused by the writer; the payload's size counts as
+// PostgreSQL prints it back from jsonb, which here is larger than written.
+func TestEventAtTheWritersLimitIsPublished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	h := startRelay(t, db, k, topic, opts{})
+	id := outbox.NewID()
+	ev := func(n int) outbox.Event {
+		// An array of 1s: 2 bytes an element as written ("1,"), 3 as
+		// stored ("1, ").
+		elems := strings.Repeat("1,", n) + "1"
+		return outbox.Event{ID: id, AggregateID: "big", Type: "t", Payload: json.RawMessage("[" + elems + "]")}
+	}
+	// Key "big" 3 bytes, headers: event_id 8+36, event_type 10+1,
+	// aggregate_id 12+3: 73; value 3n+3 bytes.
+	n := (outbox.DefaultMaxRecordBytes - 73 - 3) / 3
+	over := ev(n + 1)
+	if err := outbox.Add(ctx, db.Pool, over); !outbox.IsValidationError(err) {
+		t.Fatalf("Add of a record of %d bytes: err = %v, want a ValidationError", 73+3*(n+1)+3, err)
+	}
+	at := ev(n)
+	if len(at.Payload) >= outbox.DefaultMaxRecordBytes*2/3+10 {
+		t.Fatalf("test payload %d bytes as written", len(at.Payload))
+	}
+	if err := outbox.Add(ctx, db.Pool, at); err != nil {
+		t.Fatal(err)
+	}
+	recs := k.Consume(t, topic, 1, 20*time.Second)
+	if len(recs) != 1 || recs[0].Headers["event_id"] != id.String() {
+		t.Fatalf("consumed %d records", len(recs))
+	}
+	if size := len(recs[0].Value); size != 3*n+3 {
+		t.Fatalf("value of %d bytes, want %d", size, 3*n+3)
+	}
+	if s := h.relay.Stats(); s.DeadLettered != 0 || s.Published != 1 {
+		t.Fatalf("relay stats %+v", s)
+	}
+}
