@@ -71,12 +71,11 @@ func Migrate(ctx context.Context, db Execer) error {
 	// statements go in one simple-protocol message (no arguments), which
 	// PostgreSQL runs as one implicit transaction, so the advisory
 	// transaction lock serializes concurrent migrations and is released
-	// at its end.
+	// at its end. Errors are not swallowed: with the lock, one of those
+	// codes means something else owns the name (a type called
+	// processed_events, say), and inside the caller's pgx.Tx the
+	// transaction is then aborted.
 	if _, err := db.Exec(ctx, migrateLockSQL+"; "+CreateTableSQL); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710") {
-			return nil
-		}
 		return fmt.Errorf("inbox: migrate: %w", err)
 	}
 	return nil

@@ -311,3 +311,23 @@ func TestEventID(t *testing.T) {
 		t.Fatalf("bad header: %v", err)
 	}
 }
+
+// TestMigrateReportsANameTakenByAType: a non-table object named
+// processed_events makes Migrate fail instead of reporting success without
+// a table (and, in the caller's transaction, leaving it aborted).
+func TestMigrateReportsANameTakenByAType(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	if _, err := db.Pool.Exec(ctx, "CREATE TYPE processed_events AS ENUM ('a')"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := inbox.Migrate(ctx, tx); err == nil {
+		t.Fatal("Migrate returned nil although the name is taken by a type and no table was created")
+	}
+}

@@ -37,6 +37,10 @@ func Adopt(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn strin
 	agg := pgx.Identifier{aggregateColumn}.Sanitize()
 	stmts := []string{
 		`SELECT pg_advisory_xact_lock(1869574001, '` + strings.ReplaceAll(t, `'`, `''`) + `'::regclass::oid::int)`,
+		// Storage parameters first: adding the identity column rewrites
+		// the table, and the rewrite packs the backlog by this fillfactor.
+		`ALTER TABLE ` + t + ` SET (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.01,
+  autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01, vacuum_index_cleanup = on)`,
 		`ALTER TABLE ` + t + `
   ADD COLUMN IF NOT EXISTS seq bigint GENERATED ALWAYS AS IDENTITY,
   ADD COLUMN IF NOT EXISTS headers jsonb,
@@ -49,8 +53,6 @@ func Adopt(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn strin
   ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,
   ADD COLUMN IF NOT EXISTS last_error text,
   ADD COLUMN IF NOT EXISTS dead_lettered_at timestamptz`,
-		`ALTER TABLE ` + t + ` SET (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.01,
-  autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01, vacuum_index_cleanup = on)`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("_unpublished_seq_idx") + ` ON ` + t + ` (seq) WHERE published_at IS NULL`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("_unpublished_aggregate_idx") + ` ON ` + t + ` (` + agg + `, seq) WHERE published_at IS NULL`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("_dead_letters_idx") + ` ON ` + t + ` (seq) WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL`,
