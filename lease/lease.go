@@ -175,21 +175,24 @@ func (b *Batch) Deadline(lease time.Duration) time.Time { return b.Claimed.Add(l
 
 // Claimer claims, marks and releases outbox rows through a pool.
 type Claimer struct {
-	cfg         Config
-	pool        *pgxpool.Pool
-	holder      string
-	guard       string // quoted name of the order-guard table
-	beatSQL     string
-	holdSQL     string
-	sweepSQL    string
-	advanceSQL  string
-	claimSQL    string
-	markSQL     string
-	releaseSQL  string
-	deadSQL     string
-	requeueSQL  string
-	lockSQL     string
-	lockSyncSQL string
+	cfg        Config
+	pool       *pgxpool.Pool
+	holder     string
+	guard      string // quoted name of the order-guard table
+	beatSQL    string
+	holdSQL    string
+	sweepSQL   string
+	advanceSQL string
+	// advanceSeqSQL and advanceVXIDSQL read the identity's last value and
+	// the running transactions for a floor marker.
+	advanceSeqSQL, advanceVXIDSQL string
+	claimSQL                      string
+	markSQL                       string
+	releaseSQL                    string
+	deadSQL                       string
+	requeueSQL                    string
+	lockSQL                       string
+	lockSyncSQL                   string
 
 	// The floor (see advance) is used and moved only by Claim.
 	mu          sync.Mutex
@@ -204,16 +207,27 @@ type Claimer struct {
 // start, so that nothing the floor passed by mistake waits longer.
 const rescanEvery = 10 * time.Second
 
-// marker says: once every transaction with an xid below xid has ended,
-// every row with seq <= seq is final (committed or rolled back).
-type marker struct{ seq, xid int64 }
+// marker says: every row with seq <= seq got its seq from a transaction
+// that had ended or was one of vxids (the virtual transaction IDs running
+// in this database, read after the sequence). Once none of vxids runs any
+// more (phase 1) and, after that, every transaction whose xid is below
+// xmax has ended (phase 2: a transaction that PREPAREd gives up its vxid
+// lock but keeps its xid, which is below the xmax read after the vxids),
+// every row with seq <= seq is final: committed or rolled back.
+type marker struct {
+	seq   int64
+	vxids []string
+	// xmax is 0 in phase 1; in phase 2, the snapshot xmax read after the
+	// vxids were all gone.
+	xmax int64
+}
 
 // advanceEvery is how often Claim moves the floor.
 const advanceEvery = 20 * time.Millisecond
 
-// maxMarkers bounds the pending markers while a long transaction holds the
-// xmin horizon back; meanwhile the floor stays where it is.
-const maxMarkers = 4096
+// maxMarkers bounds the pending markers (about 20 s of them) while a long
+// transaction holds them back; meanwhile the floor stays where it is.
+const maxMarkers = 1024
 
 // New returns a Claimer on pool. It returns cfg's validation error.
 func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
@@ -302,25 +316,39 @@ WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
 RETURNING o.seq, o.` + id + `, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `
 )
 SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) FROM claimed`
-	// The floor: a seq below which, as far as this relay can tell, every
-	// row is published. Published rows leave the partial indexes only when
-	// VACUUM cleans them (and a large table's autovacuum may skip index
-	// cleanup for a long time: PG 14+'s INDEX_CLEANUP auto bypass), so an
-	// index scan from the start would walk over every published row's dead
-	// entry, and each claim would get slower as events are published.
-	// Claims start at the floor instead. It moves only over published rows
-	// and over seqs it believes final: the identity's last value, less
-	// max_connections, is recorded with the next xid, and counts once every
-	// transaction below that xid has ended. That belief can be wrong, since
-	// nextval does not give a transaction an xid: COPY takes the seqs of up
-	// to 1,000 buffered rows before its first write, a slow expression in
-	// an INSERT runs after its nextval, and a sequence with CACHE > 1 hands
-	// out old values late. So every rescanEvery a claim scans from seq 0:
-	// a row the floor passed is published at most that late, never lost.
+	// The floor: a seq below which every row is published. Published rows
+	// leave the partial indexes only when VACUUM cleans them (and a large
+	// table's autovacuum may skip index cleanup for a long time: PG 14+'s
+	// INDEX_CLEANUP auto bypass), so an index scan from the start would
+	// walk over every published row's dead entry, and each claim would get
+	// slower as events are published. Claims start at the floor instead.
+	// It moves only over published rows and over seqs that are final: a
+	// marker records the identity's last value and then the virtual
+	// transaction IDs of every transaction running in this database, and
+	// counts once they have all ended (see marker). Transaction IDs alone
+	// would not do: nextval does not give a transaction an xid, and a COPY
+	// takes the seqs of up to 1,000 buffered rows before its first write,
+	// a slow expression in an INSERT runs after its nextval; the floor
+	// then passed rows that committed later, and later events of their
+	// aggregates went out before them. Every virtual transaction ID is
+	// visible in pg_locks (each transaction holds an exclusive lock on its
+	// own, as CREATE INDEX CONCURRENTLY relies on), to any role;
+	// autovacuum workers (which insert nothing, and may run for minutes)
+	// and WAL senders are left out where the role may see backend_type
+	// (pg_read_all_stats; to other roles it is NULL and they count). A
+	// sequence with CACHE > 1 hands out values long after it took them
+	// from the sequence, in later transactions: then the floor stays at 0.
+	// Every rescanEvery a claim scans from seq 0 all the same.
+	seqName := `pg_get_serial_sequence('` + strings.ReplaceAll(t, `'`, `''`) + `', 'seq')::regclass`
+	c.advanceSeqSQL = `SELECT coalesce(pg_sequence_last_value(` + seqName + `), 0),
+  (SELECT seqcache FROM pg_sequence WHERE seqrelid = ` + seqName + `)`
+	c.advanceVXIDSQL = `SELECT coalesce(array_agg(l.virtualxid ORDER BY l.virtualxid), '{}')
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+  AND l.pid <> pg_backend_pid() AND a.datname = current_database()
+  AND coalesce(a.backend_type, '') NOT IN ('autovacuum worker', 'autovacuum launcher', 'walsender')`
 	c.advanceSQL = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
   pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-  coalesce(pg_sequence_last_value(pg_get_serial_sequence('` + strings.ReplaceAll(t, `'`, `''`) + `', 'seq')::regclass), 0)
-    - current_setting('max_connections')::bigint,
   (SELECT min(seq) FROM ` + t + ` WHERE published_at IS NULL AND seq >= $1)`
 	c.markSQL = `UPDATE ` + t + `
 SET published_at = now(), locked_until = NULL, last_error = NULL
@@ -476,6 +504,11 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	b.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder, token, floor)
 	advance := time.Since(c.lastAdvance) >= advanceEvery
 	if advance {
+		// In this order: the sequence before the transactions running
+		// (a transaction that took a seq before the first read has
+		// ended or is among them), the snapshot after both.
+		b.Queue(c.advanceSeqSQL)
+		b.Queue(c.advanceVXIDSQL)
 		b.Queue(c.advanceSQL, c.floor)
 	}
 	// The statements run in one implicit transaction, in one round trip;
@@ -527,12 +560,22 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
 	if advance {
-		var xmin, xmax, seq int64
+		var seq, xmin, xmax int64
+		var cache *int64
+		var vxids []string
 		var minUnpublished *int64
-		if err := br.QueryRow().Scan(&xmin, &xmax, &seq, &minUnpublished); err != nil {
+		if err := br.QueryRow().Scan(&seq, &cache); err != nil {
+			return nil, fmt.Errorf("claim batch: advance floor: sequence: %w", err)
+		}
+		if err := br.QueryRow().Scan(&vxids); err != nil {
+			return nil, fmt.Errorf("claim batch: advance floor: transactions: %w", err)
+		}
+		if err := br.QueryRow().Scan(&xmin, &xmax, &minUnpublished); err != nil {
 			return nil, fmt.Errorf("claim batch: advance floor: %w", err)
 		}
-		c.advance(xmin, xmax, seq, minUnpublished)
+		if cache == nil || *cache == 1 {
+			c.advance(seq, vxids, xmin, xmax, minUnpublished)
+		}
 		c.lastAdvance = time.Now()
 	}
 	if err := br.Close(); err != nil {
@@ -550,18 +593,39 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	return batch, nil
 }
 
-// advance records a new marker and moves the floor up to the highest
-// settled marker, but never past an unpublished row.
-func (c *Claimer) advance(xmin, xmax, seq int64, minUnpublished *int64) {
-	if len(c.markers) < maxMarkers && seq > 0 {
-		c.markers = append(c.markers, marker{seq: seq, xid: xmax})
+// advance records a new marker (seq and the running transactions' vxids),
+// moves pending markers along their phases given the transactions running
+// now (vxids) and the snapshot's xmin and xmax, and moves the floor up to
+// the highest settled marker, but never past an unpublished row.
+func (c *Claimer) advance(seq int64, vxids []string, xmin, xmax int64, minUnpublished *int64) {
+	running := make(map[string]struct{}, len(vxids))
+	for _, v := range vxids {
+		running[v] = struct{}{}
 	}
 	settled := int64(-1)
 	i := 0
-	for ; i < len(c.markers) && c.markers[i].xid <= xmin; i++ {
-		settled = c.markers[i].seq
+markers:
+	for ; i < len(c.markers); i++ {
+		m := &c.markers[i]
+		if m.xmax == 0 {
+			for _, v := range m.vxids {
+				if _, ok := running[v]; ok {
+					break markers
+				}
+			}
+			// Phase 2: wait for the xids below the current xmax (a
+			// prepared transaction among the vxids keeps its xid).
+			m.vxids, m.xmax = nil, xmax
+		}
+		if m.xmax > xmin {
+			break
+		}
+		settled = m.seq
 	}
 	c.markers = c.markers[i:]
+	if len(c.markers) < maxMarkers && seq > 0 {
+		c.markers = append(c.markers, marker{seq: seq, vxids: vxids})
+	}
 	if settled < 0 {
 		return
 	}
