@@ -323,11 +323,22 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks
 	// heldUntil maps an aggregate whose failed row could not be released
 	// to that row and when its lease ends.
 	heldUntil := map[string]held{}
+	// after maps an aggregate whose events a batch gave back unpublished
+	// (skipped or unsent) to the lowest such seq and the last claim number
+	// that may hold its later events: claims that started before that
+	// release committed, while those events were still leased by this relay
+	// and so did not hold back its claims.
+	after := map[string]skipMark{}
 	outages := 0 // publishes in a row that delivered nothing
 	for b := range in {
 		for agg, no := range blocked {
 			if no < b.no {
 				delete(blocked, agg)
+			}
+		}
+		for agg, m := range after {
+			if m.no < b.no {
+				delete(after, agg)
 			}
 		}
 		for agg, h := range heldUntil {
@@ -339,7 +350,7 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks
 			r.release(work, b.Token, rowIDs(b.Rows), 0, false, "")
 			continue
 		}
-		if r.publishBatch(ctx, work, b, blocked, heldUntil, marks) {
+		if r.publishBatch(ctx, work, b, blocked, heldUntil, after, marks) {
 			outages++
 			// Nothing got through: hold the claimer back, growing with
 			// each outage in a row; the broker is likely down.
@@ -378,6 +389,20 @@ type held struct {
 // held event's lease had not ended when the batch was claimed.
 func (h held) holds(row lease.Row, claimed time.Time) bool {
 	return !h.until.IsZero() && row.Seq > h.seq && claimed.Before(h.until)
+}
+
+// skipMark holds back, in batches claimed up to claim number no, the events
+// of an aggregate after seq: an earlier event (seq) was given back
+// unpublished after those claims started, so they may hold its later events
+// without it.
+type skipMark struct {
+	seq int64
+	no  uint64
+}
+
+// holds reports whether row, in the batch of claim number no, must wait.
+func (m skipMark) holds(row lease.Row, no uint64) bool {
+	return m.no >= no && row.Seq > m.seq
 }
 
 // errHeld marks a message not sent because an earlier event of its
@@ -444,12 +469,21 @@ type failure struct {
 
 // publishBatch publishes one claimed batch and reports whether it hit an
 // outage (a publish that delivered nothing).
-func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[string]uint64, heldUntil map[string]held, marks chan<- markJob) (outage bool) {
+func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[string]uint64, heldUntil map[string]held, after map[string]skipMark, marks chan<- markJob) (outage bool) {
 	maxBytes := r.pub.MaxBatchBytes()
 	failedAggs := map[string]bool{}
 	var skipped []uuid.UUID
 	var failures []failure
 	var unsent []uuid.UUID
+	// givenBack is the lowest seq per aggregate of the rows skipped or
+	// unsent.
+	givenBack := map[string]int64{}
+	giveBack := func(list *[]uuid.UUID, row lease.Row) {
+		*list = append(*list, row.ID)
+		if s, ok := givenBack[row.AggregateID]; !ok || row.Seq < s {
+			givenBack[row.AggregateID] = row.Seq
+		}
+	}
 
 	rows := b.Rows
 	chunkTopic := map[string]string{}
@@ -458,7 +492,9 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 	for start := 0; start < len(rows); {
 		if ctx.Err() != nil || work.Err() != nil {
 			// Shutdown: what was not sent yet goes back at once.
-			unsent = append(unsent, rowIDs(rows[start:])...)
+			for _, row := range rows[start:] {
+				giveBack(&unsent, row)
+			}
 			break
 		}
 		// Build the next chunk: at most maxBytes (one produce request per
@@ -469,8 +505,8 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 		i := start
 		for ; i < len(rows); i++ {
 			row := rows[i]
-			if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no || heldUntil[row.AggregateID].holds(row, b.Claimed) {
-				skipped = append(skipped, row.ID)
+			if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no || heldUntil[row.AggregateID].holds(row, b.Claimed) || after[row.AggregateID].holds(row, b.no) {
+				giveBack(&skipped, row)
 				continue
 			}
 			m := r.message(row)
@@ -506,21 +542,21 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 		for j, row := range chunk {
 			e := errs[j]
 			if e == errHeld {
-				skipped = append(skipped, row.ID)
+				giveBack(&skipped, row)
 				continue
 			}
 			if e == nil && failedAggs[row.AggregateID] {
 				// Delivered, but an earlier event of its aggregate in this
 				// chunk failed: do not mark it, so it is published again
 				// after that one.
-				skipped = append(skipped, row.ID)
+				giveBack(&skipped, row)
 				continue
 			}
 			if e != nil && work.Err() != nil {
 				// Cut off by the shutdown deadline, outcome unknown: give
 				// it back at once, without counting an attempt; whoever
 				// claims it next publishes it (again).
-				unsent = append(unsent, row.ID)
+				giveBack(&unsent, row)
 				continue
 			}
 			if e != nil {
@@ -542,10 +578,10 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 			// Nothing got through and the broker did not answer: stop this
 			// batch and hold the claimer back, the broker is likely down.
 			for _, row := range rows[start:] {
-				if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no || heldUntil[row.AggregateID].holds(row, b.Claimed) {
-					skipped = append(skipped, row.ID)
+				if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no || heldUntil[row.AggregateID].holds(row, b.Claimed) || after[row.AggregateID].holds(row, b.no) {
+					giveBack(&skipped, row)
 				} else {
-					unsent = append(unsent, row.ID)
+					giveBack(&unsent, row)
 				}
 			}
 			outage = true
@@ -576,6 +612,22 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 	}
 	if len(unsent) > 0 {
 		r.release(work, b.Token, unsent, 0, false, "")
+	}
+	if len(givenBack) > 0 {
+		// Until the release above committed, those rows were leased by this
+		// relay, which does not hold back its own claims: a claim started
+		// meanwhile (after a failed earlier event became claimable again:
+		// requeued, or its backoff ran out) may hold later events of their
+		// aggregates without them. Hold those back in every batch claimed
+		// so far. A claim after this finds the rows claimable, and claims
+		// take the lowest seq first.
+		last := r.claimStarts.Load()
+		for agg, seq := range givenBack {
+			if m, ok := after[agg]; ok && m.seq < seq {
+				seq = m.seq
+			}
+			after[agg] = skipMark{seq: seq, no: last}
+		}
 	}
 	return outage
 }
