@@ -485,6 +485,13 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 		}
 	}
 
+	// heldBack: row's aggregate failed earlier in this batch, or an
+	// earlier event of it is still to go out first (see runPublisher).
+	heldBack := func(row lease.Row) bool {
+		return failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no ||
+			heldUntil[row.AggregateID].holds(row, b.Claimed) || after[row.AggregateID].holds(row, b.no)
+	}
+
 	rows := b.Rows
 	chunkTopic := map[string]string{}
 	msgs := make([]kafka.Message, 0, len(rows))
@@ -505,7 +512,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 		i := start
 		for ; i < len(rows); i++ {
 			row := rows[i]
-			if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no || heldUntil[row.AggregateID].holds(row, b.Claimed) || after[row.AggregateID].holds(row, b.no) {
+			if heldBack(row) {
 				giveBack(&skipped, row)
 				continue
 			}
@@ -578,7 +585,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, blocked map[s
 			// Nothing got through and the broker did not answer: stop this
 			// batch and hold the claimer back, the broker is likely down.
 			for _, row := range rows[start:] {
-				if failedAggs[row.AggregateID] || blocked[row.AggregateID] >= b.no || heldUntil[row.AggregateID].holds(row, b.Claimed) || after[row.AggregateID].holds(row, b.no) {
+				if heldBack(row) {
 					giveBack(&skipped, row)
 				} else {
 					giveBack(&unsent, row)
