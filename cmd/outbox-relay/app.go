@@ -189,7 +189,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 		switch f.Name {
 		case "lease", "batch-size", "poll-interval", "max-attempts", "shutdown-timeout", "retry-min", "retry-max", "linger-poll":
 			if v := f.Value.String(); zero == nil && (v == "0" || v == "0s") {
-				zero = usagef("--%s: must be positive (omit it for the default, %s)", f.Name, f.DefValue)
+				zero = usagef("--%s: must be positive (omit it, and %s, for the default, %s)", f.Name, envName(f.Name), f.DefValue)
 			}
 		}
 	})
@@ -209,7 +209,7 @@ func printUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags (each also read from the environment variable shown):\n", fs.Name())
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, usage := flag.UnquoteUsage(f)
-		env := "OUTBOX_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		fmt.Fprintf(w, "  --%s %s\n    \t%s\n    \t[env %s]", f.Name, typ, usage, env)
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
@@ -313,3 +313,10 @@ func connectFunc(cfg *pgx.ConnConfig) func(ctx context.Context) (*pgx.Conn, erro
 type flagSet flag.FlagSet
 
 func (f *flagSet) std() *flag.FlagSet { return (*flag.FlagSet)(f) }
+
+// envName is the environment variable ff reads for flag name (prefix
+// OUTBOX, dashes as underscores, upper case): --poll-interval is
+// OUTBOX_POLL_INTERVAL.
+func envName(name string) string {
+	return "OUTBOX_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
