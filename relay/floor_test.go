@@ -1,0 +1,128 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/relay"
+)
+
+// COPY into the outbox evaluates the identity default for every buffered
+// row before its first multi-insert gives the transaction an xid: the
+// transaction holds hundreds of seqs with no xid. Reviewers found two
+// defects with it: the claim floor passed such rows and they were never
+// published (fixed first by a rescan from seq 0 every 10 s), and, when the
+// COPY committed, claims starting at the floor published its later rows,
+// and a later event of the same aggregate, before its earlier rows (fixed in
+// lease.advance, which now waits for every transaction running when a
+// marker is taken, xid or not).
+
+// startSlowCopy starts the relay of a test (poll-only, polling every 50ms)
+// and returns it with a function that COPYs n events of aggregate agg
+// (payload {"n": i}) in one transaction. The COPY source stalls once the
+// server has taken the seqs of all n buffered rows (no xid yet), until the
+// relay has claimed 10 more times (and moved its floor), then ends.
+func startSlowCopy(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic, agg string, n int) (*harness, func()) {
+	t.Helper()
+	h := startRelay(t, db, k, topic, opts{noNotify: true, relay: relay.Config{PollInterval: 50 * time.Millisecond}})
+	return h, func() {
+		t.Helper()
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, db.ConnString)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		pr, pw := io.Pipe()
+		go func() {
+			for i := 0; i < n; i++ {
+				fmt.Fprintf(pw, "%s\t%s\tt\t{\"n\":%d}\n", outbox.NewID(), agg, i)
+			}
+			// Not testenv.Eventually: this is not the test's goroutine.
+			waitFor := func(cond func() bool) bool {
+				for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						return false
+					}
+				}
+				return true
+			}
+			if !waitFor(func() bool {
+				var last *int64
+				_ = db.Pool.QueryRow(ctx, "SELECT pg_sequence_last_value(pg_get_serial_sequence('outbox', 'seq'))").Scan(&last)
+				return last != nil && *last >= int64(n)
+			}) {
+				pw.CloseWithError(errors.New("the COPY did not take its seqs within 10s"))
+				return
+			}
+			claims := h.relay.Stats().Claims
+			if !waitFor(func() bool { return h.relay.Stats().Claims >= claims+10 }) {
+				pw.CloseWithError(errors.New("the relay did not claim within 10s"))
+				return
+			}
+			pw.Close()
+		}()
+		tag, err := conn.PgConn().CopyFrom(ctx, pr, "COPY outbox (id, aggregate_id, event_type, payload) FROM STDIN")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("COPY %d rows committed", tag.RowsAffected())
+	}
+}
+
+func TestRowsCommittedBelowTheFloorArePublished(t *testing.T) {
+	t.Parallel()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	h, slowCopy := startSlowCopy(t, db, k, k.Topic(t, 1), "agg-copy", 500)
+	slowCopy()
+	testenv.Eventually(t, 30*time.Second, func() bool { return unpublished(t, db) == 0 },
+		"COPY rows left unpublished (stats %+v)", h.relay.Stats())
+}
+
+func TestRowsCommittedBelowTheFloorKeepTheirAggregateOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	const n = 900
+	h, slowCopy := startSlowCopy(t, db, k, topic, "agg-x", n)
+	slowCopy()
+	// The next event of the same aggregate, committed after the COPY.
+	if err := outbox.Add(ctx, db.Pool, outbox.Event{ID: outbox.NewID(), AggregateID: "agg-x", Type: "t", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}); err != nil {
+		t.Fatal(err)
+	}
+	recs := k.Consume(t, topic, n+1, 30*time.Second)
+	t.Logf("relay stats %+v", h.relay.Stats())
+	last := -1
+	inversions := 0
+	var first []int
+	for _, r := range recs {
+		var p struct{ N int }
+		if err := json.Unmarshal(r.Value, &p); err != nil {
+			t.Fatal(err)
+		}
+		if len(first) < 5 {
+			first = append(first, p.N)
+		}
+		if p.N < last {
+			if inversions == 0 {
+				t.Errorf("agg-x: event n=%d (lower seq) published after n=%d", p.N, last)
+			}
+			inversions++
+		}
+		last = p.N
+	}
+	t.Logf("%d records; first published n=%v", len(recs), first)
+	if inversions > 0 {
+		t.Fatalf("%d order inversions within one aggregate", inversions)
+	}
+}
