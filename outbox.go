@@ -39,6 +39,21 @@ import (
 // is not refused by a broker with default settings.
 const DefaultMaxRecordBytes = 1_000_000
 
+// MaxAggregateIDBytes is the longest Event.AggregateID the writer accepts:
+// 1024 bytes (of UTF-8, as PostgreSQL's octet_length counts them in a UTF8
+// database; a character takes 1 to 4). The aggregate ID is a key of the
+// B-tree index outbox_unpublished_aggregate_idx (aggregate_id, seq), and a
+// B-tree refuses an index row over 2704 bytes on PostgreSQL's default 8 kB
+// pages (a third of a page: BTMaxItemSize, checked by _bt_check_third_page
+// in src/backend/access/nbtree/nbtutils.c; SQLSTATE 54000 "index row size
+// ... exceeds btree version 4 maximum 2704"), which an incompressible ID of
+// about 2,680 bytes already reaches. Without this limit such an ID would
+// pass validation and then abort the caller's transaction at the INSERT.
+// 1024 bytes stays well under the index limit, and the table's CHECK
+// constraint outbox_aggregate_id_check (migration 00007) refuses the same
+// rows from plain-SQL writers.
+const MaxAggregateIDBytes = 1024
+
 // DefaultChannel is the Postgres NOTIFY channel the relay listens on.
 const DefaultChannel = "outbox"
 
@@ -56,16 +71,19 @@ type Event struct {
 	// event_id). Make one with NewID. If zero, Add assigns a UUIDv7.
 	ID uuid.UUID
 	// AggregateID is the Kafka key: all events of one aggregate go to one
-	// partition, in insert order. Required, any non-empty text.
+	// partition, in insert order. Required: non-empty text of at most
+	// MaxAggregateIDBytes (1024) bytes.
 	AggregateID string
 	// Type names the event, e.g. "payment.captured" (header event_type).
-	// Required.
+	// Required, non-empty.
 	Type string
 	// Payload is the record value: valid JSON; with key and headers, within
 	// the writer's MaxRecordBytes (default 1,000,000 bytes). Required; use
 	// `null` for none.
 	Payload json.RawMessage
-	// Headers are extra Kafka headers. Optional.
+	// Headers are extra Kafka headers. Optional. Names must not be empty
+	// nor one of the headers the relay sets itself (event_id, event_type,
+	// aggregate_id). A nil or empty map stores SQL NULL.
 	Headers map[string]string
 	// Topic overrides the relay's --topic for this event. Optional; must be
 	// a legal Kafka topic name ([a-zA-Z0-9._-], at most 249 characters).

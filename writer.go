@@ -59,7 +59,13 @@ func Add(ctx context.Context, q Querier, events ...Event) error {
 // to every event that does not set one itself.
 //
 // It returns a *ValidationError (wrapping ErrInvalidEvent) and writes
-// nothing if any event is invalid, or the database error wrapped as
+// nothing if any event is invalid: an empty AggregateID or one over
+// MaxAggregateIDBytes (1024 bytes), an empty Type, an empty or invalid
+// Payload, a record over MaxRecordBytes, an empty or reserved header name,
+// or an illegal Topic. The outbox table's CHECK constraints (migration
+// 00007: outbox_aggregate_id_check, outbox_event_type_check,
+// outbox_headers_check, outbox_topic_check) refuse the same rows from
+// plain-SQL writers. Otherwise it returns the database error wrapped as
 // "outbox: insert events: ...". A duplicate ID is a unique violation on
 // outbox_pkey (SQLSTATE 23505) and, inside a transaction, aborts it.
 func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
@@ -157,6 +163,8 @@ func (w *Writer) validate(i int, e *Event) error {
 	switch {
 	case e.AggregateID == "":
 		return bad("AggregateID", "empty")
+	case len(e.AggregateID) > MaxAggregateIDBytes:
+		return bad("AggregateID", fmt.Sprintf("%d bytes, over the limit of %d (MaxAggregateIDBytes)", len(e.AggregateID), MaxAggregateIDBytes))
 	case e.Type == "":
 		return bad("Type", "empty")
 	case len(e.Payload) == 0:
