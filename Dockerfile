@@ -2,13 +2,18 @@
 #
 # outbox-relay as a static binary on distroless, running as non-root.
 #
-#   docker build -t outbox-relay .
+#   docker build --build-arg VCS_REVISION=$(git rev-parse HEAD) -t outbox-relay .
 #   docker run --rm -p 9090:9090 -e DATABASE_URL=postgres://... \
 #       -e OUTBOX_BROKERS=kafka:9092 -e OUTBOX_TOPIC=events outbox-relay
 #   docker run --rm -e DATABASE_URL=postgres://... outbox-relay migrate
 #
 # Every flag is also read from OUTBOX_<FLAG>; see `outbox-relay run --help`.
 # Port 9090 serves /metrics, /healthz (liveness) and /readyz (readiness).
+#
+# The default command must stay `run`: the binary without arguments only
+# lists its commands. Arguments that are flags only (`docker run ... image
+# --brokers kafka:9092`, or a Kubernetes `args:` list) replace CMD and still
+# run the relay, since flags without a command mean run.
 
 ARG GO_VERSION=1.26
 
@@ -18,11 +23,15 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+# .git is not in the build context (.dockerignore), so Go cannot stamp the
+# revision itself (-buildvcs=false); `outbox-relay version` reports this
+# one instead, when given.
+ARG VCS_REVISION=
 # CGO off: a static binary that needs no libc in the runtime image.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false \
-        -ldflags="-s -w" -o /out/outbox-relay ./cmd/outbox-relay
+        -ldflags="-s -w -X main.vcsRevision=${VCS_REVISION}" -o /out/outbox-relay ./cmd/outbox-relay
 
 # distroless/static: CA certificates (Kafka TLS, sslmode=verify-full),
 # tzdata and /etc/passwd with the nonroot user (65532), no shell.

@@ -4,19 +4,22 @@
 //	go run ./cmd/outbox-dev                  # throwaway PostgreSQL + embedded broker on :9092
 //	go run ./cmd/outbox-dev --database-url postgres://... --brokers kafka:9092
 //
-// With no --database-url (or DATABASE_URL) it starts a throwaway PostgreSQL
-// cluster (initdb into a temporary directory, its own port on 127.0.0.1;
-// needs the machine's PostgreSQL server binaries, see internal/pgtemp).
-// With no --brokers it starts an embedded Kafka-protocol broker (kfake) on
-// 127.0.0.1:--broker-port (9092), so kcat and any other Kafka client can
-// consume. It then migrates the outbox table, starts the relay, and writes a
+// Without --database-url on the command line it starts a throwaway
+// PostgreSQL cluster (initdb into a temporary directory, its own port on
+// 127.0.0.1; needs the machine's PostgreSQL server binaries, see
+// internal/pgtemp). Without --brokers on the command line it starts an
+// embedded Kafka-protocol broker (kfake) on 127.0.0.1:--broker-port (9092),
+// so kcat and any other Kafka client can consume. DATABASE_URL,
+// OUTBOX_DATABASE_URL and OUTBOX_BROKERS are ignored (and said to be): a
+// shell set up for the real relay must not get sample events by accident.
+// Before the first sample event it prints the database it writes to (host,
+// port, name; never a password). It then migrates the outbox table, starts the relay, and writes a
 // trickle of sample payment events through outbox.Add, printing for each one
 // how long it took from the writer's COMMIT to Kafka's acknowledgement.
 //
 // Ctrl-C (SIGINT) or SIGTERM stops the samples, stops the relay gracefully,
-// closes the broker and removes the throwaway cluster. Every flag can also
-// be set as OUTBOX_<FLAG_NAME> (--broker-port is OUTBOX_BROKER_PORT); the
-// database URL also as DATABASE_URL.
+// closes the broker and removes the throwaway cluster. Every other flag can
+// also be set as OUTBOX_<FLAG_NAME> (--broker-port is OUTBOX_BROKER_PORT).
 //
 // This is a development tool: the embedded broker keeps everything in
 // memory and the throwaway cluster runs with fsync off. In production use

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -359,20 +361,92 @@ func TestFlags(t *testing.T) {
 		t.Errorf("--help: %v, usage %q", err, help.String())
 	}
 
+	// The environment sets the other flags, but never where the samples go.
 	t.Setenv("DATABASE_URL", "postgres://from-env/db")
+	t.Setenv("OUTBOX_DATABASE_URL", "postgres://outbox-env/db")
+	t.Setenv("OUTBOX_BROKERS", "kafka-from-env:9092")
 	t.Setenv("OUTBOX_RATE", "7.5")
 	t.Setenv("OUTBOX_BROKER_PORT", "19092")
 	o, err := parseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.databaseURL != "postgres://from-env/db" || o.rate != 7.5 || o.brokerPort != 19092 ||
+	if o.databaseURL != "" || o.rate != 7.5 || o.brokerPort != 19092 ||
 		o.topic != "payments" || o.logFormat != "console" || o.brokers != "" {
 		t.Errorf("from the environment: %+v", *o)
 	}
-	t.Setenv("OUTBOX_DATABASE_URL", "postgres://outbox-env/db")
-	if o, err = parseFlags([]string{"--rate", "3"}, io.Discard); err != nil || o.databaseURL != "postgres://outbox-env/db" || o.rate != 3 {
-		t.Errorf("OUTBOX_DATABASE_URL and a flag: %+v, %v", o, err)
+	if o, err = parseFlags([]string{"--rate", "3", "--database-url", "postgres://flag/db", "--brokers", "kafka-flag:9092"}, io.Discard); err != nil ||
+		o.databaseURL != "postgres://flag/db" || o.brokers != "kafka-flag:9092" || o.rate != 3 {
+		t.Errorf("explicit flags: %+v, %v", o, err)
+	}
+}
+
+// endOffset returns the end offset of partition 0 of topic: the number of
+// records ever produced to it.
+func endOffset(t *testing.T, k *testenv.TestKafka, topic string) int64 {
+	t.Helper()
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	p := kmsg.NewListOffsetsRequestTopicPartition()
+	p.Partition, p.Timestamp = 0, -1 // latest
+	rt.Partitions = append(rt.Partitions, p)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, k.Client(t))
+	if err != nil {
+		t.Fatalf("list offsets: %v", err)
+	}
+	rp := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+		t.Fatalf("list offsets of %s: %v", topic, err)
+	}
+	return rp.Offset
+}
+
+// TestEnvironmentAloneChoosesNeitherDatabaseNorBrokers: with DATABASE_URL,
+// OUTBOX_DATABASE_URL and OUTBOX_BROKERS exported (a shell set up for the
+// real relay) and no --database-url or --brokers on the command line, the
+// dev stack still uses its own throwaway database and embedded broker, says
+// so, and names the database it writes to before the first sample event.
+func TestEnvironmentAloneChoosesNeitherDatabaseNorBrokers(t *testing.T) {
+	if _, err := pgtemp.FindBinDir(); err != nil {
+		t.Skipf("no PostgreSQL server binaries: %v", err)
+	}
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	t.Setenv("DATABASE_URL", db.ConnString)
+	t.Setenv("OUTBOX_DATABASE_URL", db.ConnString)
+	t.Setenv("OUTBOX_BROKERS", strings.Join(k.Brokers, ","))
+	t.Setenv("OUTBOX_BROKER_PORT", "")
+	port := freePort(t)
+	d := startDev(t, "--broker-port", fmt.Sprint(port), "--topic", topic, "--rate", "40")
+	d.waitPublished(t, 2)
+	if err := d.stop(t); err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+	out := d.stdout.String()
+	where := regexp.MustCompile(`(?m)^writing 40 sample payment events per second into database "postgres" at 127\.0\.0\.1:\d+ \(throwaway\); Ctrl-C to stop$`).FindStringIndex(out)
+	first := publishedLine.FindStringIndex(out)
+	if where == nil || first == nil || where[0] > first[0] {
+		t.Errorf("stdout does not name the throwaway database before the first sample event:\n%s", out)
+	}
+	for _, w := range []string{"DATABASE_URL, OUTBOX_DATABASE_URL are set but not used", "OUTBOX_BROKERS is set but not used", "Kafka (embedded, in memory): 127.0.0.1:" + fmt.Sprint(port)} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, db.ConnString) {
+		t.Errorf("stdout shows the environment's database URL:\n%s", out)
+	}
+	var rows int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox").Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("the environment's database got %d sample rows (%v)", rows, err)
+	}
+	if n := endOffset(t, k, topic); n != 0 {
+		t.Errorf("the environment's broker got %d sample records", n)
 	}
 }
 

@@ -44,14 +44,19 @@ func isUsage(err error) bool {
 
 // options are outbox-dev's flags.
 type options struct {
+	// databaseURL and brokers come from the command line only, never from
+	// the environment: a shell set up for the real relay (DATABASE_URL,
+	// OUTBOX_BROKERS) must not get sample events written into it.
 	databaseURL string
 	brokers     string
-	brokerPort  int
-	topic       string
-	rate        float64
-	noSample    bool
-	logFormat   string
-	logLevel    string
+	// ignoredEnv are the variables that were set but not used for them.
+	ignoredEnv []string
+	brokerPort int
+	topic      string
+	rate       float64
+	noSample   bool
+	logFormat  string
+	logLevel   string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -60,28 +65,31 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `outbox-dev runs a development outbox stack: PostgreSQL, a Kafka-protocol
-broker, the relay and a writer of sample payment events. With no
---database-url it starts a throwaway PostgreSQL cluster; with no --brokers an
-embedded broker on 127.0.0.1:--broker-port. Ctrl-C stops everything.
-Every flag can also be set as OUTBOX_<FLAG_NAME>; the database URL also as
-DATABASE_URL.
+broker, the relay and a writer of sample payment events. Without
+--database-url on the command line it starts a throwaway PostgreSQL
+cluster; without --brokers on the command line an embedded broker on
+127.0.0.1:--broker-port. Ctrl-C stops everything.
+The other flags can also be set as OUTBOX_<FLAG_NAME>; DATABASE_URL,
+OUTBOX_DATABASE_URL and OUTBOX_BROKERS are ignored, so that sample events
+never go to a database or cluster by accident.
 
 Flags:
 `)
 		fs.PrintDefaults()
 	}
-	// Not os.Getenv("DATABASE_URL") as the default: --help would print it,
-	// password included. It is read after parsing instead.
 	fs.StringVar(&o.databaseURL, "database-url", "",
-		"PostgreSQL URL to use instead of a throwaway cluster (env OUTBOX_DATABASE_URL or DATABASE_URL)")
-	fs.StringVar(&o.brokers, "brokers", "", "Kafka brokers to use instead of the embedded one, comma-separated host:port")
+		"PostgreSQL URL to write sample events into instead of a throwaway cluster (command line only: DATABASE_URL and OUTBOX_DATABASE_URL are ignored)")
+	fs.StringVar(&o.brokers, "brokers", "",
+		"Kafka brokers to use instead of the embedded one, comma-separated host:port (command line only: OUTBOX_BROKERS is ignored)")
 	fs.IntVar(&o.brokerPort, "broker-port", 9092, "port of the embedded broker on 127.0.0.1 (when --brokers is empty)")
 	fs.StringVar(&o.topic, "topic", "payments", "Kafka topic of the events")
 	fs.Float64Var(&o.rate, "rate", 2, "sample events written per second")
 	fs.BoolVar(&o.noSample, "no-sample", false, "do not write sample events (relay only)")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log format of the components (stderr): console or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("OUTBOX")); err != nil {
+	// The command line first, to know which flags it set; then the
+	// environment for the others.
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
@@ -90,8 +98,18 @@ Flags:
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if o.databaseURL == "" {
-		o.databaseURL = os.Getenv("DATABASE_URL")
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if err := ff.Parse(fs, nil, ff.WithEnvVarPrefix("OUTBOX")); err != nil {
+		return nil, usageError{err}
+	}
+	if !explicit["database-url"] {
+		o.databaseURL = ""
+		o.ignoredEnv = append(o.ignoredEnv, setEnv("DATABASE_URL", "OUTBOX_DATABASE_URL")...)
+	}
+	if !explicit["brokers"] {
+		o.brokers = ""
+		o.ignoredEnv = append(o.ignoredEnv, setEnv("OUTBOX_BROKERS")...)
 	}
 	if !o.noSample && !(o.rate > 0 && o.rate <= 10000) {
 		return nil, usagef("--rate: must be more than 0 and at most 10000 events per second, got %v", o.rate)
@@ -103,6 +121,18 @@ Flags:
 		return nil, usagef("--topic: required")
 	}
 	return &o, nil
+}
+
+// setEnv returns the names among names of the environment variables that
+// are set and not empty.
+func setEnv(names ...string) []string {
+	var set []string
+	for _, n := range names {
+		if os.Getenv(n) != "" {
+			set = append(set, n)
+		}
+	}
+	return set
 }
 
 func (o *options) logger(stderr io.Writer) (*zap.Logger, error) {
@@ -148,6 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		stopOnBrokenStdout()
 	}}
 
+	o.printIgnoredEnv(out)
 	// The broker first: a taken port fails in milliseconds, before initdb.
 	var brokers []string
 	if o.brokers == "" {
@@ -262,7 +293,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	lat := newLatencies(out)
 	r.OnPublished = lat.published
 
-	printBanner(out, o, pg, dsn, brokers)
+	printBanner(out, o, pg, pcfg, brokers)
 
 	g, gctx := errgroup.WithContext(ctx)
 	lctx, stopListener := context.WithCancel(context.WithoutCancel(gctx))
@@ -311,7 +342,35 @@ func startBroker(port int, topic string) (*kfake.Cluster, error) {
 	return c, nil
 }
 
-func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, dsn string, brokers []string) {
+// printIgnoredEnv says which variables were set but not used for the
+// database or the brokers, and how to use them.
+func (o *options) printIgnoredEnv(out *lockedWriter) {
+	var db, kafka []string
+	for _, v := range o.ignoredEnv {
+		if v == "OUTBOX_BROKERS" {
+			kafka = append(kafka, v)
+		} else {
+			db = append(db, v)
+		}
+	}
+	if len(db) > 0 {
+		verb := "is"
+		if len(db) > 1 {
+			verb = "are"
+		}
+		out.printf("%s %s set but not used: sample events go to a throwaway PostgreSQL cluster unless --database-url is given on the command line\n",
+			strings.Join(db, ", "), verb)
+	}
+	if len(kafka) > 0 {
+		out.printf("OUTBOX_BROKERS is set but not used: sample events go to the embedded broker unless --brokers is given on the command line\n")
+	}
+}
+
+// printBanner says where everything runs. pcfg is the database the samples
+// are written into: its host, port and name are printed, never its
+// password.
+func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, pcfg *pgxpool.Config, brokers []string) {
+	dsn := pcfg.ConnString()
 	shownDSN := redactURL(dsn)
 	out.printf("\n")
 	if pg != nil {
@@ -332,10 +391,14 @@ func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, dsn string, 
 	}
 	out.printf("Watch the events:\n  kcat -b %s -t %s -C -o beginning -f 'key=%%k headers=%%h value=%%s\\n'\n", kb, o.topic)
 	out.printf("Look at the table:\n  psql '%s' -c 'SELECT seq, aggregate_id, event_type, published_at FROM outbox ORDER BY seq DESC LIMIT 10'\n\n", shownDSN)
+	db := fmt.Sprintf("database %q at %s:%d (--database-url)", pcfg.ConnConfig.Database, pcfg.ConnConfig.Host, pcfg.ConnConfig.Port)
+	if pg != nil {
+		db = fmt.Sprintf("database %q at %s:%d (throwaway)", pcfg.ConnConfig.Database, pcfg.ConnConfig.Host, pcfg.ConnConfig.Port)
+	}
 	if o.noSample {
-		out.printf("relay running (no sample events); Ctrl-C to stop\n")
+		out.printf("relay running on %s (no sample events); Ctrl-C to stop\n", db)
 	} else {
-		out.printf("writing %v sample payment events per second; Ctrl-C to stop\n", o.rate)
+		out.printf("writing %v sample payment events per second into %s; Ctrl-C to stop\n", o.rate, db)
 	}
 }
 

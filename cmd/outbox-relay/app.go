@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/peterbourgon/ff/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -40,52 +39,78 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 const topUsage = `outbox-relay publishes a Postgres outbox table to Kafka.
 
 Usage:
-  outbox-relay [run] [flags]   relay events until SIGINT/SIGTERM (the default)
-  outbox-relay migrate [flags] create or update the outbox table
-  outbox-relay requeue [flags] put dead-lettered events back (--event-id ID or --all-dead-letters)
-  outbox-relay adopt [flags]   prepare an existing (e.g. Debezium) outbox table: --table T --debezium
-  outbox-relay status [flags]  oldest unpublished age, events by state, relays holding leases (--json)
-  outbox-relay inspect [flags] was an event published, when, attempts, last error (--event-id ID, --json)
-  outbox-relay version         print the version
+  outbox-relay run [flags]      relay events until SIGINT/SIGTERM
+  outbox-relay migrate [flags]  create or update the outbox table
+  outbox-relay requeue [flags]  put dead-lettered events back (--event-id ID or --all-dead-letters)
+  outbox-relay adopt [flags]    prepare an existing (e.g. Debezium) outbox table: --table T --debezium
+  outbox-relay status [flags]   oldest unpublished age, events by state, relays holding leases (--json)
+  outbox-relay inspect [flags]  was an event published, when, to which topic, attempts, last error (--event-id ID, --json)
+  outbox-relay version          print the version and the VCS revision (also: outbox-relay --version)
+  outbox-relay help [command]   this list, or a command's flags
 
+Flags without a command mean run: "outbox-relay --brokers ..." is "outbox-relay
+run --brokers ..." (the container image's default command is run).
 Run "outbox-relay <command> --help" for a command's flags. Every flag can
 also be set in the environment as OUTBOX_<FLAG_NAME> (--poll-interval is
 OUTBOX_POLL_INTERVAL); the database URL also as DATABASE_URL.
 `
 
-// Main runs the command line args and returns the process exit code.
+// commandHelp is the first paragraph of each command's --help.
+var commandHelp = map[string]string{
+	"run":     "Relays events from the outbox table to Kafka until SIGINT or SIGTERM.",
+	"migrate": "Creates or updates the outbox table; safe to run twice or concurrently.",
+	"requeue": "Puts dead-lettered events back: --event-id ID[,ID...] or --all-dead-letters.\nExit 0: requeued; 1: an ID is not a dead letter; 2: bad flags.",
+	"adopt":   "Prepares an existing outbox table (e.g. Debezium's) for the relay: --table T --debezium.",
+	"status":  "Oldest unpublished age, events by state, dead letters and the relays holding leases.",
+	"inspect": "Was an event published, when, to which topic, its attempts and last error.\nExit 1 when the ID is not in the table.",
+	"version": "Prints the module version, the VCS revision and whether the working tree\nhad uncommitted changes, as recorded in the binary.",
+}
+
+// command runs one outbox-relay command.
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+var commands = map[string]command{
+	"run":     cmdRun,
+	"migrate": cmdMigrate,
+	"adopt":   cmdAdopt,
+	"requeue": cmdRequeue,
+	"status":  cmdStatus,
+	"inspect": cmdInspect,
+	"version": cmdVersion,
+}
+
+// Main runs the command line args and returns the process exit code. With
+// no arguments it lists the commands; with flags but no command it runs
+// the relay (so a container's arguments can be flags only).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+	if len(args) == 0 {
 		fmt.Fprint(stdout, topUsage)
 		return exitOK
 	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, topUsage)
+		return exitOK
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
+	}
 	cmd := "run"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
-	var err error
-	switch cmd {
-	case "run":
-		err = cmdRun(ctx, args, stderr)
-	case "migrate":
-		err = cmdMigrate(ctx, args, stdout, stderr)
-	case "adopt":
-		err = cmdAdopt(ctx, args, stdout, stderr)
-	case "requeue":
-		err = cmdRequeue(ctx, args, stdout, stderr)
-	case "status":
-		err = cmdStatus(ctx, args, stdout, stderr)
-	case "inspect":
-		err = cmdInspect(ctx, args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "outbox-relay", version())
-	case "help":
-		fmt.Fprint(stdout, topUsage)
-	default:
-		fmt.Fprint(stderr, topUsage)
-		fmt.Fprintf(stderr, "\nerror: unknown command %q\n", cmd)
+	if cmd == "help" {
+		if len(args) == 0 {
+			fmt.Fprint(stdout, topUsage)
+			return exitOK
+		}
+		cmd, args = args[0], []string{"--help"}
+	}
+	run, ok := commands[cmd]
+	if !ok {
+		fmt.Fprintf(stderr, "outbox-relay: unknown command %q; see outbox-relay --help\n", cmd)
 		return exitUsage
 	}
+	err := run(ctx, args, stdout, stderr)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
@@ -97,17 +122,70 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+// vcsRevision is the revision to report when the binary carries no VCS
+// information of its own, set at link time: the container image is built
+// with -buildvcs=false and without .git, so its Dockerfile passes
+// -ldflags "-X main.vcsRevision=$VCS_REVISION".
+var vcsRevision string
+
+// versionText is `outbox-relay version`'s output: the module version and
+// the VCS revision, commit time and modified flag from the binary's build
+// information.
+func versionText() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "outbox-relay (unknown version: the binary has no build information)\n"
 	}
-	return "(devel)"
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	set := map[string]string{}
+	for _, s := range bi.Settings {
+		set[s.Key] = s.Value
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "outbox-relay %s\n", v)
+	if bi.Main.Path != "" {
+		fmt.Fprintf(&b, "module:   %s\n", bi.Main.Path)
+	}
+	switch rev := set["vcs.revision"]; {
+	case rev != "":
+		fmt.Fprintf(&b, "revision: %s", rev)
+		if t := set["vcs.time"]; t != "" {
+			fmt.Fprintf(&b, " (committed %s)", t)
+		}
+		b.WriteString("\n")
+		switch m := set["vcs.modified"]; m {
+		case "true":
+			b.WriteString("modified: true (built from a working tree with uncommitted changes)\n")
+		case "":
+			b.WriteString("modified: unknown\n")
+		default:
+			fmt.Fprintf(&b, "modified: %s\n", m)
+		}
+	case vcsRevision != "":
+		fmt.Fprintf(&b, "revision: %s (given at build time; modified: unknown)\n", vcsRevision)
+	default:
+		b.WriteString("revision: unknown (built without VCS information: -buildvcs=false or outside a git checkout)\n")
+	}
+	fmt.Fprintf(&b, "go:       %s\n", bi.GoVersion)
+	return b.String()
 }
 
-// commonFlags are shared by every command that talks to the database.
+func cmdVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("version", stdout)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, versionText())
+	return nil
+}
+
+// commonFlags are shared by every command that talks to the database. The
+// table's flags are tableFlags (flags.go).
 type commonFlags struct {
 	databaseURL string
-	table       string
 	logLevel    string
 	logFormat   string
 }
@@ -115,7 +193,6 @@ type commonFlags struct {
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.databaseURL, "database-url", "",
 		"PostgreSQL URL or DSN, e.g. postgres://user:pass@host:5432/db (also env DATABASE_URL)")
-	fs.StringVar(&c.table, "table", outbox.DefaultTable, "outbox table, optionally schema-qualified")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
 }
@@ -172,58 +249,19 @@ func redact(err error, dsn string) string {
 	return s
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
-	err := ff.Parse(fs, args, ff.WithEnvVarPrefix("OUTBOX"))
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	// Zero would silently mean "the default" for these; say so instead.
-	var zero error
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "lease", "batch-size", "poll-interval", "max-attempts", "shutdown-timeout", "retry-min", "retry-max", "linger-poll":
-			if v := f.Value.String(); zero == nil && (v == "0" || v == "0s") {
-				zero = usagef("--%s: must be positive (omit it, and %s, for the default, %s)", f.Name, envName(f.Name), f.DefValue)
-			}
-		}
-	})
-	return zero
-}
-
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("outbox-relay "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { printUsage(fs, stderr) }
-	return fs
-}
-
-// printUsage lists every flag with its type, default and environment
-// variable.
-func printUsage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags (each also read from the environment variable shown):\n", fs.Name())
-	fs.VisitAll(func(f *flag.Flag) {
-		typ, usage := flag.UnquoteUsage(f)
-		env := envName(f.Name)
-		fmt.Fprintf(w, "  --%s %s\n    \t%s\n    \t[env %s]", f.Name, typ, usage, env)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-			fmt.Fprintf(w, " (default %s)", f.DefValue)
-		}
-		fmt.Fprintln(w)
-	})
-}
-
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("migrate", stderr)
+	fs := newFlagSet("migrate", stdout)
 	var common commonFlags
+	var tbl tableFlags
 	common.register(fs)
-	wait := fs.Duration("wait", 0, "how long to retry while the database is not reachable yet, e.g. 30s (0: fail at once)")
-	if err := parse(fs, args); err != nil {
+	tbl.registerTable(fs)
+	var startupWait, wait time.Duration
+	fs.DurationVar(&startupWait, "startup-wait", 0,
+		"how long to retry while PostgreSQL is not reachable, e.g. 30s (0: forever, as on run; without the flag migrate fails at once)")
+	fs.DurationVar(&wait, "wait", 0,
+		"deprecated: the old name of --startup-wait, kept for existing scripts; unlike --startup-wait, its 0 means fail at once")
+	from, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
 	log, err := common.logger(stderr)
@@ -231,11 +269,18 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	bound, forever, err := migrateWait(from, startupWait, wait)
+	if err != nil {
+		return err
+	}
+	if from["wait"] != "" {
+		log.Warn("--wait is deprecated: use --startup-wait (OUTBOX_STARTUP_WAIT), whose 0 means forever", zap.String("set_by", from["wait"]))
+	}
 	pcfg, err := common.poolConfig()
 	if err != nil {
 		return err
 	}
-	if common.table != outbox.DefaultTable {
+	if tbl.table != outbox.DefaultTable {
 		return usagef("--table: migrate creates the table %q; to use another schema, set search_path in --database-url", outbox.DefaultTable)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -243,7 +288,10 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	wctx, cancel := context.WithTimeout(ctx, *wait)
+	wctx, cancel := context.WithCancel(ctx)
+	if !forever {
+		wctx, cancel = context.WithTimeout(ctx, bound)
+	}
 	defer cancel()
 	if err := waitFor(wctx, log, "database", func(ctx context.Context) error { return pool.Ping(ctx) }); err != nil {
 		if err2 := pool.Ping(ctx); err2 != nil {
@@ -261,6 +309,31 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "applied %s\n", r.Name)
 	}
 	return nil
+}
+
+// migrateWait returns how long migrate waits for the database (0: not at
+// all) or forever. --startup-wait means what it means on run (0: forever);
+// the deprecated --wait keeps its old meaning (0: fail at once). A flag on
+// the command line wins over the other name's environment variable; both
+// names from the same source are refused.
+func migrateWait(from origins, startupWait, wait time.Duration) (d time.Duration, forever bool, err error) {
+	sw, w := from["startup-wait"], from["wait"]
+	if sw != "" && w != "" && from.fromCommandLine("startup-wait") == from.fromCommandLine("wait") {
+		return 0, false, usagef("--startup-wait: %s and %s are both set; --wait is its deprecated name: give only --startup-wait", sw, w)
+	}
+	switch {
+	case w != "" && (sw == "" || from.fromCommandLine("wait")):
+		if wait < 0 {
+			return 0, false, usagef("--wait: must not be negative, got %s", wait)
+		}
+		return wait, false, nil
+	case sw != "":
+		if startupWait < 0 {
+			return 0, false, usagef("--startup-wait: must not be negative, got %s (0 waits forever)", startupWait)
+		}
+		return startupWait, startupWait == 0, nil
+	}
+	return 0, false, nil
 }
 
 // waitFor calls check until it succeeds or ctx is done, with capped
@@ -313,10 +386,3 @@ func connectFunc(cfg *pgx.ConnConfig) func(ctx context.Context) (*pgx.Conn, erro
 type flagSet flag.FlagSet
 
 func (f *flagSet) std() *flag.FlagSet { return (*flag.FlagSet)(f) }
-
-// envName is the environment variable ff reads for flag name (prefix
-// OUTBOX, dashes as underscores, upper case): --poll-interval is
-// OUTBOX_POLL_INTERVAL.
-func envName(name string) string {
-	return "OUTBOX_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-}

@@ -28,10 +28,18 @@ type eventReport struct {
 	Found   bool   `json:"found"`
 	// State is one of published, dead_lettered, leased, backing_off,
 	// pending ("" when not found).
-	State          string     `json:"state,omitempty"`
-	Published      bool       `json:"published"`
-	Seq            int64      `json:"seq,omitempty"`
-	Topic          *string    `json:"topic"`
+	State     string `json:"state,omitempty"`
+	Published bool   `json:"published"`
+	Seq       int64  `json:"seq,omitempty"`
+	// Topic is where the relay sends (or sent) the event: the row's topic
+	// column, else the --topic-template route, else --topic; null when
+	// none applies (the relay's --topic, not given to inspect).
+	Topic *string `json:"topic"`
+	// TopicSource says which gave Topic: "column", "topic-template" or
+	// "topic"; null with Topic.
+	TopicSource *string `json:"topic_source"`
+	// AggregateType is the --column-aggregate-type value, when mapped.
+	AggregateType  *string    `json:"aggregate_type,omitempty"`
 	AggregateID    string     `json:"aggregate_id,omitempty"`
 	EventType      string     `json:"event_type,omitempty"`
 	CreatedAt      *time.Time `json:"created_at,omitempty"`
@@ -45,6 +53,8 @@ type eventReport struct {
 	LockedUntil *string `json:"locked_until"`
 	lockedUntil *time.Time
 	heldForever bool
+	template    string // the --topic-template that routed Topic
+	tableArgs   string // the table flags, to repeat in the requeue hint
 	// CheckedAt is the database's now() when the row was read.
 	CheckedAt time.Time `json:"checked_at"`
 	Message   string    `json:"message,omitempty"`
@@ -52,7 +62,11 @@ type eventReport struct {
 
 func inspectSQL(t string, cols lease.Columns) string {
 	id := func(c string) string { return pgx.Identifier{c}.Sanitize() }
-	return `SELECT seq, topic, ` + id(cols.AggregateID) + `::text, ` + id(cols.EventType) + `::text, created_at, published_at, attempts, last_error,
+	aggType := "NULL::text"
+	if cols.AggregateType != "" {
+		aggType = id(cols.AggregateType) + "::text"
+	}
+	return `SELECT seq, topic, ` + aggType + `, ` + id(cols.AggregateID) + `::text, ` + id(cols.EventType) + `::text, created_at, published_at, attempts, last_error,
   dead_lettered_at, locked_by, NULLIF(locked_until, 'infinity'), coalesce(locked_until = 'infinity', false), now(),
   CASE
     WHEN published_at IS NOT NULL THEN 'published'
@@ -71,15 +85,19 @@ func (e errEventNotFound) Error() string {
 	return fmt.Sprintf("event %s is not in table %s: it was never written, its transaction rolled back, or the retention cleaner deleted it after it was published (see `outbox-relay run --retention`, default 7 days)", e.id, e.table)
 }
 
+// queryEvent reads event id from the table tbl names, with the column
+// names cols (defaults applied), and resolves its topic as the relay
+// routes it.
 func queryEvent(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}, table string, cols lease.Columns, id uuid.UUID) (*eventReport, error) {
-	r := &eventReport{EventID: id.String()}
+}, tbl *tableFlags, cols lease.Columns, id uuid.UUID) (*eventReport, error) {
+	r := &eventReport{EventID: id.String(), tableArgs: tbl.commandArgs()}
 	var (
-		created time.Time
-		state   string
+		created  time.Time
+		state    string
+		topicCol *string
 	)
-	err := q.QueryRow(ctx, inspectSQL(outbox.TableIdentifier(table), cols), id).Scan(&r.Seq, &r.Topic, &r.AggregateID, &r.EventType,
+	err := q.QueryRow(ctx, inspectSQL(outbox.TableIdentifier(tbl.table), cols), id).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
 		&created, &r.PublishedAt, &r.Attempts, &r.LastError, &r.DeadLetteredAt, &r.LockedBy, &r.lockedUntil, &r.heldForever, &r.CheckedAt, &state)
 	if isNoRows(err) {
 		r.CheckedAt = time.Now().UTC()
@@ -89,6 +107,10 @@ func queryEvent(ctx context.Context, q interface {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
 	r.Found, r.State, r.Published = true, state, state == "published"
+	if topic, source := tbl.route(topicCol, r.AggregateType); topic != "" {
+		r.Topic, r.TopicSource = &topic, &source
+	}
+	r.template = tbl.template()
 	created = created.UTC()
 	r.CreatedAt = &created
 	r.CheckedAt = r.CheckedAt.UTC()
@@ -111,14 +133,18 @@ func queryEvent(ctx context.Context, q interface {
 
 var stateText = map[string]string{
 	"published":     "published",
-	"dead_lettered": "DEAD-LETTERED: not published; fix the cause, then `outbox-relay requeue --event-id`",
+	"dead_lettered": "DEAD-LETTERED", // writeHuman adds the requeue command
 	"leased":        "not published yet: leased by a relay, being published",
 	"backing_off":   "not published yet: a publish failed, waiting for its retry",
 	"pending":       "not published yet: waiting to be claimed",
 }
 
 func (r *eventReport) writeHuman(w io.Writer) {
-	fmt.Fprintf(w, "event %s: %s\n", r.EventID, stateText[r.State])
+	state := stateText[r.State]
+	if r.State == "dead_lettered" {
+		state = fmt.Sprintf("DEAD-LETTERED: not published; fix the cause, then `outbox-relay requeue %s--event-id %s`", r.tableArgs, r.EventID)
+	}
+	fmt.Fprintf(w, "event %s: %s\n", r.EventID, state)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
 	ts := func(t *time.Time) string {
@@ -133,11 +159,7 @@ func (r *eventReport) writeHuman(w io.Writer) {
 		}
 		return *s
 	}
-	topic := str(r.Topic)
-	if r.Topic == nil {
-		topic = "- (the relay's --topic)"
-	}
-	row("topic", topic)
+	row("topic", r.topicText())
 	row("aggregate_id", r.AggregateID)
 	row("event_type", r.EventType)
 	row("seq", fmt.Sprint(r.Seq))
@@ -162,12 +184,29 @@ func (r *eventReport) writeHuman(w io.Writer) {
 	_ = tw.Flush()
 }
 
-func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("inspect", stderr)
+// topicText is the topic line of the text output: the topic and, unless
+// it is the row's own topic column, what chose it.
+func (r *eventReport) topicText() string {
+	switch {
+	case r.Topic == nil:
+		return "- (the relay's --topic; give inspect the same --topic, or --topic-template, to see it here)"
+	case *r.TopicSource == topicFromTemplate:
+		return fmt.Sprintf("%s (routed by --topic-template %s, aggregate type %s)", *r.Topic, r.template, *r.AggregateType)
+	case *r.TopicSource == topicFromFlag:
+		return *r.Topic + " (--topic: the row has no topic column value and no --topic-template route)"
+	}
+	return *r.Topic
+}
+
+// inspectTopicUsage is inspect's --topic usage.
+const inspectTopicUsage = "the relay's --topic, to show where events go that have no topic column value and no --topic-template route"
+
+func cmdInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("inspect", stdout)
 	var common commonFlags
-	var cf columnFlags
+	var tbl tableFlags
 	common.register(fs)
-	cf.register(fs)
+	tbl.register(fs, inspectTopicUsage)
 	eventID := fs.String("event-id", "", "the event's ID (the Kafka header event_id), a UUID (required)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text (also for an unknown ID, with found=false; the exit code is 1 then too)")
 	if err := parse(fs, args); err != nil {
@@ -180,17 +219,20 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return usagef("--event-id: %q is not a UUID", *eventID)
 	}
-	pool, cols, err := connectForCommand(ctx, &common, &cf)
+	if err := tbl.validateRouting(); err != nil {
+		return err
+	}
+	pool, cols, err := connectForCommand(ctx, &common, &tbl)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	r, err := queryEvent(ctx, pool, common.table, cols, id)
+	r, err := queryEvent(ctx, pool, &tbl, cols, id)
 	if err != nil {
 		return err
 	}
 	if !r.Found {
-		nf := errEventNotFound{id: id.String(), table: common.table}
+		nf := errEventNotFound{id: id.String(), table: tbl.table}
 		if *asJSON {
 			r.Message = nf.Error()
 			if err := writeJSON(stdout, r); err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,13 +84,13 @@ func TestFlagsReadTheEnvironment(t *testing.T) {
 
 func TestHelpShowsUnitsAndDefaults(t *testing.T) {
 	t.Parallel()
-	code, _, stderr := runMain(t, context.Background(), "run", "--help")
+	code, stdout, _ := runMain(t, context.Background(), "run", "--help")
 	if code != exitOK {
 		t.Fatalf("--help exit %d", code)
 	}
 	for _, want := range []string{"-lease", "(default 30s)", "-poll-interval", "(default 500ms)", "-batch-size", "-shutdown-timeout", "-channel", "-kafka-sasl-mechanism", "DATABASE_URL"} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("help lacks %q:\n%s", want, stderr)
+		if !strings.Contains(stdout, want) {
+			t.Errorf("help lacks %q:\n%s", want, stdout)
 		}
 	}
 	if code, out, _ := runMain(t, context.Background(), "version"); code != 0 || !strings.HasPrefix(out, "outbox-relay ") {
@@ -103,7 +102,7 @@ func TestMissingTableSaysToMigrate(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	k := testenv.Kafka(t)
-	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--startup-wait", "10s")
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--startup-wait", "10s", "--metrics-addr", "")
 	if code != exitFailure || !strings.Contains(stderr, "outbox-relay migrate") || !strings.Contains(stderr, "not found") {
 		t.Fatalf("exit %d, stderr %q; want exit 1 telling to run migrate", code, stderr)
 	}
@@ -116,7 +115,7 @@ func TestWrongTableShapeIsNamed(t *testing.T) {
 	if _, err := db.Pool.Exec(context.Background(), "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregate_id text, event_type text, payload jsonb, created_at timestamptz, published_at timestamptz)"); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--startup-wait", "10s")
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--startup-wait", "10s", "--metrics-addr", "")
 	if code != exitFailure || !strings.Contains(stderr, "not an outbox table") || !strings.Contains(stderr, "does not exist") {
 		t.Fatalf("exit %d, stderr %q; want exit 1 naming the missing column", code, stderr)
 	}
@@ -125,7 +124,7 @@ func TestWrongTableShapeIsNamed(t *testing.T) {
 func TestDatabaseDownAtStartIsRetriedThenReported(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", "postgres://u@127.0.0.1:1/db?connect_timeout=1", "--brokers", "127.0.0.1:1", "--topic", "t", "--startup-wait", "1500ms")
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", "postgres://u@127.0.0.1:1/db?connect_timeout=1", "--brokers", "127.0.0.1:1", "--topic", "t", "--startup-wait", "1500ms", "--metrics-addr", "")
 	if code != exitFailure || !strings.Contains(stderr, "database not reachable yet; retrying") || !strings.Contains(stderr, "database not reachable") {
 		t.Fatalf("exit %d, stderr %q; want retries logged, then exit 1", code, stderr)
 	}
@@ -137,7 +136,7 @@ func TestDatabaseDownAtStartIsRetriedThenReported(t *testing.T) {
 func TestBrokerDownAtStartIsRetriedThenReported(t *testing.T) {
 	t.Parallel()
 	db := testenv.MigratedDB(t)
-	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", "127.0.0.1:1", "--topic", "t", "--startup-wait", "1500ms")
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", db.ConnString, "--brokers", "127.0.0.1:1", "--topic", "t", "--startup-wait", "1500ms", "--metrics-addr", "")
 	if code != exitFailure || !strings.Contains(stderr, "kafka not reachable yet; retrying") {
 		t.Fatalf("exit %d, stderr %q; want kafka retries logged, then exit 1", code, stderr)
 	}
@@ -181,14 +180,11 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 func TestSIGTERMReleasesLeasesAndExitsZero(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	bin := filepath.Join(t.TempDir(), "outbox-relay")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildRelay(t)
 	db := testenv.MigratedDB(t)
 	k := testenv.Kafka(t)
 	topic := k.Topic(t, 2)
-	cmd := exec.Command(bin, "run", "--brokers", strings.Join(k.Brokers, ","), "--topic", topic, "--shutdown-timeout", "5s", "--lease", "10m")
+	cmd := exec.Command(bin, "run", "--brokers", strings.Join(k.Brokers, ","), "--topic", topic, "--shutdown-timeout", "5s", "--lease", "10m", "--metrics-addr", "")
 	cmd.Env = append(os.Environ(), "OUTBOX_DATABASE_URL="+db.ConnString, "OUTBOX_LOG_FORMAT=console")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -291,7 +287,7 @@ func TestMissingDatabaseFailsAtOnce(t *testing.T) {
 	}
 	dsn := fmt.Sprintf("postgres://%s@%s:%d/no_such_db_%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, db.Schema)
 	start := time.Now()
-	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", dsn, "--brokers", "127.0.0.1:1", "--topic", "t")
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", dsn, "--brokers", "127.0.0.1:1", "--topic", "t", "--metrics-addr", "")
 	if code != exitFailure || !strings.Contains(stderr, "database refused the connection") || !strings.Contains(stderr, "3D000") {
 		t.Fatalf("exit %d, stderr %q; want exit 1 naming the missing database", code, stderr)
 	}

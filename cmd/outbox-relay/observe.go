@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,7 +35,7 @@ type observeFlags struct {
 
 func (o *observeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", metrics.DefaultAddr,
-		"listen address of the HTTP server for /metrics, /healthz and /readyz (empty: no server)")
+		"listen address, [host]:port, of the HTTP server for /metrics, /healthz and /readyz; an address in use stops the relay at start (exit 2): several relays on one host need one port each; --metrics-addr '' turns it off (an empty OUTBOX_METRICS_ADDR is ignored like every empty variable)")
 	fs.DurationVar(&o.metricsInterval, "metrics-interval", metrics.DefaultInterval,
 		"how often the outbox_* table gauges (oldest unpublished age, counts) are computed from SQL")
 	fs.DurationVar(&o.retention, "retention", retention.DefaultRetention,
@@ -107,33 +110,52 @@ type observer struct {
 // startObserve starts the table gauges and, with --metrics-addr, the HTTP
 // server, before the start-up wait, so /healthz answers (and /readyz says
 // what is missing) while the relay waits for the database and the broker.
-// A server that cannot listen (address in use) is logged as an error and
-// the relay runs on without it. Call stop when run ends; ctx's end makes
-// /readyz fail ("stopping") while the relay drains.
+// A server that cannot listen (the address is in use, say by another relay
+// on the host) is a usage error naming the flag and the address: a relay
+// whose health endpoints are missing would look dead to its orchestrator,
+// or be silently unmonitored. An empty --metrics-addr turns the server off
+// on purpose. Call stop when run ends; ctx's end makes /readyz fail
+// ("stopping") while the relay drains.
 func startObserve(ctx context.Context, o *observeFlags, pool *pgxpool.Pool, table, topic string, log *zap.Logger) (*observer, error) {
 	m, err := metrics.New(metrics.Config{Table: table, DefaultTopic: topic, Interval: o.metricsInterval}, pool, log)
 	if err != nil {
 		return nil, usageError{err}
 	}
+	var ln net.Listener
+	if o.metricsAddr != "" {
+		if ln, err = net.Listen("tcp", o.metricsAddr); err != nil {
+			return nil, listenError(o.metricsAddr, err)
+		}
+	} else {
+		log.Info("metrics server off (--metrics-addr is empty): no /metrics, /healthz or /readyz")
+	}
 	ob := &observer{flags: o, table: table, pool: pool, log: log, m: m}
 	ob.ctx, ob.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	context.AfterFunc(ctx, m.SetStopping)
-	if o.metricsAddr != "" {
-		ln, err := net.Listen("tcp", o.metricsAddr)
-		if err != nil {
-			log.Error("metrics server not started; the relay runs without /metrics, /healthz and /readyz",
-				zap.String("metrics_addr", o.metricsAddr), zap.Error(err))
-		} else {
-			ob.wg.Add(1)
-			go func() {
-				defer ob.wg.Done()
-				if err := m.Serve(ob.ctx, ln); err != nil {
-					log.Error("metrics server failed", zap.Error(err))
-				}
-			}()
-		}
+	if ln != nil {
+		ob.wg.Add(1)
+		go func() {
+			defer ob.wg.Done()
+			if err := m.Serve(ob.ctx, ln); err != nil {
+				log.Error("metrics server failed", zap.Error(err))
+			}
+		}()
 	}
 	return ob, nil
+}
+
+// listenError is the usage error for a --metrics-addr the relay cannot
+// listen on: "--metrics-addr :9090: address already in use".
+func listenError(addr string, err error) error {
+	reason := err.Error()
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		reason = se.Err.Error()
+	}
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return usagef("--metrics-addr %s: %s (another relay on this host? give each its own --metrics-addr, or --metrics-addr '' to run without the metrics server)", addr, reason)
+	}
+	return usagef("--metrics-addr %s: %s", addr, reason)
 }
 
 // attach hands the running relay's parts to the metrics (relay counters,

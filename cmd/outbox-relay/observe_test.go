@@ -270,29 +270,55 @@ func TestRunPollOnlyIsReadyWithoutListener(t *testing.T) {
 	}
 }
 
-// TestMetricsPortInUseDoesNotStopTheRelay: several relays on one host
-// with the default --metrics-addr must not take each other down.
-func TestMetricsPortInUseDoesNotStopTheRelay(t *testing.T) {
+// TestMetricsAddrInUseExitsTwo: a relay whose --metrics-addr is taken
+// (another relay on the same host, say) refuses to start, naming the flag
+// and the address, instead of running on without health endpoints.
+func TestMetricsAddrInUseExitsTwo(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testenv.MigratedDB(t)
 	k := testenv.Kafka(t)
-	topic := k.Topic(t, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	addr := ln.Addr().String()
+	// Before the fix the relay ran on; the deadline ends it then.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, _, stderr := runMain(t, ctx, "run", "--database-url", db.ConnString, "--brokers", strings.Join(k.Brokers, ","), "--topic", "t",
+		"--channel", db.Schema, "--metrics-addr", addr)
+	if ctx.Err() != nil || code != exitUsage || !strings.Contains(stderr, "--metrics-addr "+addr+": address already in use") ||
+		!strings.Contains(stderr, "--metrics-addr ''") {
+		t.Fatalf("exit %d (deadline passed: %v), stderr:\n%s\nwant exit 2 at once naming --metrics-addr %s and how to turn the server off", code, ctx.Err() != nil, stderr, addr)
+	}
+}
+
+// TestMetricsAddrEmptyRunsWithoutServer: an empty --metrics-addr turns the
+// server off on purpose, and the relay says so.
+func TestMetricsAddrEmptyRunsWithoutServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 1)
 	r := startRun(t, "--database-url", db.ConnString, "--brokers", strings.Join(k.Brokers, ","), "--topic", topic,
-		"--channel", db.Schema, "--metrics-addr", ln.Addr().String())
+		"--channel", db.Schema, "--metrics-addr", "")
 	if err := outbox.Add(ctx, db.Pool, outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`1`)}); err != nil {
 		t.Fatal(err)
 	}
 	if recs := k.Consume(t, topic, 1, 20*time.Second); len(recs) != 1 {
 		t.Fatalf("published %d of 1", len(recs))
 	}
-	if !strings.Contains(r.stderr.String(), "metrics server not started") {
-		t.Errorf("no error logged for the --metrics-addr in use:\n%s", r.stderr)
+	if code := r.stop(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.stderr)
+	}
+	if !strings.Contains(r.stderr.String(), "metrics server off") {
+		t.Errorf("no log that the metrics server is off:\n%s", r.stderr)
+	}
+	_, stdout, stderr := runMain(t, ctx, "run", "--help")
+	if !strings.Contains(stdout+stderr, "--metrics-addr '' turns it off") {
+		t.Errorf("run --help does not document --metrics-addr ''")
 	}
 }
 
@@ -314,9 +340,9 @@ func TestObserveFlagsAreValidated(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 naming %s", tc.args, code, stderr, tc.want)
 		}
 	}
-	code, _, stderr := runMain(t, context.Background(), "run", "--help")
+	code, stdout, _ := runMain(t, context.Background(), "run", "--help")
 	for _, w := range []string{"--metrics-addr", "(default :9090)", "--retention ", "(default 168h0m0s)", "--retention-batch", "--retention-interval", "--metrics-interval"} {
-		if code != 0 || !strings.Contains(stderr, w) {
+		if code != 0 || !strings.Contains(stdout, w) {
 			t.Errorf("run --help lacks %q", w)
 		}
 	}

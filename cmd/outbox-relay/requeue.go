@@ -2,20 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/lease"
 )
 
-func cmdRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("requeue", stderr)
+// cmdRequeue puts dead-lettered events back, on the table the relay reads
+// (the same --table, --debezium and --column-* flags).
+func cmdRequeue(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("requeue", stdout)
 	var common commonFlags
+	var tbl tableFlags
 	common.register(fs)
+	tbl.register(fs, "")
 	eventIDs := fs.String("event-id", "", "dead-lettered event(s) to requeue: one ID or a comma-separated list")
 	all := fs.Bool("all-dead-letters", false, "requeue every dead-lettered event")
 	if err := parse(fs, args); err != nil {
@@ -34,21 +38,14 @@ func cmdRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			ids = append(ids, id)
 		}
 	}
-	pcfg, err := common.poolConfig()
+	pool, cols, err := connectForCommand(ctx, &common, &tbl)
 	if err != nil {
 		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	if err := checkTable(ctx, pool, common.table); err != nil {
-		return err
-	}
-	c, err := lease.New(pool, lease.Config{Table: common.table})
+	c, err := lease.New(pool, lease.Config{Table: tbl.table, Columns: cols})
 	if err != nil {
-		return usageError{err}
+		return usageError{errors.New(flagError(err))}
 	}
 	n, err := c.Requeue(ctx, ids)
 	if err != nil {

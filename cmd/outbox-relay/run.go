@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go/sasl/scram"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
@@ -24,6 +30,7 @@ import (
 // runFlags are the flags of `outbox-relay run`.
 type runFlags struct {
 	commonFlags
+	tableFlags  // --table, --debezium, --column-*, --topic, --topic-template (flags.go)
 	brokers     string
 	kafka       kafka.Config
 	relay       relay.Config
@@ -32,24 +39,24 @@ type runFlags struct {
 	noNotify    bool
 	startupWait time.Duration
 	observe     observeFlags // metrics server, retention (observe.go)
-	columns     columnFlags  // existing tables, e.g. Debezium's (adopt.go)
 }
 
-func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
-	fs := newFlagSet(fsName, stderr)
+// runTopicUsage is run's --topic usage.
+const runTopicUsage = "Kafka topic for events whose topic column is NULL and that --topic-template does not route (required; the topic must exist unless --kafka-auto-create-topics)"
+
+func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
+	fs := newFlagSet(fsName, stdout)
 	f.commonFlags.register(fs)
+	f.tableFlags.register(fs, runTopicUsage)
 	fs.StringVar(&f.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port (required)")
-	fs.StringVar(&f.relay.Topic, "topic", "", "Kafka topic for events whose topic column is NULL (required; the topic must exist unless --kafka-auto-create-topics)")
 	fs.StringVar(&f.notify.Channel, "channel", notify.DefaultChannel, "Postgres NOTIFY channel to LISTEN on (must match the writers')")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "do not LISTEN: find events by polling only")
 	fs.DurationVar(&f.lease.Lease, "lease", lease.DefaultLease, "how long a claim holds its rows before another relay may take them (min 1s)")
 	fs.IntVar(&f.lease.BatchSize, "batch-size", lease.DefaultBatchSize, fmt.Sprintf("most events per claim (1..%d)", lease.MaxBatchSize))
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
-	f.columns.register(fs)
-	fs.StringVar(&f.relay.TopicTemplate, "topic-template", "", "route events by the --column-aggregate-type value, e.g. outbox.event.${aggregatetype} (Debezium's default routing)")
 	fs.StringVar(&f.relay.IDHeader, "id-header", "", "also carry the event ID in this header (Debezium's router uses id; default: only event_id)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "fallback poll interval when no notification arrives (jittered ±10%)")
-	fs.DurationVar(&f.relay.Linger, "linger", relay.DefaultLinger, "after a claim found events, keep claiming every --linger-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative: off)")
+	fs.DurationVar(&f.relay.Linger, "linger", relay.DefaultLinger, "after a claim found events, keep claiming every --linger-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative, e.g. -1ms: off; 0 is refused)")
 	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", 500*time.Microsecond, "first interval between lingering claims")
 	fs.IntVar(&f.relay.MaxAttempts, "max-attempts", 16, "failed publishes answered by the broker before an event is dead-lettered (outages do not count)")
 	fs.StringVar(&f.relay.OnDeadLetter, "on-dead-letter", relay.DeadLetterHold, "later events of a dead-lettered event's aggregate: hold (keep order) or skip")
@@ -58,7 +65,7 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	fs.DurationVar(&f.relay.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long in-flight publishes may take before leases are released")
 	fs.DurationVar(&f.startupWait, "startup-wait", 0, "how long to wait for Postgres and Kafka at start before giving up (0: forever)")
 	fs.StringVar(&f.kafka.ClientID, "kafka-client-id", "pgoutbox", "Kafka client.id")
-	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 10*time.Second, "timeout of one produce request")
+	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 10*time.Second, "timeout of one produce request (0 is refused)")
 	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout (0: the publisher's small default)")
 	fs.BoolVar(&f.kafka.AutoCreateTopic, "kafka-auto-create-topics", false, "let metadata requests create missing topics on brokers that allow it (auto.create.topics.enable)")
 	fs.StringVar(&f.kafka.Compression, "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
@@ -74,25 +81,26 @@ func (f *runFlags) register(fsName string, stderr io.Writer) *flagSet {
 	return (*flagSet)(fs)
 }
 
-// validate maps each component's validation error onto its flag.
+// validate maps each component's validation error onto its flag, and
+// checks what would otherwise fail only later, after the database wait:
+// broker addresses, the TLS files and the SASL credentials.
 func (f *runFlags) validate() error {
 	if f.brokers == "" {
 		return usagef("--brokers: required, e.g. --brokers localhost:9092")
 	}
 	for _, b := range strings.Split(f.brokers, ",") {
 		b = strings.TrimSpace(b)
-		if b == "" || !strings.Contains(b, ":") {
-			return usagef("--brokers: %q is not host:port", b)
+		if err := checkBroker(b); err != nil {
+			return err
 		}
 		f.kafka.Brokers = append(f.kafka.Brokers, b)
 	}
+	f.relay.Topic = f.topic
+	f.relay.TopicTemplate = f.template()
 	f.kafka.Topic = f.relay.Topic
 	f.lease.Table = f.table
-	f.lease.Columns = f.columns.columns()
-	if f.columns.debezium && f.relay.TopicTemplate == "" {
-		f.relay.TopicTemplate = "outbox.event.${aggregatetype}"
-	}
-	if f.columns.debezium && f.relay.IDHeader == "" {
+	f.lease.Columns = f.columns()
+	if f.debezium && f.relay.IDHeader == "" {
 		f.relay.IDHeader = "id"
 	}
 	f.notify.ReconnectMin, f.notify.ReconnectMax = 0, 0
@@ -104,6 +112,12 @@ func (f *runFlags) validate() error {
 	if f.relay.Topic == "" {
 		return usagef("--topic: required (events without a topic column need a destination)")
 	}
+	if err := checkKafkaFiles(&f.kafka); err != nil {
+		return err
+	}
+	if err := checkSASL(&f.kafka); err != nil {
+		return err
+	}
 	if err := f.observe.validate(f.table); err != nil {
 		return err
 	}
@@ -113,9 +127,81 @@ func (f *runFlags) validate() error {
 	return nil
 }
 
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+// checkBroker refuses a --brokers entry that is not host:port with a
+// numeric port in 1..65535.
+func checkBroker(b string) error {
+	host, port, err := net.SplitHostPort(b)
+	if b == "" || err != nil || host == "" || port == "" {
+		return usagef("--brokers: %q is not host:port", b)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return usagef("--brokers: %q: the port %q is not a number from 1 to 65535", b, port)
+	}
+	return nil
+}
+
+// checkKafkaFiles reads the TLS files as the publisher will, so that a
+// missing or unusable file is refused at start, naming its flag.
+func checkKafkaFiles(c *kafka.Config) error {
+	if !c.TLSEnabled {
+		return nil
+	}
+	if c.TLSCAFile != "" {
+		pem, err := os.ReadFile(c.TLSCAFile)
+		if err != nil {
+			return usagef("--kafka-tls-ca: %v", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return usagef("--kafka-tls-ca: %s: no PEM certificates", c.TLSCAFile)
+		}
+	}
+	if c.TLSCertFile != "" {
+		cert, err := os.ReadFile(c.TLSCertFile)
+		if err != nil {
+			return usagef("--kafka-tls-cert: %v", err)
+		}
+		key, err := os.ReadFile(c.TLSKeyFile)
+		if err != nil {
+			return usagef("--kafka-tls-key: %v", err)
+		}
+		if _, err := tls.X509KeyPair(cert, key); err != nil {
+			switch msg := err.Error(); {
+			case strings.Contains(msg, "certificate input"):
+				return usagef("--kafka-tls-cert: %s: %v", c.TLSCertFile, err)
+			case strings.Contains(msg, "key input") || strings.Contains(msg, "parse private key"):
+				return usagef("--kafka-tls-key: %s: %v", c.TLSKeyFile, err)
+			}
+			return usagef("--kafka-tls-cert, --kafka-tls-key: %s, %s: %v", c.TLSCertFile, c.TLSKeyFile, err)
+		}
+	}
+	return nil
+}
+
+// checkSASL prepares the SCRAM credentials as the publisher will (SASLprep
+// refuses some characters), naming the flag; the password never appears in
+// the message.
+func checkSASL(c *kafka.Config) error {
+	var algo scram.Algorithm
+	switch strings.ToUpper(c.SASLMechanism) {
+	case kafka.SASLScramSHA256:
+		algo = scram.SHA256
+	case kafka.SASLScramSHA512:
+		algo = scram.SHA512
+	default:
+		return nil
+	}
+	if _, err := scram.Mechanism(algo, c.SASLUsername, ""); err != nil {
+		return usagef("--kafka-sasl-username: %v", err)
+	}
+	if _, err := scram.Mechanism(algo, "user", c.SASLPassword); err != nil {
+		return usagef("--kafka-sasl-password: %v", err)
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f runFlags
-	fs := f.register("run", stderr)
+	fs := f.register("run", stdout)
 	if err := parse(fs.std(), args); err != nil {
 		return err
 	}
@@ -164,7 +250,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 
 	pub, err := kafka.NewPublisher(f.kafka, log)
 	if err != nil {
-		return usagef("--kafka-*: %v", err)
+		return usageError{errors.New(flagError(err))}
 	}
 	defer pub.Close()
 	if err := waitFor(startCtx, log, "kafka", pub.Ping); err != nil {
@@ -248,7 +334,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 	case lease.IsMissingTable(err):
 		return fmt.Errorf("outbox table %q not found: run `outbox-relay migrate` first (%v)", table, err)
 	case lease.IsSchemaMismatch(err):
-		return fmt.Errorf("table %q is not an outbox table of this version: run `outbox-relay migrate` (or `outbox-relay adopt` for an existing table such as Debezium's, and check the --column-* flags) (%v)", table, err)
+		return fmt.Errorf("table %q is not an outbox table of this version: run `outbox-relay migrate` (or `outbox-relay adopt` for an existing table such as Debezium's), and give every command the relay's --debezium or --column-* flags (%v)", table, err)
 	}
 	return fmt.Errorf("check outbox table %q: %w", table, err)
 }
@@ -264,26 +350,38 @@ var configFlags = map[string]string{
 	"kafka.Compression": "--kafka-compression", "kafka.TLSCAFile": "--kafka-tls-ca", "kafka.TLSCertFile": "--kafka-tls-cert",
 	"kafka.TLSKeyFile": "--kafka-tls-key", "kafka.SASLMechanism": "--kafka-sasl-mechanism",
 	"kafka.SASLUsername": "--kafka-sasl-username", "kafka.SASLPassword": "--kafka-sasl-password",
+	"kafka.TLSEnabled": "--kafka-tls", "kafka.TLSInsecureSkipVerify": "--kafka-tls-insecure-skip-verify",
+	"kafka.AutoCreateTopic": "--kafka-auto-create-topics",
 }
 
-var configErrRE = regexp.MustCompile(`^(\w+): Config\.(\w+): (.*)$`)
+// configErrRE matches "pkg: Config.Field: reason", also with several
+// fields ("Config.SASLUsername/SASLPassword").
+var configErrRE = regexp.MustCompile(`^(\w+): Config\.([\w/]+): (.*)$`)
+
+// configFieldRE finds the Config fields named in a reason.
+var configFieldRE = regexp.MustCompile(`\bConfig\.(\w+)`)
 
 // flagError rewrites a component's "pkg: Config.Field: reason" error as
-// "--flag: reason", so the user sees the flag they typed.
+// "--flag: reason", so the user sees the flag they typed; the fields named
+// in the reason become flags too.
 func flagError(err error) string {
 	m := configErrRE.FindStringSubmatch(err.Error())
 	if m == nil {
 		return err.Error()
 	}
-	if fl, ok := configFlags[m[1]+"."+m[2]]; ok {
-		// Other fields named in the reason are flags too.
-		reason := m[3]
-		for field, other := range configFlags {
-			if pkg, name, _ := strings.Cut(field, "."); pkg == m[1] {
-				reason = strings.ReplaceAll(reason, "Config."+name, other)
-			}
+	var fls []string
+	for _, field := range strings.Split(m[2], "/") {
+		fl, ok := configFlags[m[1]+"."+field]
+		if !ok {
+			return err.Error()
 		}
-		return fl + ": " + reason
+		fls = append(fls, fl)
 	}
-	return err.Error()
+	reason := configFieldRE.ReplaceAllStringFunc(m[3], func(s string) string {
+		if fl, ok := configFlags[m[1]+"."+strings.TrimPrefix(s, "Config.")]; ok {
+			return fl
+		}
+		return s
+	})
+	return strings.Join(fls, ", ") + ": " + reason
 }

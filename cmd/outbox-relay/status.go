@@ -37,6 +37,7 @@ type statusReport struct {
 	OldestPublishedAt *time.Time    `json:"oldest_published_at"`
 	NewestPublishedAt *time.Time    `json:"newest_published_at"`
 	Relays            []relayLeases `json:"relays"`
+	tableArgs         string        // the table flags, to repeat in hints
 }
 
 // relayLeases is one relay holding leases.
@@ -145,7 +146,7 @@ func (r *statusReport) writeHuman(w io.Writer) {
 	fmt.Fprintf(tw, "  backing off\t%d\tfailed, waiting for its retry\n", r.Unpublished.BackingOff)
 	hint := ""
 	if r.DeadLetters > 0 {
-		hint = "see `outbox-relay inspect --event-id`, then `outbox-relay requeue`"
+		hint = fmt.Sprintf("see `outbox-relay inspect %[1]s--event-id ID`, then `outbox-relay requeue %[1]s--event-id ID`", r.tableArgs)
 	}
 	fmt.Fprintf(tw, "dead letters\t%d\t%s\n", r.DeadLetters, hint)
 	kept := ""
@@ -187,25 +188,26 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("status", stderr)
+func cmdStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("status", stdout)
 	var common commonFlags
-	var cf columnFlags
+	var tbl tableFlags
 	common.register(fs)
-	cf.register(fs)
+	tbl.register(fs, "")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	pool, cols, err := connectForCommand(ctx, &common, &cf)
+	pool, cols, err := connectForCommand(ctx, &common, &tbl)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	r, err := queryStatus(ctx, pool, common.table, cols)
+	r, err := queryStatus(ctx, pool, tbl.table, cols)
 	if err != nil {
 		return err
 	}
+	r.tableArgs = tbl.commandArgs()
 	if *asJSON {
 		return writeJSON(stdout, r)
 	}
@@ -214,10 +216,10 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // connectForCommand opens a small pool for a one-shot command, checks
-// that the outbox table is there with the columns cf maps (--debezium,
+// that the outbox table is there with the columns tbl maps (--debezium,
 // --column-*), and returns the column names with defaults applied.
-func connectForCommand(ctx context.Context, common *commonFlags, cf *columnFlags) (*pgxpool.Pool, lease.Columns, error) {
-	lc := lease.Config{Table: common.table, Columns: cf.columns()}
+func connectForCommand(ctx context.Context, common *commonFlags, tbl *tableFlags) (*pgxpool.Pool, lease.Columns, error) {
+	lc := lease.Config{Table: tbl.table, Columns: tbl.columns()}
 	if err := lc.Validate(); err != nil {
 		return nil, lease.Columns{}, usageError{errors.New(flagError(err))}
 	}
@@ -230,7 +232,7 @@ func connectForCommand(ctx context.Context, common *commonFlags, cf *columnFlags
 	if err != nil {
 		return nil, lease.Columns{}, fmt.Errorf("connect: %w", err)
 	}
-	if err := checkTable(ctx, pool, common.table, lc.Columns); err != nil {
+	if err := checkTable(ctx, pool, tbl.table, lc.Columns); err != nil {
 		pool.Close()
 		return nil, lease.Columns{}, err
 	}
