@@ -355,11 +355,11 @@ func sqlCeiling(ctx context.Context, db *runDB, cfg DrainConfig, marked, claims 
 				if len(b.Rows) == 0 {
 					return
 				}
-				ids := make([]uuid.UUID, len(b.Rows))
+				seqs := make([]int64, len(b.Rows))
 				for j := range b.Rows {
-					ids[j] = b.Rows[j].ID
+					seqs[j] = b.Rows[j].Seq
 				}
-				n, err := c.MarkPublished(ctx, b.Token, ids)
+				n, err := c.MarkPublished(ctx, b.Token, seqs)
 				if err != nil {
 					errs[i] = err
 					return

@@ -101,39 +101,37 @@ func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, 
 	if err != nil {
 		return nil, err
 	}
-	pub, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
 	if cfg.Mode == ModeNaive {
+		pub, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
 		n := &naiveRelay{pool: pool, pub: pub, batch: cfg.BatchSize, poll: cfg.PollInterval, log: log.Named("naive"), done: make(chan struct{})}
 		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		n.cancel = cancel
 		go n.run(rctx)
 		return n, nil
 	}
-	claimer, err := lease.New(pool, lease.Config{Lease: cfg.Lease, BatchSize: cfg.BatchSize})
+	svc, err := relay.NewService(pool, relay.ServiceConfig{
+		Relay:    relay.Config{Topic: topic, PollInterval: cfg.PollInterval, Linger: cfg.Linger},
+		Lease:    lease.Config{Lease: cfg.Lease, BatchSize: cfg.BatchSize},
+		Kafka:    kafka.Config{Brokers: e.Brokers},
+		Notify:   notify.Config{Channel: channel},
+		NoNotify: cfg.Mode != ModeNotify,
+	}, log)
 	if err != nil {
-		pub.Close()
 		pool.Close()
 		return nil, err
 	}
-	p := &productRelay{pool: pool, pub: pub, done: make(chan struct{})}
-	var wake <-chan struct{}
-	if cfg.Mode == ModeNotify {
-		l, err := notify.New(notify.Config{Channel: channel}, db.ConnectFunc(), pool, log)
-		if err != nil {
-			pub.Close()
-			pool.Close()
-			return nil, err
-		}
-		lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
-		p.listener, p.stopListener, p.listenerDone = l, lcancel, make(chan struct{})
-		go func() {
-			defer close(p.listenerDone)
-			_ = l.Run(lctx)
-		}()
+	p := &productRelay{svc: svc, pool: pool, done: make(chan struct{})}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	go func() {
+		defer close(p.done)
+		_ = svc.Run(rctx)
+	}()
+	if l := svc.Listener(); l != nil {
 		// Start measuring once LISTEN is active, as a production relay
 		// would be long before the first event.
 		deadline := time.Now().Add(10 * time.Second)
@@ -144,42 +142,21 @@ func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, 
 			}
 			time.Sleep(time.Millisecond)
 		}
-		wake = l.Wake()
 	}
-	r, err := relay.New(relay.Config{Topic: topic, PollInterval: cfg.PollInterval, Linger: cfg.Linger}, claimer, pub, wake, log)
-	if err != nil {
-		p.Stop()
-		return nil, err
-	}
-	p.r = r
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	go func() {
-		defer close(p.done)
-		_ = r.Run(rctx)
-	}()
 	return p, nil
 }
 
-// productRelay is relay.Relay with its listener, wired as cmd/outbox-relay
-// wires them.
+// productRelay is the product's relay.Service.
 type productRelay struct {
-	r            *relay.Relay
-	pool         *pgxpool.Pool
-	pub          *kafka.Publisher
-	listener     *notify.Listener
-	stopListener context.CancelFunc
-	listenerDone chan struct{}
-	cancel       context.CancelFunc
-	done         chan struct{}
-	once         sync.Once
+	svc    *relay.Service
+	pool   *pgxpool.Pool
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
 }
 
 func (p *productRelay) Stats() relayStats {
-	if p.r == nil {
-		return relayStats{}
-	}
-	s := p.r.Stats()
+	s := p.svc.Relay().Stats()
 	return relayStats{
 		Claims: s.Claims, EmptyClaims: s.EmptyClaims, Published: s.Published,
 		WakeNotify: s.WakeNotify, WakePoll: s.WakePoll, WakeLinger: s.WakeLinger, WakeBacklog: s.WakeBacklog,
@@ -188,16 +165,8 @@ func (p *productRelay) Stats() relayStats {
 
 func (p *productRelay) Stop() {
 	p.once.Do(func() {
-		if p.cancel != nil {
-			p.cancel()
-			<-p.done
-		}
-		// The listener outlives the relay so wake-ups never block.
-		if p.stopListener != nil {
-			p.stopListener()
-			<-p.listenerDone
-		}
-		_ = p.pub.Close()
+		p.cancel()
+		<-p.done
 		p.pool.Close()
 	})
 }

@@ -14,7 +14,6 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -127,15 +126,19 @@ func (c *Config) Validate() error {
 
 // Row is one claimed outbox row.
 type Row struct {
-	// Seq is the insert order (the identity column).
+	// Seq is the insert order (the identity column); it also identifies the
+	// row to MarkPublished, Release, DeadLetter and Extend.
 	Seq int64
-	// ID is the event ID, the Kafka header event_id.
-	ID uuid.UUID
+	// ID is the event ID as text, the Kafka header event_id: a uuid column's
+	// canonical form, or a text or bigint column's value (adopted tables).
+	ID string
 	// AggregateID is the Kafka key.
 	AggregateID string
 	// EventType is the Kafka header event_type.
 	EventType string
-	// Payload is the jsonb payload as JSON text; nil if the column is NULL.
+	// Payload is the payload column's bytes: JSON text for jsonb (as
+	// PostgreSQL prints it back) and json, the characters for text, the raw
+	// bytes for bytea; nil if the column is NULL.
 	Payload []byte
 	// Headers are the row's extra headers (jsonb object of strings); nil if
 	// none.
@@ -149,6 +152,10 @@ type Row struct {
 	CreatedAt time.Time
 	// Attempts counts earlier failed publishes of this row.
 	Attempts int
+	// DecodeErr is set when the row cannot become a Kafka record (its
+	// headers are not a JSON object): the relay dead-letters it at once
+	// with this reason. The other fields are still filled in.
+	DecodeErr error
 }
 
 // Batch is the result of one claim.
@@ -188,6 +195,7 @@ type Claimer struct {
 	advanceSeqSQL, advanceVXIDSQL string
 	claimSQL                      string
 	markSQL                       string
+	extendSQL                     string
 	releaseSQL                    string
 	deadSQL                       string
 	requeueSQL                    string
@@ -313,7 +321,7 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
 UPDATE ` + t + ` o
 SET locked_until = now() + $2 * interval '1 millisecond', locked_by = $3, claim_token = $4
 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
-RETURNING o.seq, o.` + id + `, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `::text, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `
+RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `
 )
 SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) FROM claimed`
 	// The floor: a seq below which every row is published. Published rows
@@ -350,44 +358,71 @@ WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
 	c.advanceSQL = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
   pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
   (SELECT min(seq) FROM ` + t + ` WHERE published_at IS NULL AND seq >= $1)`
+	// Rows are named by seq, whatever the type of the event ID column
+	// (uuid, text, bigint): bigint[] travels in every pgx query exec mode,
+	// and outbox_unpublished_seq_idx finds them.
 	c.markSQL = `UPDATE ` + t + `
 SET published_at = now(), locked_until = NULL, last_error = NULL
-WHERE ` + id + ` = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL`
+	c.extendSQL = `UPDATE ` + t + `
+SET locked_until = now() + $3 * interval '1 millisecond'
+WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL
+RETURNING seq`
 	c.releaseSQL = `UPDATE ` + t + `
-SET locked_until = CASE WHEN $3 > 0 THEN now() + $3 * interval '1 millisecond' END,
+SET locked_until = CASE WHEN $3::bigint > 0 THEN now() + $3::bigint * interval '1 millisecond' END,
     locked_by = NULL, claim_token = NULL,
-    attempts = attempts + $4, last_error = COALESCE($5, last_error)
-WHERE ` + id + ` = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+    attempts = attempts + $4::int, last_error = COALESCE($5::text, last_error)
+WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL`
 	c.deadSQL = `UPDATE ` + t + `
 SET dead_lettered_at = now(),
-    locked_until = CASE WHEN $3 THEN 'infinity'::timestamptz END,
+    locked_until = CASE WHEN $3::bool THEN 'infinity'::timestamptz END,
     locked_by = NULL, claim_token = NULL,
-    attempts = attempts + $4, last_error = $5
-WHERE ` + id + ` = ANY($1) AND claim_token = $2 AND published_at IS NULL`
+    attempts = attempts + $4::int, last_error = $5::text
+WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL`
 	c.requeueSQL = `UPDATE ` + t + `
 SET dead_lettered_at = NULL, locked_until = NULL, attempts = 0
-WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL AND ($1::uuid[] IS NULL OR ` + id + ` = ANY($1))`
+WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL AND ($1::text[] IS NULL OR ` + id + `::text = ANY($1::text[]))`
 	return c, nil
 }
 
-// DeadLetter parks rows still held by token: they stay in the table,
-// unpublished, with dead_lettered_at set, attempts increased by
-// countAttempt and last_error set, and are not claimed again until
-// Requeue. With hold, their locked_until becomes 'infinity', which also
-// holds back every later event of their aggregates (order is kept); without
-// it, later events go on. It returns how many rows it parked. Errors are
-// wrapped as "dead-letter: ...".
-func (c *Claimer) DeadLetter(ctx context.Context, token uuid.UUID, ids []uuid.UUID, hold, countAttempt bool, lastError string) (int64, error) {
-	if len(ids) == 0 {
+// Settle says what happens to rows a claim still holds and that were not
+// published: Release gives them back, DeadLetter parks them.
+type Settle struct {
+	// Token is the claim that leased the rows (Batch.Token): rows whose
+	// lease passed to another claim since are left alone.
+	Token uuid.UUID
+	// Seqs names the rows (Row.Seq).
+	Seqs []int64
+	// RetryIn, for Release: > 0 keeps the rows, and every later event of
+	// their aggregates, unclaimable for this long (a failed publish backs
+	// off); 0 makes them claimable at once. Milliseconds are kept.
+	RetryIn time.Duration
+	// Hold, for DeadLetter: the rows keep every later event of their
+	// aggregates back until they are requeued (locked_until 'infinity';
+	// relay.DeadLetterHold). Without it, later events go on.
+	Hold bool
+	// CountAttempt adds one to the rows' attempts (a publish the broker
+	// answered with an error; an outage does not count).
+	CountAttempt bool
+	// LastError, if not empty, replaces last_error (DeadLetter always sets
+	// it).
+	LastError string
+}
+
+// DeadLetter parks the rows of s still held by s.Token: they stay in the
+// table, unpublished, with dead_lettered_at set, attempts increased by
+// s.CountAttempt and last_error set to s.LastError, and are not claimed
+// again until Requeue. With s.Hold, their locked_until becomes 'infinity',
+// which also holds back every later event of their aggregates (order is
+// kept); without it, later events go on. It returns how many rows it
+// parked. Errors are wrapped as "dead-letter: ...".
+func (c *Claimer) DeadLetter(ctx context.Context, s Settle) (int64, error) {
+	if len(s.Seqs) == 0 {
 		return 0, nil
 	}
-	inc := 0
-	if countAttempt {
-		inc = 1
-	}
 	b := &pgx.Batch{}
-	b.Queue(c.deadSQL, ids, token, hold, inc, lastError)
-	if hold {
+	b.Queue(c.deadSQL, s.Seqs, s.Token, s.Hold, attemptInc(s.CountAttempt), s.LastError)
+	if s.Hold {
 		b.Queue(c.holdSQL, nil)
 	}
 	n, err := c.execBatch(ctx, b)
@@ -397,12 +432,19 @@ func (c *Claimer) DeadLetter(ctx context.Context, token uuid.UUID, ids []uuid.UU
 	return n, nil
 }
 
+func attemptInc(count bool) int {
+	if count {
+		return 1
+	}
+	return 0
+}
+
 // Requeue makes dead-lettered events claimable again with attempts reset
-// to 0 (last_error is kept for the record): the events with ids, or every
-// dead letter when ids is nil. Held-back later events of their aggregates
+// to 0 (last_error is kept for the record): the events whose ID, as text,
+// is one of ids, or every dead letter when ids is nil. Held-back later events of their aggregates
 // follow them in order. It returns how many events it requeued. Errors are
 // wrapped as "requeue: ...".
-func (c *Claimer) Requeue(ctx context.Context, ids []uuid.UUID) (int64, error) {
+func (c *Claimer) Requeue(ctx context.Context, ids []string) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		// Serialize with releases and dead-letterings, which extend
@@ -547,11 +589,10 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 			r.AggregateType = *aggType
 		}
 		if len(headers) > 0 && string(headers) != "null" {
-			r.Headers, err = decodeHeaders(headers)
-			if err != nil {
-				// A plain-SQL writer stored headers that are not an object
-				// of strings: keep them visible rather than dropping them.
-				r.Headers = map[string]string{"outbox_headers_raw": string(headers)}
+			if r.Headers, err = decodeHeaderJSON(headers); err != nil {
+				// Written by plain SQL before the headers CHECK constraint
+				// (or on an adopted table): this row alone is parked.
+				r.DecodeErr = fmt.Errorf("headers %.64s: %w", headers, err)
 			}
 		}
 		batch.Rows = append(batch.Rows, r)
@@ -646,36 +687,18 @@ func (c *Claimer) Floor() int64 {
 	return c.floor
 }
 
-func decodeHeaders(b []byte) (map[string]string, error) {
-	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, err
-	}
-	out := make(map[string]string, len(raw))
-	for k, v := range raw {
-		switch v := v.(type) {
-		case string:
-			out[k] = v
-		default:
-			enc, _ := json.Marshal(v)
-			out[k] = string(enc)
-		}
-	}
-	return out, nil
-}
-
-// MarkPublished sets published_at on the rows with ids that are still held
-// by token, and returns how many it marked. Rows whose lease passed to
-// another claim are left alone (fewer than len(ids) are marked; not an
+// MarkPublished sets published_at on the rows seqs that are still held by
+// token, and returns how many it marked. Rows whose lease passed to
+// another claim are left alone (fewer than len(seqs) are marked; not an
 // error: those events will be published again, which at-least-once allows).
 // Errors are wrapped as "mark published: ...".
-func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid.UUID) (int64, error) {
-	if len(ids) == 0 {
+func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
 		return 0, nil
 	}
 	b := &pgx.Batch{}
 	b.Queue(asyncCommitSQL)
-	b.Queue(c.markSQL, ids, token)
+	b.Queue(c.markSQL, seqs, token)
 	br := c.pool.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -691,6 +714,38 @@ func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid
 	return tag.RowsAffected(), nil
 }
 
+// Extend renews the lease of the rows seqs still held by token to
+// Config.Lease from now (database clock), and returns the seqs it renewed:
+// rows whose lease passed to another claim meanwhile are missing, and must
+// not be published by this claim's holder any more. The relay extends a
+// batch that waited behind a slow publish before it publishes it. Errors
+// are wrapped as "extend lease: ...".
+func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, error) {
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(asyncCommitSQL)
+	b.Queue(c.extendSQL, seqs, token, c.cfg.Lease.Milliseconds())
+	br := c.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("extend lease: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("extend lease: %w", err)
+	}
+	kept, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("extend lease: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("extend lease: commit: %w", err)
+	}
+	return kept, nil
+}
+
 // asyncCommitSQL turns off synchronous_commit for the rest of the
 // (implicit) transaction. Claims and marks commit without waiting for
 // their WAL flush: they become visible at once, and a database crash can
@@ -702,28 +757,23 @@ func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid
 // application's own setting.
 const asyncCommitSQL = "SELECT set_config('synchronous_commit', 'off', true)"
 
-// Release gives rows still held by token back. retryDelay > 0 keeps them,
-// and every later event of their aggregates, unclaimable until then (a
-// failed publish backs off); 0 makes them claimable at once (shutdown).
-// countAttempt adds one to attempts; lastError, if not empty, replaces
-// last_error. It returns how many rows it released. Errors are wrapped as
-// "release: ...".
-func (c *Claimer) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, retryDelay time.Duration, countAttempt bool, lastError string) (int64, error) {
-	if len(ids) == 0 {
+// Release gives the rows of s still held by s.Token back: claimable at
+// once, or after s.RetryIn, during which every later event of their
+// aggregates waits too (a failed publish backs off); attempts grow by
+// s.CountAttempt and s.LastError, if not empty, replaces last_error. It
+// returns how many rows it released. Errors are wrapped as "release: ...".
+func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
+	if len(s.Seqs) == 0 {
 		return 0, nil
 	}
 	var le *string
-	if lastError != "" {
-		le = &lastError
-	}
-	inc := 0
-	if countAttempt {
-		inc = 1
+	if s.LastError != "" {
+		le = &s.LastError
 	}
 	b := &pgx.Batch{}
-	b.Queue(c.releaseSQL, ids, token, retryDelay.Milliseconds(), inc, le)
-	if retryDelay > 0 {
-		b.Queue(c.holdSQL, retryDelay.Milliseconds())
+	b.Queue(c.releaseSQL, s.Seqs, s.Token, s.RetryIn.Milliseconds(), attemptInc(s.CountAttempt), le)
+	if s.RetryIn > 0 {
+		b.Queue(c.holdSQL, s.RetryIn.Milliseconds())
 	}
 	n, err := c.execBatch(ctx, b)
 	if err != nil {

@@ -45,7 +45,15 @@ func newClaimer(t *testing.T, pool *pgxpool.Pool, cfg lease.Config) *lease.Claim
 func ids(b *lease.Batch) []uuid.UUID {
 	var out []uuid.UUID
 	for _, r := range b.Rows {
-		out = append(out, r.ID)
+		out = append(out, uuid.MustParse(r.ID))
+	}
+	return out
+}
+
+func seqs(b *lease.Batch) []int64 {
+	var out []int64
+	for _, r := range b.Rows {
+		out = append(out, r.Seq)
 	}
 	return out
 }
@@ -102,16 +110,16 @@ func TestMarkAndReleaseAreFencedByClaimToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.MarkPublished(ctx, uuid.New(), want); err != nil || n != 0 {
+	if n, err := c.MarkPublished(ctx, uuid.New(), seqs(b)); err != nil || n != 0 {
 		t.Fatalf("mark with a foreign token: n=%d err=%v, want 0 rows", n, err)
 	}
-	if n, err := c.Release(ctx, uuid.New(), want, 0, true, "x"); err != nil || n != 0 {
+	if n, err := c.Release(ctx, lease.Settle{Token: uuid.New(), Seqs: seqs(b), CountAttempt: true, LastError: "x"}); err != nil || n != 0 {
 		t.Fatalf("release with a foreign token: n=%d err=%v, want 0 rows", n, err)
 	}
-	if n, err := c.MarkPublished(ctx, b.Token, want[:1]); err != nil || n != 1 {
+	if n, err := c.MarkPublished(ctx, b.Token, seqs(b)[:1]); err != nil || n != 1 {
 		t.Fatalf("mark: n=%d err=%v, want 1", n, err)
 	}
-	if n, err := c.Release(ctx, b.Token, want[1:], 0, true, "broker said no"); err != nil || n != 1 {
+	if n, err := c.Release(ctx, lease.Settle{Token: b.Token, Seqs: seqs(b)[1:], CountAttempt: true, LastError: "broker said no"}); err != nil || n != 1 {
 		t.Fatalf("release: n=%d err=%v, want 1", n, err)
 	}
 	var published *time.Time
@@ -132,7 +140,7 @@ func TestMarkAndReleaseAreFencedByClaimToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b2.Rows) != 1 || b2.Rows[0].ID != want[1] || b2.Rows[0].Attempts != 1 {
+	if len(b2.Rows) != 1 || b2.Rows[0].ID != want[1].String() || b2.Rows[0].Attempts != 1 {
 		t.Fatalf("re-claim = %+v, want the released row with attempts 1", b2.Rows)
 	}
 }
@@ -159,13 +167,13 @@ func TestExpiredLeaseIsReclaimedAndLateMarkDoesNotClobber(t *testing.T) {
 	if fmt.Sprint(ids(b2)) != fmt.Sprint(want) || b2.TakenOver != 3 {
 		t.Fatalf("re-claim = %v (taken over %d), want %v, all 3 taken over", ids(b2), b2.TakenOver, want)
 	}
-	if n, err := stalled.MarkPublished(ctx, b1.Token, want); err != nil || n != 0 {
+	if n, err := stalled.MarkPublished(ctx, b1.Token, seqs(b2)); err != nil || n != 0 {
 		t.Fatalf("late mark by the stalled relay: n=%d err=%v, want 0", n, err)
 	}
-	if n, err := stalled.Release(ctx, b1.Token, want, 0, true, "late"); err != nil || n != 0 {
+	if n, err := stalled.Release(ctx, lease.Settle{Token: b1.Token, Seqs: seqs(b2), CountAttempt: true, LastError: "late"}); err != nil || n != 0 {
 		t.Fatalf("late release by the stalled relay: n=%d err=%v, want 0", n, err)
 	}
-	if n, err := other.MarkPublished(ctx, b2.Token, want); err != nil || n != 3 {
+	if n, err := other.MarkPublished(ctx, b2.Token, seqs(b2)); err != nil || n != 3 {
 		t.Fatalf("mark by the new holder: n=%d err=%v, want 3", n, err)
 	}
 }
@@ -178,7 +186,7 @@ func TestLaterEventsOfAnAggregateWaitForTheEarlierOne(t *testing.T) {
 	r1 := newClaimer(t, db.Pool, lease.Config{RelayID: "r1", BatchSize: 1})
 	r2 := newClaimer(t, db.Pool, lease.Config{RelayID: "r2"})
 	b1, err := r1.Claim(ctx)
-	if err != nil || len(b1.Rows) != 1 || b1.Rows[0].ID != want[0] {
+	if err != nil || len(b1.Rows) != 1 || b1.Rows[0].ID != want[0].String() {
 		t.Fatalf("r1 claim: %v %+v", err, b1)
 	}
 	// x#2 must not go to r2 while r1 holds x#1.
@@ -190,7 +198,7 @@ func TestLaterEventsOfAnAggregateWaitForTheEarlierOne(t *testing.T) {
 		t.Fatalf("r2 claim = %v, want only y %v", ids(b2), want[2:])
 	}
 	// x#1 fails and backs off for an hour: x#2 stays unclaimable for all.
-	if _, err := r1.Release(ctx, b1.Token, ids(b1), time.Hour, true, "boom"); err != nil {
+	if _, err := r1.Release(ctx, lease.Settle{Token: b1.Token, Seqs: seqs(b1), RetryIn: time.Hour, CountAttempt: true, LastError: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*lease.Claimer{r1, r2} {
@@ -208,11 +216,11 @@ func TestLaterEventsOfAnAggregateWaitForTheEarlierOne(t *testing.T) {
 	}
 	r1b := newClaimer(t, db.Pool, lease.Config{RelayID: "r1", BatchSize: 1})
 	a, err := r1b.Claim(ctx)
-	if err != nil || len(a.Rows) != 1 || a.Rows[0].ID != want[0] {
+	if err != nil || len(a.Rows) != 1 || a.Rows[0].ID != want[0].String() {
 		t.Fatalf("claim x#1: %v %v", err, a)
 	}
 	b, err := r1b.Claim(ctx)
-	if err != nil || len(b.Rows) != 1 || b.Rows[0].ID != want[1] {
+	if err != nil || len(b.Rows) != 1 || b.Rows[0].ID != want[1].String() {
 		t.Fatalf("r1 claim of x#2 behind its own lease of x#1: %v %v", err, b)
 	}
 }
@@ -312,7 +320,7 @@ func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.MarkPublished(ctx, b.Token, ids(b)); err != nil {
+		if _, err := c.MarkPublished(ctx, b.Token, seqs(b)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -371,7 +379,7 @@ func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b.Rows) != 1 || b.Rows[0].ID != lateID {
+	if len(b.Rows) != 1 || b.Rows[0].ID != lateID.String() {
 		t.Fatalf("after the late commit the claim got %v, want the late row %s", ids(b), lateID)
 	}
 }
@@ -410,7 +418,7 @@ func TestOrderGuardRegistry(t *testing.T) {
 	if _, future := until("relay:" + c.Holder()); !future {
 		t.Fatal("Close deregistered a relay that still holds a lease")
 	}
-	if _, err := c.Release(ctx, b.Token, ids(b), time.Hour, true, "boom"); err != nil {
+	if _, err := c.Release(ctx, lease.Settle{Token: b.Token, Seqs: seqs(b), RetryIn: time.Hour, CountAttempt: true, LastError: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, future := until("holds"); !future {
@@ -427,10 +435,10 @@ func TestOrderGuardRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err = c.Claim(ctx)
-	if err != nil || len(b.Rows) != 1 || b.Rows[0].ID != want[0] {
+	if err != nil || len(b.Rows) != 1 || b.Rows[0].ID != want[0].String() {
 		t.Fatalf("claim: %v %v", err, b)
 	}
-	if _, err := c.DeadLetter(ctx, b.Token, ids(b), true, true, "rejected"); err != nil {
+	if _, err := c.DeadLetter(ctx, lease.Settle{Token: b.Token, Seqs: seqs(b), Hold: true, CountAttempt: true, LastError: "rejected"}); err != nil {
 		t.Fatal(err)
 	}
 	var forever bool

@@ -15,8 +15,9 @@
 //     notify.Listener and the cleaner: outbox_relay_*_total,
 //     outbox_listener_connected, outbox_notifications_received_total,
 //     outbox_listener_reconnects_total.
-//   - Per-event metrics fed by the relay's OnPublished hook
-//     (Metrics.ObservePublished): outbox_published_events_total{topic} and
+//   - Per-event metrics fed by the relay through relay.Observer, which
+//     Metrics implements (set it as relay.Config.Observer):
+//     outbox_published_events_total{topic} and
 //     the insert-to-ack latency histogram outbox_publish_latency_seconds.
 //
 // Handler serves /metrics, /healthz (200 while the process runs) and
@@ -314,12 +315,11 @@ func (m *Metrics) Attach(c Components) {
 // process is shutting down).
 func (m *Metrics) SetStopping() { m.stopping.Store(true) }
 
-// ObservePublished records rows that Kafka acknowledged: it adds them to
-// outbox_published_events_total by topic (rows with no topic count under
-// Config.DefaultTopic) and observes now - CreatedAt for each into
-// outbox_publish_latency_seconds. Set it as relay.Relay.OnPublished. It is
-// cheap and never blocks.
-func (m *Metrics) ObservePublished(rows []lease.Row) {
+// Published records rows that Kafka acknowledged (relay.Observer): it adds
+// them to outbox_published_events_total by topic (rows with no topic count
+// under Config.DefaultTopic) and observes now - CreatedAt for each into
+// outbox_publish_latency_seconds. It is cheap and never blocks.
+func (m *Metrics) Published(rows []lease.Row) {
 	if len(rows) == 0 {
 		return
 	}
@@ -345,8 +345,8 @@ func (m *Metrics) ObservePublished(rows []lease.Row) {
 	flush()
 }
 
-// ObserveClaim records one claim: set it as relay.Relay.OnClaim.
-func (m *Metrics) ObserveClaim(d time.Duration, rows, takenOver int, err error) {
+// Claimed records one claim (relay.Observer).
+func (m *Metrics) Claimed(d time.Duration, rows, takenOver int, err error) {
 	switch {
 	case err != nil:
 		m.claimDur.WithLabelValues("error").Observe(d.Seconds())
@@ -361,8 +361,8 @@ func (m *Metrics) ObserveClaim(d time.Duration, rows, takenOver int, err error) 
 	}
 }
 
-// ObserveMark records one mark: set it as relay.Relay.OnMark.
-func (m *Metrics) ObserveMark(d time.Duration, ids int, marked int64, err error) {
+// Marked records one mark (relay.Observer).
+func (m *Metrics) Marked(d time.Duration, ids int, marked int64, err error) {
 	if err != nil {
 		m.markErrors.Inc()
 		return
@@ -373,9 +373,8 @@ func (m *Metrics) ObserveMark(d time.Duration, ids int, marked int64, err error)
 	}
 }
 
-// ObservePublishFailure records one failed event: set it as
-// relay.Relay.OnPublishFailure.
-func (m *Metrics) ObservePublishFailure(_ lease.Row, topic string, err error, deadLettered bool) {
+// PublishFailed records one failed event (relay.Observer).
+func (m *Metrics) PublishFailed(_ lease.Row, topic string, err error, deadLettered bool) {
 	m.publishErrors.WithLabelValues(topic, kafka.ErrorReason(err), strconv.FormatBool(deadLettered)).Inc()
 }
 
@@ -446,11 +445,10 @@ func (m *Metrics) RunRefresher(ctx context.Context) error {
 type componentCollector struct{ m *Metrics }
 
 var (
-	descPublished    = prometheus.NewDesc("outbox_relay_published_total", "Events acknowledged by Kafka (relay.Stats.Published).", nil, nil)
 	descMarked       = prometheus.NewDesc("outbox_relay_marked_total", "Events marked published in the table; fewer than published when a lease was lost before the mark.", nil, nil)
 	descFailed       = prometheus.NewDesc("outbox_relay_publish_failures_total", "Failed publishes of an event (broker errors and outages), each retried or dead-lettered.", nil, nil)
 	descDead         = prometheus.NewDesc("outbox_relay_dead_lettered_total", "Events dead-lettered by this relay.", nil, nil)
-	descSkipped      = prometheus.NewDesc("outbox_relay_skipped_total", "Events held back (released unpublished) behind a failed earlier event of their aggregate.", nil, nil)
+	descHeldBack     = prometheus.NewDesc("outbox_relay_held_back_total", "Events given back unpublished because an earlier event of their aggregate had not been published first (relay.Stats.HeldBack).", nil, nil)
 	descReleased     = prometheus.NewDesc("outbox_relay_released_total", "Events given back unpublished (retries, held-back events, shutdown).", nil, nil)
 	descClaims       = prometheus.NewDesc("outbox_relay_claims_total", "Claim statements run (polls, empty or not, including failed ones).", nil, nil)
 	descEmptyClaims  = prometheus.NewDesc("outbox_relay_empty_claims_total", "Claim statements that found no claimable event.", nil, nil)
@@ -462,7 +460,7 @@ var (
 )
 
 func (c *componentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPublished, descMarked, descFailed, descDead, descSkipped, descReleased,
+	for _, d := range []*prometheus.Desc{descMarked, descFailed, descDead, descHeldBack, descReleased,
 		descClaims, descEmptyClaims, descWakeups, descConnected, descNotes, descReconnects, descRelayRunning} {
 		ch <- d
 	}
@@ -479,11 +477,10 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	counter(descPublished, s.Published)
 	counter(descMarked, s.Marked)
 	counter(descFailed, s.Failed)
 	counter(descDead, s.DeadLettered)
-	counter(descSkipped, s.Skipped)
+	counter(descHeldBack, s.HeldBack)
 	counter(descReleased, s.Released)
 	counter(descClaims, s.Claims)
 	counter(descEmptyClaims, s.EmptyClaims)

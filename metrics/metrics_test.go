@@ -201,24 +201,23 @@ func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
 	l := &fakeListener{}
 	l.state.Store(int32(notify.StateListening))
 	m.Attach(metrics.Components{
-		Relay: &fakeRelay{relay.Stats{Claims: 10, EmptyClaims: 4, Published: 5, Marked: 5, Failed: 2, Skipped: 1, Released: 3, DeadLettered: 1,
+		Relay: &fakeRelay{relay.Stats{Claims: 10, EmptyClaims: 4, Published: 5, Marked: 5, Failed: 2, HeldBack: 1, Released: 3, DeadLettered: 1,
 			WakeNotify: 6, WakePoll: 2, WakeLinger: 1, WakeBacklog: 1}},
 		Listener: l,
 	})
 	created := time.Now().Add(-1500 * time.Millisecond)
-	m.ObservePublished([]lease.Row{{CreatedAt: created}, {CreatedAt: created}, {Topic: "refunds", CreatedAt: created}, {CreatedAt: created}})
-	m.ObservePublished([]lease.Row{{Topic: "refunds", CreatedAt: time.Now()}})
-	m.ObservePublished(nil)
+	m.Published([]lease.Row{{CreatedAt: created}, {CreatedAt: created}, {Topic: "refunds", CreatedAt: created}, {CreatedAt: created}})
+	m.Published([]lease.Row{{Topic: "refunds", CreatedAt: time.Now()}})
+	m.Published(nil)
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	got := scrape(t, srv.URL+"/metrics")
 	for series, v := range map[string]float64{
 		`outbox_relay_up`:                                   1,
-		`outbox_relay_published_total`:                      5,
 		`outbox_relay_marked_total`:                         5,
 		`outbox_relay_publish_failures_total`:               2,
 		`outbox_relay_dead_lettered_total`:                  1,
-		`outbox_relay_skipped_total`:                        1,
+		`outbox_relay_held_back_total`:                      1,
 		`outbox_relay_released_total`:                       3,
 		`outbox_relay_claims_total`:                         10,
 		`outbox_relay_empty_claims_total`:                   4,

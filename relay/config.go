@@ -7,6 +7,9 @@
 // Three goroutines form a pipeline, each holding at most one batch, so
 // memory is bounded by about three batches: the claimer claims batch N+1
 // while the publisher publishes batch N and the marker marks batch N-1.
+// Which rows of a batch may be published, and which must wait behind an
+// earlier event of their aggregate, is decided by the hold-back state
+// (holdback.go, where the ordering invariant is stated).
 //
 // Guarantees: at-least-once delivery (a row is marked only after Kafka
 // acknowledged it with acks=all; a crash in between publishes it again, with
@@ -22,13 +25,16 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/config"
 )
 
 // Config configures a Relay. Durations are wall-clock durations; all lease
-// arithmetic itself is done by the database clock (package lease).
+// arithmetic itself is done by the database clock (package lease). The zero
+// value of every field means its default (WithDefaults); Validate checks a
+// configuration without changing it.
 type Config struct {
 	// Topic is the Kafka topic for rows whose topic column is NULL. Required
-	// unless every row names its topic.
+	// unless every row names its topic. Defaults to "".
 	Topic string
 	// TopicTemplate routes each event to a topic computed from its row, as
 	// Debezium's Outbox Event Router does with route.topic.replacement:
@@ -43,7 +49,7 @@ type Config struct {
 	// PollInterval is the fallback poll: with no notification for this long,
 	// the relay claims anyway (events from writers that do not notify, and
 	// notifications lost while the listener reconnects). Jittered by ±10%.
-	// Defaults to 500ms.
+	// Defaults to DefaultPollInterval (500ms); at least 1ms.
 	PollInterval time.Duration
 	// Linger is how long the relay keeps looking after a claim that found
 	// events: it claims again every LingerPoll (doubling up to 4×LingerPoll
@@ -52,111 +58,147 @@ type Config struct {
 	// per WakeupInterval (20ms) per process; the events committed inside
 	// that window carry no notification and are found by these claims, so
 	// Linger must be at least the writers' WakeupInterval. Defaults to
-	// 25ms; negative disables lingering (then use outbox.WakeupEveryTx).
-	// A relay without notifications (New with a nil wake channel) never
-	// lingers: it polls every PollInterval.
+	// DefaultLinger (25ms); negative disables lingering (then use
+	// outbox.WakeupEveryTx). A relay without notifications (New with a nil
+	// wake channel) never lingers: it polls every PollInterval.
 	Linger time.Duration
 	// LingerPoll is the interval between lingering claims while events
 	// arrive at less than one per LingerPoll (2,000/s by default, averaged
 	// over 50ms); above that rate the relay is busy and lingers every
 	// 40×LingerPoll (20ms), taking bigger batches instead of claiming more
 	// often. After an empty claim the gap doubles, up to 4×LingerPoll.
-	// Defaults to 500µs.
+	// Defaults to DefaultLingerPoll (500µs).
 	LingerPoll time.Duration
 	// MaxAttempts is how many failed publishes, each answered by the broker
 	// with an error, an event may have before it is dead-lettered. Failures
 	// where the broker was not reached (network errors, timeouts) do not
-	// count: an outage is not a poison event. Defaults to 16 (about 10
-	// minutes with the default retry delays). Errors that no retry can fix
-	// (kafka.IsRecordRejected, e.g. MESSAGE_TOO_LARGE) dead-letter at once.
+	// count: an outage is not a poison event. Defaults to
+	// DefaultMaxAttempts (16: about 10 minutes with the default retry
+	// delays). Errors that no retry can fix (kafka.IsRecordRejected, e.g.
+	// MESSAGE_TOO_LARGE, an illegal topic name) and rows that cannot be
+	// decoded dead-letter at once.
 	MaxAttempts int
 	// OnDeadLetter says what happens to the later events of a dead-lettered
-	// event's aggregate: "hold" keeps them unpublished until the dead letter
-	// is requeued, so per-aggregate order is kept; "skip" publishes them,
-	// giving up order for that aggregate. Defaults to "hold".
-	OnDeadLetter string
+	// event's aggregate. Defaults to DeadLetterHold.
+	OnDeadLetter DeadLetterMode
 	// RetryMin is the delay before a failed event is retried; it doubles
 	// per failed attempt of that event, with ±20% jitter, up to RetryMax.
-	// Defaults to 500ms.
+	// Defaults to DefaultRetryMin (500ms).
 	RetryMin time.Duration
-	// RetryMax caps the retry delay. Defaults to 1m.
+	// RetryMax caps the retry delay. Defaults to DefaultRetryMax (1m).
 	RetryMax time.Duration
 	// ShutdownTimeout bounds a graceful stop: after the context given to
 	// Run is done, the in-flight publish may take this long; then delivered
-	// rows are marked, the rest released, and Run returns. Defaults to 10s.
+	// rows are marked, the rest released, and Run returns. Defaults to
+	// DefaultShutdownTimeout (10s).
 	ShutdownTimeout time.Duration
 	// DBTimeout bounds each claim, mark and release statement. Defaults to
-	// 10s.
+	// DefaultDBTimeout (10s).
 	DBTimeout time.Duration
+	// StallTimeout is how long a step may make no progress before Health
+	// reports the relay stalled (and /readyz fails, and one error line is
+	// logged): every claim failing, rows claimed but none published or
+	// dead-lettered, or every mark failing. Defaults to
+	// DefaultStallTimeout (30s); at least 1s.
+	StallTimeout time.Duration
+	// Observer is told what the relay does (metrics, tests, benchmarks).
+	// Defaults to nil (nothing).
+	Observer Observer
 }
+
+// DeadLetterMode is Config.OnDeadLetter: what happens to the later events of
+// a dead-lettered event's aggregate. It implements flag.Value.
+type DeadLetterMode string
 
 // Config.OnDeadLetter values.
 const (
-	DeadLetterHold = "hold"
-	DeadLetterSkip = "skip"
+	// DeadLetterHold keeps them unpublished until the dead letter is
+	// requeued, so per-aggregate order is kept.
+	DeadLetterHold DeadLetterMode = "hold"
+	// DeadLetterSkip publishes them, giving up order for that aggregate.
+	DeadLetterSkip DeadLetterMode = "skip"
 )
 
-// DefaultLinger is Config.Linger's default: a little more than the writers'
-// default outbox.WriterConfig.WakeupInterval (20ms).
-const DefaultLinger = 25 * time.Millisecond
+// String implements flag.Value.
+func (m *DeadLetterMode) String() string { return string(*m) }
 
-func (c *Config) setDefaults() {
-	if c.PollInterval == 0 {
-		c.PollInterval = 500 * time.Millisecond
+// Set implements flag.Value: "hold" or "skip".
+func (m *DeadLetterMode) Set(s string) error {
+	switch DeadLetterMode(s) {
+	case DeadLetterHold, DeadLetterSkip:
+		*m = DeadLetterMode(s)
+		return nil
 	}
-	if c.Linger == 0 {
-		c.Linger = DefaultLinger
+	return fmt.Errorf("%q is not hold or skip", s)
+}
+
+// Defaults of Config.
+const (
+	DefaultPollInterval    = 500 * time.Millisecond
+	DefaultLinger          = 25 * time.Millisecond // a little more than outbox.WriterConfig's 20ms WakeupInterval
+	DefaultLingerPoll      = 500 * time.Microsecond
+	DefaultMaxAttempts     = 16
+	DefaultRetryMin        = 500 * time.Millisecond
+	DefaultRetryMax        = time.Minute
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultDBTimeout       = 10 * time.Second
+	DefaultStallTimeout    = 30 * time.Second
+)
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
 	}
-	if c.LingerPoll == 0 {
-		c.LingerPoll = 500 * time.Microsecond
-	}
+	set(&c.PollInterval, DefaultPollInterval)
+	set(&c.Linger, DefaultLinger)
+	set(&c.LingerPoll, DefaultLingerPoll)
+	set(&c.RetryMin, DefaultRetryMin)
+	set(&c.RetryMax, DefaultRetryMax)
+	set(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	set(&c.DBTimeout, DefaultDBTimeout)
+	set(&c.StallTimeout, DefaultStallTimeout)
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 16
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.OnDeadLetter == "" {
 		c.OnDeadLetter = DeadLetterHold
 	}
-	if c.RetryMin == 0 {
-		c.RetryMin = 500 * time.Millisecond
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = time.Minute
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 10 * time.Second
-	}
-	if c.DBTimeout == 0 {
-		c.DBTimeout = 10 * time.Second
-	}
+	return c
 }
 
-// Validate applies defaults and returns an error naming the first invalid
-// field.
-func (c *Config) Validate() error {
-	c.setDefaults()
+// Validate returns a *config.FieldError naming the first invalid field of
+// c with its defaults applied; c itself is not changed.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	bad := func(field, format string, args ...any) error { return config.Invalid("relay", field, format, args...) }
 	switch {
 	case c.Topic != "" && outbox.ValidateTopic(c.Topic) != nil:
-		return fmt.Errorf("relay: Config.Topic: %w", outbox.ValidateTopic(c.Topic))
+		return bad("Topic", "%v", outbox.ValidateTopic(c.Topic))
 	case c.TopicTemplate != "" && !strings.Contains(c.TopicTemplate, "${"):
-		return fmt.Errorf("relay: Config.TopicTemplate: %q has no ${aggregatetype} placeholder", c.TopicTemplate)
+		return bad("TopicTemplate", "%q has no ${aggregatetype} placeholder", c.TopicTemplate)
 	case c.IDHeader == "event_type" || c.IDHeader == "aggregate_id":
-		return fmt.Errorf("relay: Config.IDHeader: %q is already set from another field", c.IDHeader)
+		return bad("IDHeader", "%q is already set from another field", c.IDHeader)
 	case c.PollInterval < time.Millisecond:
-		return fmt.Errorf("relay: Config.PollInterval: must be at least 1ms, got %s", c.PollInterval)
+		return bad("PollInterval", "must be at least 1ms, got %s", c.PollInterval)
 	case c.LingerPoll < 0:
-		return fmt.Errorf("relay: Config.LingerPoll: must be positive, got %s", c.LingerPoll)
+		return bad("LingerPoll", "must be positive, got %s", c.LingerPoll)
 	case c.MaxAttempts < 1:
-		return fmt.Errorf("relay: Config.MaxAttempts: must be at least 1, got %d", c.MaxAttempts)
+		return bad("MaxAttempts", "must be at least 1, got %d", c.MaxAttempts)
 	case c.OnDeadLetter != DeadLetterHold && c.OnDeadLetter != DeadLetterSkip:
-		return fmt.Errorf("relay: Config.OnDeadLetter: %q is not hold or skip", c.OnDeadLetter)
+		return bad("OnDeadLetter", "%q is not hold or skip", c.OnDeadLetter)
 	case c.RetryMin <= 0:
-		return fmt.Errorf("relay: Config.RetryMin: must be positive, got %s", c.RetryMin)
+		return bad("RetryMin", "must be positive, got %s", c.RetryMin)
 	case c.RetryMax < c.RetryMin:
-		return fmt.Errorf("relay: Config.RetryMax: %s is less than Config.RetryMin (%s)", c.RetryMax, c.RetryMin)
+		return bad("RetryMax", "%s is less than Config.RetryMin (%s)", c.RetryMax, c.RetryMin)
 	case c.ShutdownTimeout < 0:
-		return fmt.Errorf("relay: Config.ShutdownTimeout: must be positive, got %s", c.ShutdownTimeout)
+		return bad("ShutdownTimeout", "must be positive, got %s", c.ShutdownTimeout)
 	case c.DBTimeout <= 0:
-		return fmt.Errorf("relay: Config.DBTimeout: must be positive, got %s", c.DBTimeout)
+		return bad("DBTimeout", "must be positive, got %s", c.DBTimeout)
+	case c.StallTimeout < time.Second:
+		return bad("StallTimeout", "must be at least 1s, got %s", c.StallTimeout)
 	}
 	return nil
 }

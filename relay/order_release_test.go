@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -25,11 +24,11 @@ type flakyReleaseClaimer struct {
 	failures atomic.Int32
 }
 
-func (c *flakyReleaseClaimer) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID, d time.Duration, count bool, msg string) (int64, error) {
-	if d > 0 && c.failures.Add(1) <= 3 {
+func (c *flakyReleaseClaimer) Release(ctx context.Context, s lease.Settle) (int64, error) {
+	if s.RetryIn > 0 && c.failures.Add(1) <= 3 {
 		return 0, errors.New("injected: connection reset by peer")
 	}
-	return c.Claimer.Release(ctx, token, ids, d, count, msg)
+	return c.Claimer.Release(ctx, s)
 }
 
 // failOncePublisher is the real publisher, answering NOT_ENOUGH_REPLICAS
@@ -70,7 +69,7 @@ func TestOrderKeptWhenTheFailedEventCannotBeReleased(t *testing.T) {
 	addTx(t, db, nil, a1)
 	addTx(t, db, nil, a2)
 
-	pub0, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: topic}, nil)
+	pub0, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: topic, WriteTimeout: 100 * time.Millisecond, MaxAttempts: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

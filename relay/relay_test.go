@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/pgoutbox/outbox"
@@ -47,54 +44,31 @@ type opts struct {
 func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic string, o opts) *harness {
 	t.Helper()
 	h := &harness{t: t, db: db, kafka: k, topic: topic, done: make(chan struct{})}
-	kc := kafka.Config{Brokers: k.Brokers, Topic: topic, WriteTimeout: 3 * time.Second}
-	if o.kafkaCfg != nil {
-		o.kafkaCfg(&kc)
-	}
-	pub, err := kafka.NewPublisher(kc, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	claimer, err := lease.New(db.Pool, o.lease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	var wg sync.WaitGroup
-	var wake <-chan struct{}
-	if !o.noNotify {
-		cc, err := pgx.ParseConfig(db.ConnString)
-		if err != nil {
-			t.Fatal(err)
-		}
+	cfg := relay.ServiceConfig{
+		Relay: o.relay, Lease: o.lease, NoNotify: o.noNotify,
+		Kafka: kafka.Config{Brokers: k.Brokers, WriteTimeout: 3 * time.Second},
 		// The test's own channel: channels are per database, and parallel
 		// tests share one.
-		h.listener, err = notify.New(notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 2 * time.Second},
-			func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }, db.Pool, testenv.Logger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wake = h.listener.Wake()
+		Notify: notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 2 * time.Second},
 	}
-	o.relay.Topic = topic
-	h.relay, err = relay.New(o.relay, claimer, pub, wake, testenv.Logger(t))
+	cfg.Relay.Topic = topic
+	if o.kafkaCfg != nil {
+		o.kafkaCfg(&cfg.Kafka)
+	}
+	svc, err := relay.NewService(db.Pool, cfg, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lctx, lcancel := context.WithCancel(context.Background())
-	if h.listener != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = h.listener.Run(lctx) }()
-		testenv.Eventually(t, 10*time.Second, func() bool { return h.listener.State() == notify.StateListening }, "listener never connected")
-	}
+	h.relay, h.listener = svc.Relay(), svc.Listener()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
 	go func() {
-		_ = h.relay.Run(ctx)
-		lcancel()
-		wg.Wait()
-		_ = pub.Close()
+		_ = svc.Run(ctx)
 		close(h.done)
 	}()
+	if h.listener != nil {
+		testenv.Eventually(t, 10*time.Second, func() bool { return h.listener.State() == notify.StateListening }, "listener never connected")
+	}
 	t.Cleanup(h.stop)
 	return h
 }
@@ -424,11 +398,11 @@ func TestStalledRelayLosesLeaseAndCannotClobber(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return unpublished(t, db) == 0 }, "not marked")
 	// The stalled relay wakes up: its mark and release change nothing.
-	ids := []uuid.UUID{evs[0].ID, evs[1].ID, evs[2].ID}
-	if n, err := stalled.MarkPublished(ctx, b.Token, ids); err != nil || n != 0 {
+	seqs := []int64{b.Rows[0].Seq, b.Rows[1].Seq, b.Rows[2].Seq}
+	if n, err := stalled.MarkPublished(ctx, b.Token, seqs); err != nil || n != 0 {
 		t.Fatalf("late mark: %d %v", n, err)
 	}
-	if n, err := stalled.Release(ctx, b.Token, ids, 0, true, "late"); err != nil || n != 0 {
+	if n, err := stalled.Release(ctx, lease.Settle{Token: b.Token, Seqs: seqs, CountAttempt: true, LastError: "late"}); err != nil || n != 0 {
 		t.Fatalf("late release: %d %v", n, err)
 	}
 	var lockedBy string
@@ -581,7 +555,7 @@ func TestDebouncedWakeupsAreCoveredByLingering(t *testing.T) {
 	}
 }
 
-func deadLetterScenario(t *testing.T, mode string) (*testenv.TestDB, *testenv.TestKafka, string, []outbox.Event, *harness) {
+func deadLetterScenario(t *testing.T, mode relay.DeadLetterMode) (*testenv.TestDB, *testenv.TestKafka, string, []outbox.Event, *harness) {
 	t.Helper()
 	db := testenv.MigratedDB(t)
 	// A broker whose message.max.bytes (4000) is below our write limit.
@@ -644,7 +618,7 @@ func TestPoisonEventIsDeadLetteredAndHoldsItsAggregate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := claimer.Requeue(ctx, []uuid.UUID{evs[1].ID}); err != nil || n != 1 {
+	if n, err := claimer.Requeue(ctx, []string{evs[1].ID.String()}); err != nil || n != 1 {
 		t.Fatalf("requeue: %d %v", n, err)
 	}
 	recs = k.Consume(t, topic, 5, 15*time.Second)

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/peterbourgon/ff/v3"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -24,7 +23,6 @@ import (
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -256,18 +254,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("migration applied", zap.String("name", r.Name))
 	}
 
-	pub, err := kafka.NewPublisher(kafka.Config{
-		Brokers:         brokers,
-		Topic:           o.topic,
-		ClientID:        "outbox-dev",
-		AutoCreateTopic: true, // external dev brokers usually allow it
+	lat := newLatencies(out)
+	svc, err := relay.NewService(pool, relay.ServiceConfig{
+		Relay: relay.Config{Topic: o.topic, ShutdownTimeout: 5 * time.Second, Observer: relay.ObserverFuncs{OnPublished: lat.published}},
+		Lease: lease.Config{RelayID: "outbox-dev"},
+		Kafka: kafka.Config{
+			Brokers:         brokers,
+			ClientID:        "outbox-dev",
+			AutoCreateTopic: true, // external dev brokers usually allow it
+		},
 	}, log)
 	if err != nil {
 		return usagef("--brokers/--topic: %v", err)
 	}
-	defer pub.Close()
+	defer svc.Close()
 	kctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	err = pub.Ping(kctx)
+	err = svc.Publisher().Ping(kctx)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -276,39 +278,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("connect to Kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
 
-	claimer, err := lease.New(pool, lease.Config{RelayID: "outbox-dev"})
-	if err != nil {
-		return err
-	}
-	listener, err := notify.New(notify.Config{}, func(ctx context.Context) (*pgx.Conn, error) {
-		return pgx.ConnectConfig(ctx, pcfg.ConnConfig.Copy())
-	}, pool, log)
-	if err != nil {
-		return err
-	}
-	r, err := relay.New(relay.Config{Topic: o.topic, ShutdownTimeout: 5 * time.Second}, claimer, pub, listener.Wake(), log)
-	if err != nil {
-		return usageError{err}
-	}
-	lat := newLatencies(out)
-	r.OnPublished = lat.published
-
 	printBanner(out, o, pg, pcfg, brokers)
 
 	g, gctx := errgroup.WithContext(ctx)
-	lctx, stopListener := context.WithCancel(context.WithoutCancel(gctx))
-	defer stopListener()
-	g.Go(func() error {
-		if err := listener.Run(lctx); err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("notify listener: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		err := r.Run(gctx)
-		stopListener() // the listener outlives the relay so wake-ups never block
-		return err
-	})
+	g.Go(func() error { return svc.Run(gctx) })
 	var written int64
 	if !o.noSample {
 		g.Go(func() error {
@@ -317,7 +290,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		})
 	}
 	err = g.Wait()
-	s := r.Stats()
+	s := svc.Relay().Stats()
 	out.printf("stopped: %d sample events written, %d events published\n", written, s.Published)
 	return err
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
@@ -95,10 +94,10 @@ func writeOne(ctx context.Context, pool *pgxpool.Pool, ev outbox.Event, lat *lat
 	// Commit returns here.
 	lat.pending(ev)
 	if err := tx.Commit(ctx); err != nil {
-		lat.forget(ev.ID)
+		lat.forget(ev.ID.String())
 		return fmt.Errorf("commit: %w", err)
 	}
-	lat.committed(ev.ID, time.Now())
+	lat.committed(ev.ID.String(), time.Now())
 	return nil
 }
 
@@ -107,7 +106,7 @@ func writeOne(ctx context.Context, pool *pgxpool.Pool, ev outbox.Event, lat *lat
 type latencies struct {
 	out *lockedWriter
 	mu  sync.Mutex
-	m   map[uuid.UUID]*inflight
+	m   map[string]*inflight
 }
 
 type inflight struct {
@@ -117,22 +116,22 @@ type inflight struct {
 }
 
 func newLatencies(out *lockedWriter) *latencies {
-	return &latencies{out: out, m: make(map[uuid.UUID]*inflight)}
+	return &latencies{out: out, m: make(map[string]*inflight)}
 }
 
 func (l *latencies) pending(ev outbox.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.m[ev.ID] = &inflight{typ: ev.Type, agg: ev.AggregateID}
+	l.m[ev.ID.String()] = &inflight{typ: ev.Type, agg: ev.AggregateID}
 }
 
-func (l *latencies) forget(id uuid.UUID) {
+func (l *latencies) forget(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.m, id)
 }
 
-func (l *latencies) committed(id uuid.UUID, at time.Time) {
+func (l *latencies) committed(id string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f := l.m[id]
@@ -166,7 +165,7 @@ func (l *latencies) published(rows []lease.Row) {
 	}
 }
 
-func (l *latencies) print(id uuid.UUID, f *inflight) {
+func (l *latencies) print(id string, f *inflight) {
 	d := f.publish.Sub(f.commit)
 	if d < 0 {
 		l.out.printf("published %s %s event_id=%s before COMMIT returned to the writer (%s earlier)\n", f.typ, f.agg, id, fmtDur(-d))

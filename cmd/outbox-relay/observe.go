@@ -15,10 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/metrics"
-	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
 	"github.com/pgoutbox/outbox/retention"
 )
@@ -163,22 +160,12 @@ func listenError(addr string, err error) error {
 // per-topic counter and the latency histogram) and starts the table gauges
 // and the retention cleaner. listener is nil with --no-notify. Call it
 // before r.Run.
-func (ob *observer) attach(r *relay.Relay, listener *notify.Listener, pub *kafka.Publisher) error {
-	comps := metrics.Components{Relay: r, Broker: pub}
-	if listener != nil {
-		comps.Listener = listener
+func (ob *observer) attach(svc *relay.Service) error {
+	comps := metrics.Components{Relay: svc.Relay(), Broker: svc.Publisher()}
+	if l := svc.Listener(); l != nil {
+		comps.Listener = l
 	}
 	ob.m.Attach(comps)
-	prev := r.OnPublished
-	r.OnPublished = func(rows []lease.Row) {
-		ob.m.ObservePublished(rows)
-		if prev != nil {
-			prev(rows)
-		}
-	}
-	r.OnClaim = ob.m.ObserveClaim
-	r.OnMark = ob.m.ObserveMark
-	r.OnPublishFailure = ob.m.ObservePublishFailure
 	ob.wg.Add(1)
 	go func() {
 		defer ob.wg.Done()

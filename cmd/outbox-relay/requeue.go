@@ -28,14 +28,19 @@ func cmdRequeue(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if (*eventIDs == "") == !*all {
 		return usagef("--event-id or --all-dead-letters: give exactly one")
 	}
-	var ids []uuid.UUID
+	var ids []string
 	if *eventIDs != "" {
 		for _, s := range strings.Split(*eventIDs, ",") {
-			id, err := uuid.Parse(strings.TrimSpace(s))
-			if err != nil {
-				return usagef("--event-id: %q is not a UUID", s)
+			s = strings.TrimSpace(s)
+			if s == "" {
+				return usagef("--event-id: an empty ID in %q", *eventIDs)
 			}
-			ids = append(ids, id)
+			// The ID column may be uuid, text or bigint (adopted tables);
+			// a UUID is compared in PostgreSQL's canonical text form.
+			if id, err := uuid.Parse(s); err == nil {
+				s = id.String()
+			}
+			ids = append(ids, s)
 		}
 	}
 	pool, cols, err := connectForCommand(ctx, &common, &tbl)

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go/sasl/scram"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/kafka"
@@ -55,17 +54,19 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.IntVar(&f.lease.BatchSize, "batch-size", lease.DefaultBatchSize, fmt.Sprintf("most events per claim (1..%d)", lease.MaxBatchSize))
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
 	fs.StringVar(&f.relay.IDHeader, "id-header", "", "also carry the event ID in this header (Debezium's router uses id; default: only event_id)")
-	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "fallback poll interval when no notification arrives (jittered ±10%)")
+	fs.DurationVar(&f.relay.PollInterval, "poll-interval", relay.DefaultPollInterval, "fallback poll interval when no notification arrives (jittered ±10%)")
 	fs.DurationVar(&f.relay.Linger, "linger", relay.DefaultLinger, "after a claim found events, keep claiming every --linger-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative, e.g. -1ms: off; 0 is refused)")
-	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", 500*time.Microsecond, "first interval between lingering claims")
-	fs.IntVar(&f.relay.MaxAttempts, "max-attempts", 16, "failed publishes answered by the broker before an event is dead-lettered (outages do not count)")
-	fs.StringVar(&f.relay.OnDeadLetter, "on-dead-letter", relay.DeadLetterHold, "later events of a dead-lettered event's aggregate: hold (keep order) or skip")
-	fs.DurationVar(&f.relay.RetryMin, "retry-min", 500*time.Millisecond, "first retry delay of a failed event; doubles per attempt")
-	fs.DurationVar(&f.relay.RetryMax, "retry-max", time.Minute, "longest retry delay of a failed event")
-	fs.DurationVar(&f.relay.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long in-flight publishes may take before leases are released")
+	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", relay.DefaultLingerPoll, "first interval between lingering claims")
+	fs.IntVar(&f.relay.MaxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes answered by the broker before an event is dead-lettered (outages do not count)")
+	f.relay.OnDeadLetter = relay.DeadLetterHold
+	fs.Var(&f.relay.OnDeadLetter, "on-dead-letter", "later events of a dead-lettered event's aggregate: hold (keep order) or skip")
+	fs.DurationVar(&f.relay.RetryMin, "retry-min", relay.DefaultRetryMin, "first retry delay of a failed event; doubles per attempt")
+	fs.DurationVar(&f.relay.RetryMax, "retry-max", relay.DefaultRetryMax, "longest retry delay of a failed event")
+	fs.DurationVar(&f.relay.ShutdownTimeout, "shutdown-timeout", relay.DefaultShutdownTimeout, "on SIGTERM, how long in-flight publishes may take before leases are released")
+	fs.DurationVar(&f.relay.StallTimeout, "stall-timeout", relay.DefaultStallTimeout, "after this long without progress (every claim or mark failing, or claimed events none of which is published or dead-lettered) the relay logs one error, /readyz answers 503 naming the step, and outbox_relay_stalled is 1")
 	fs.DurationVar(&f.startupWait, "startup-wait", 0, "how long to wait for Postgres and Kafka at start before giving up (0: forever)")
-	fs.StringVar(&f.kafka.ClientID, "kafka-client-id", "pgoutbox", "Kafka client.id")
-	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 10*time.Second, "timeout of one produce request (0 is refused)")
+	fs.StringVar(&f.kafka.ClientID, "kafka-client-id", kafka.DefaultClientID, "Kafka client.id")
+	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", kafka.DefaultWriteTimeout, "timeout of one produce attempt; kafka-go makes up to 3, and the 3 with their backoffs must fit in half of --lease (0 is refused)")
 	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout (0: the publisher's small default)")
 	fs.BoolVar(&f.kafka.AutoCreateTopic, "kafka-auto-create-topics", false, "let metadata requests create missing topics on brokers that allow it (auto.create.topics.enable)")
 	fs.StringVar(&f.kafka.Compression, "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
@@ -248,68 +249,34 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 
-	pub, err := kafka.NewPublisher(f.kafka, log)
+	f.relay.Observer = obs.m
+	svc, err := relay.NewService(pool, relay.ServiceConfig{
+		Relay: f.relay, Lease: f.lease, Kafka: f.kafka, Notify: f.notify, NoNotify: f.noNotify,
+	}, log)
 	if err != nil {
 		return usageError{errors.New(flagError(err))}
 	}
-	defer pub.Close()
-	if err := waitFor(startCtx, log, "kafka", pub.Ping); err != nil {
+	defer svc.Close()
+	if err := waitFor(startCtx, log, "kafka", svc.Publisher().Ping); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-
-	claimer, err := lease.New(pool, f.lease)
-	if err != nil {
-		return usageError{err}
-	}
-	var wake <-chan struct{}
-	var listener *notify.Listener
-	if !f.noNotify {
-		listener, err = notify.New(f.notify, connectFunc(pcfg.ConnConfig), pool, log)
-		if err != nil {
-			return usageError{err}
-		}
-		wake = listener.Wake()
-	}
-	r, err := relay.New(f.relay, claimer, pub, wake, log)
-	if err != nil {
-		return usageError{err}
-	}
-	if err := obs.attach(r, listener, pub); err != nil {
+	if err := obs.attach(svc); err != nil {
 		return err
 	}
+	lc := svc.Claimer().Config()
 	log.Info("relay starting",
-		zap.String("relay_id", claimer.Config().RelayID),
+		zap.String("relay_id", lc.RelayID),
 		zap.String("table", f.table),
 		zap.String("topic", f.relay.Topic),
 		zap.Strings("brokers", f.kafka.Brokers),
-		zap.Bool("notify", listener != nil),
-		zap.Duration("lease", claimer.Config().Lease),
+		zap.Bool("notify", !f.noNotify),
+		zap.Duration("lease", lc.Lease),
 		zap.Duration("poll_interval", f.relay.PollInterval),
-		zap.Int("batch_size", claimer.Config().BatchSize))
-
-	g, gctx := errgroup.WithContext(ctx)
-	if listener != nil {
-		lctx, stopListener := context.WithCancel(context.WithoutCancel(gctx))
-		defer stopListener()
-		g.Go(func() error {
-			err := listener.Run(lctx)
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
-		})
-		g.Go(func() error {
-			err := r.Run(gctx)
-			stopListener() // the listener outlives the relay so wake-ups never block
-			return err
-		})
-	} else {
-		g.Go(func() error { return r.Run(gctx) })
-	}
-	return g.Wait()
+		zap.Int("batch_size", lc.BatchSize))
+	return svc.Run(ctx)
 }
 
 // checkTable fails fast, with a clear message, when the outbox table is
@@ -343,7 +310,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 var configFlags = map[string]string{
 	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
 	"relay.Topic": "--topic", "relay.TopicTemplate": "--topic-template", "relay.IDHeader": "--id-header", "relay.PollInterval": "--poll-interval", "relay.Linger": "--linger", "relay.LingerPoll": "--linger-poll",
-	"relay.RetryMin": "--retry-min", "relay.MaxAttempts": "--max-attempts", "relay.OnDeadLetter": "--on-dead-letter", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
+	"relay.RetryMin": "--retry-min", "relay.StallTimeout": "--stall-timeout", "relay.MaxAttempts": "--max-attempts", "relay.OnDeadLetter": "--on-dead-letter", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
 	"notify.Channel": "--channel",
 	"kafka.Brokers":  "--brokers", "kafka.Topic": "--topic", "kafka.ClientID": "--kafka-client-id",
 	"kafka.WriteTimeout": "--kafka-write-timeout", "kafka.BatchTimeout": "--kafka-batch-timeout",
@@ -365,6 +332,11 @@ var configFieldRE = regexp.MustCompile(`\bConfig\.(\w+)`)
 // "--flag: reason", so the user sees the flag they typed; the fields named
 // in the reason become flags too.
 func flagError(err error) string {
+	var be *relay.BudgetError
+	if errors.As(err, &be) {
+		return fmt.Sprintf("--kafka-write-timeout, --lease: one publish may take %s (%d attempts of --kafka-write-timeout plus kafka-go's backoffs), more than half of --lease %s, so a slow broker could outlast the lease and the events be published twice; lower --kafka-write-timeout or raise --lease",
+			be.Budget, kafka.DefaultMaxAttempts, be.Lease)
+	}
 	m := configErrRE.FindStringSubmatch(err.Error())
 	if m == nil {
 		return err.Error()

@@ -69,7 +69,7 @@ func TestInprocBrokerRefusedThenBlackholedThenRestored(t *testing.T) {
 		OnPublished: func(rows []lease.Row) {
 			ackMu.Lock()
 			for _, r := range rows {
-				acked[r.ID] = true
+				acked[uuid.MustParse(r.ID)] = true
 			}
 			ackMu.Unlock()
 		},
@@ -508,9 +508,8 @@ func TestInprocShutdownPublisherCloseIsBounded(t *testing.T) {
 	case <-time.After(kafka.DefaultMaxAttempts*writeTimeout + 5*time.Second):
 		t.Fatalf("relay and publisher not stopped %s after the cancel", kafka.DefaultMaxAttempts*writeTimeout+5*time.Second)
 	}
-	total := time.Duration(h.runReturn.Load()-h.cancelled.Load()) + time.Duration(h.closeTook.Load())
-	t.Logf("Run returned %s after the cancel, the publisher's Close took %s more",
-		time.Duration(h.runReturn.Load()-h.cancelled.Load()).Round(time.Millisecond), time.Duration(h.closeTook.Load()).Round(time.Millisecond))
+	total := time.Duration(h.runReturn.Load() - h.cancelled.Load())
+	t.Logf("Run (the relay, then the publisher's Close) returned %s after the cancel", total.Round(time.Millisecond))
 	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = $1 AND locked_until > now() AND published_at IS NULL", h.Holder); n != 0 {
 		t.Fatalf("%d rows still leased by the stopped relay", n)
 	}

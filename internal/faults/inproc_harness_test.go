@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -69,12 +68,13 @@ type ipRelay struct {
 	// per-instance suffix).
 	Holder string
 
-	cancel     context.CancelFunc
-	cancelled  atomic.Int64 // unix nanos of the cancel
-	runDone    chan struct{}
-	runReturn  atomic.Int64 // unix nanos when Run returned
+	cancel    context.CancelFunc
+	cancelled atomic.Int64 // unix nanos of the cancel
+	runDone   chan struct{}
+	// runReturn is when Run returned (unix nanos): the relay, its
+	// listener and its publisher stopped (relay.Service.Run).
+	runReturn  atomic.Int64
 	done       chan struct{}
-	closeTook  atomic.Int64 // how long the publisher's Close took
 	stopOnce   sync.Once
 	stopResult time.Duration
 }
@@ -86,89 +86,57 @@ func ipLogLevel(l *zapcore.Level) zapcore.Level {
 	return *l
 }
 
-// ipStartRelay starts a relay on db (its pool and schema) publishing to
-// topic on brokers, and stops it gracefully when the test ends.
+// ipStartRelay starts a relay (relay.Service) on db (its pool and schema)
+// publishing to topic on brokers, and stops it gracefully when the test
+// ends.
 func ipStartRelay(t testing.TB, db *testenv.TestDB, brokers []string, topic string, c ipConfig) *ipRelay {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(ipLogLevel(c.LogLevel)))
 	h := &ipRelay{t: t, runDone: make(chan struct{}), done: make(chan struct{})}
-	kc := kafka.Config{Brokers: brokers, Topic: topic, WriteTimeout: 3 * time.Second}
-	if c.Kafka != nil {
-		c.Kafka(&kc)
+	cfg := relay.ServiceConfig{
+		Relay: c.Relay, Lease: c.Lease, NoNotify: c.NoNotify, Notify: c.Notify, ListenConnString: c.ConnString,
+		Kafka:       kafka.Config{Brokers: brokers, WriteTimeout: 3 * time.Second},
+		WrapClaimer: c.WrapClaimer, WrapPublisher: c.WrapPublisher,
 	}
-	pub, err := kafka.NewPublisher(kc, log)
-	if err != nil {
-		t.Fatal(err)
+	cfg.Relay.Topic = topic
+	if c.OnPublished != nil {
+		cfg.Relay.Observer = relay.Observers(cfg.Relay.Observer, relay.ObserverFuncs{OnPublished: c.OnPublished})
+	}
+	if c.Kafka != nil {
+		c.Kafka(&cfg.Kafka)
+	}
+	if cfg.Notify.Channel == "" {
+		cfg.Notify.Channel = db.Schema
+	}
+	if cfg.Notify.PingInterval == 0 {
+		cfg.Notify.PingInterval = 500 * time.Millisecond
+	}
+	if cfg.Notify.PingTimeout == 0 {
+		cfg.Notify.PingTimeout = 2 * time.Second
+	}
+	if cfg.ListenConnString == "" {
+		cfg.ListenConnString = db.ConnString
 	}
 	pool := c.Pool
 	if pool == nil {
 		pool = db.Pool
 	}
-	h.Claimer, err = lease.New(pool, c.Lease)
+	svc, err := relay.NewService(pool, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.Relay, h.Listener, h.Claimer = svc.Relay(), svc.Listener(), svc.Claimer()
 	h.RelayID = h.Claimer.Config().RelayID
 	h.Holder = h.Claimer.Holder()
-	var wake <-chan struct{}
-	if !c.NoNotify {
-		connString := c.ConnString
-		if connString == "" {
-			connString = db.ConnString
-		}
-		cc, err := pgx.ParseConfig(connString)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nc := c.Notify
-		if nc.Channel == "" {
-			nc.Channel = db.Schema
-		}
-		if nc.PingInterval == 0 {
-			nc.PingInterval = 500 * time.Millisecond
-		}
-		if nc.PingTimeout == 0 {
-			nc.PingTimeout = 2 * time.Second
-		}
-		h.Listener, err = notify.New(nc, func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }, pool, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wake = h.Listener.Wake()
-	}
-	var claimer relay.Claimer = h.Claimer
-	if c.WrapClaimer != nil {
-		claimer = c.WrapClaimer(claimer)
-	}
-	var publisher relay.Publisher = pub
-	if c.WrapPublisher != nil {
-		publisher = c.WrapPublisher(publisher)
-	}
-	rc := c.Relay
-	rc.Topic = topic
-	h.Relay, err = relay.New(rc, claimer, publisher, wake, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Relay.OnPublished = c.OnPublished
 
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	lctx, lcancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	if h.Listener != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = h.Listener.Run(lctx) }()
-	}
 	go func() {
-		_ = h.Relay.Run(ctx)
+		// Service.Run returns once the relay stopped, the listener stopped
+		// and the publisher closed.
+		_ = svc.Run(ctx)
 		h.runReturn.Store(time.Now().UnixNano())
 		close(h.runDone)
-		lcancel()
-		wg.Wait()
-		start := time.Now()
-		_ = pub.Close()
-		h.closeTook.Store(int64(time.Since(start)))
 		close(h.done)
 	}()
 	t.Cleanup(func() { h.Stop() })
@@ -206,7 +174,8 @@ func (h *ipRelay) Stop() time.Duration {
 // Done is closed when the relay, its listener and its publisher stopped.
 func (h *ipRelay) Done() <-chan struct{} { return h.done }
 
-// RunDone is closed when Run returned.
+// RunDone is closed when Run returned (the same moment as Done, since
+// relay.Service.Run closes the publisher before it returns).
 func (h *ipRelay) RunDone() <-chan struct{} { return h.runDone }
 
 // ipSpyClaimer records the relay's marks.
@@ -223,10 +192,10 @@ type ipMark struct {
 	err   error
 }
 
-func (s *ipSpyClaimer) MarkPublished(ctx context.Context, token uuid.UUID, ids []uuid.UUID) (int64, error) {
-	n, err := s.Claimer.MarkPublished(ctx, token, ids)
+func (s *ipSpyClaimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int64) (int64, error) {
+	n, err := s.Claimer.MarkPublished(ctx, token, seqs)
 	s.mu.Lock()
-	s.marks = append(s.marks, ipMark{token: token, ids: len(ids), n: n, err: err})
+	s.marks = append(s.marks, ipMark{token: token, ids: len(seqs), n: n, err: err})
 	s.mu.Unlock()
 	return n, err
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
@@ -266,7 +265,7 @@ func TestInprocNonUTCSessionTimeZone(t *testing.T) {
 	// The taker's own leases, computed in a +05:45 session, are 1 s too:
 	// the stalled relay's late mark is fenced out, and a direct claim from
 	// the taker's claimer on new rows leases them for 1 s by the database.
-	if n, err := stalled.MarkPublished(ctx, b.Token, []uuid.UUID{evs[0].ID}); err != nil || n != 0 {
+	if n, err := stalled.MarkPublished(ctx, b.Token, []int64{b.Rows[0].Seq}); err != nil || n != 0 {
 		t.Fatalf("late mark from New York: %d rows, %v", n, err)
 	}
 	taker.Stop()
@@ -283,7 +282,7 @@ func TestInprocNonUTCSessionTimeZone(t *testing.T) {
 	if left < 0.5 || left > 1 {
 		t.Fatalf("Kathmandu lease left by the database clock (read in New York) %.3fs, want about 1s", left)
 	}
-	if _, err := taker.Claimer.Release(ctx, b2.Token, []uuid.UUID{more[0].ID}, 0, false, ""); err != nil {
+	if _, err := taker.Claimer.Release(ctx, lease.Settle{Token: b2.Token, Seqs: []int64{b2.Rows[0].Seq}}); err != nil {
 		t.Fatal(err)
 	}
 	// Publish the last row so the checker sees every committed event.

@@ -47,10 +47,10 @@ func ipPoisonLayout(t *testing.T, pool *pgxpool.Pool, poisonAggs, okAggs, rounds
 	return poisons
 }
 
-func ipIDs(evs []outbox.Event) []uuid.UUID {
-	ids := make([]uuid.UUID, len(evs))
+func ipIDStrings(evs []outbox.Event) []string {
+	ids := make([]string, len(evs))
 	for i, e := range evs {
-		ids[i] = e.ID
+		ids[i] = e.ID.String()
 	}
 	return ids
 }
@@ -263,7 +263,7 @@ func TestInprocPoisonRetriedUntilMaxAttempts(t *testing.T) {
 	t.Logf("fault answered %d produce requests; relay stats %+v", fault.Hits(), h.Relay.Stats())
 
 	fault.Remove()
-	if n, err := h.Claimer.Requeue(ctx, ipIDs(poisons)); err != nil || n != int64(len(poisons)) {
+	if n, err := h.Claimer.Requeue(ctx, ipIDStrings(poisons)); err != nil || n != int64(len(poisons)) {
 		t.Fatalf("requeue: %d, %v", n, err)
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "not everything published after the requeue")

@@ -1,0 +1,31 @@
+// Package config holds what every component's configuration shares: the
+// typed error its Validate returns, so that callers (the outbox-relay
+// command, applications) can name the bad field without parsing error text.
+// The type is public as outbox.FieldError.
+package config
+
+import "fmt"
+
+// FieldError says which field of which component's Config is invalid, and
+// why.
+type FieldError struct {
+	// Component is the package that owns the Config: "relay", "lease",
+	// "kafka", "notify", "metrics", "retention", "outbox".
+	Component string
+	// Field is the Config field's name, e.g. "Lease".
+	Field string
+	// Reason says what is wrong, e.g. "must be at least 1s, got 500ms".
+	// It may name other fields as "Config.Other".
+	Reason string
+}
+
+// Error returns "<component>: Config.<Field>: <reason>".
+func (e *FieldError) Error() string {
+	return e.Component + ": Config." + e.Field + ": " + e.Reason
+}
+
+// Invalid returns a *FieldError with the reason formatted from format and
+// args.
+func Invalid(component, field, format string, args ...any) error {
+	return &FieldError{Component: component, Field: field, Reason: fmt.Sprintf(format, args...)}
+}

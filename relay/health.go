@@ -1,0 +1,152 @@
+package relay
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Health says whether the relay is moving events: the answer behind
+// /readyz's "relay" check and the outbox_relay_stalled metric. Connections
+// being open is not enough: a relay whose claims, publishes or marks all
+// fail, or that claims rows and publishes none of them, is stalled.
+type Health struct {
+	// Moving is false once one of the steps below has made no progress
+	// for longer than Config.StallTimeout.
+	Moving bool `json:"moving"`
+	// Step names the stalled step: "claim" (every claim failed), "publish"
+	// (rows were claimed but none was published or dead-lettered) or
+	// "mark" (every mark failed). Empty while moving.
+	Step string `json:"step,omitempty"`
+	// Reason says what was seen, with the last error.
+	Reason string `json:"reason,omitempty"`
+	// Since is when the stalled step last made progress (or started
+	// failing).
+	Since time.Time `json:"since,omitzero"`
+	// ClaimFailures and MarkFailures count the claims and mark statements
+	// that failed in a row (0 after a success).
+	ClaimFailures int64 `json:"claim_failures"`
+	MarkFailures  int64 `json:"mark_failures"`
+	// PublishStalledFor is how long rows have been claimed without any of
+	// them being published or dead-lettered (0 when none waits).
+	PublishStalledFor time.Duration `json:"publish_stalled_for"`
+}
+
+// streak counts consecutive failures of one step.
+type streak struct {
+	count atomic.Int64
+	since atomic.Int64 // unix nanos of the first failure in a row
+	last  atomic.Pointer[string]
+}
+
+func (s *streak) fail(now time.Time, err error) {
+	if s.count.Add(1) == 1 {
+		s.since.Store(now.UnixNano())
+	}
+	msg := err.Error()
+	s.last.Store(&msg)
+}
+
+func (s *streak) ok() {
+	if s.count.Load() != 0 {
+		s.count.Store(0)
+		s.since.Store(0)
+	}
+}
+
+// progress tracks whether events are moving (see Health).
+type progress struct {
+	stallAfter time.Duration
+	claims     streak
+	marks      streak
+	// waiting is when rows were first claimed after the last row was
+	// resolved (published or dead-lettered): unix nanos, 0 when none waits.
+	waiting atomic.Int64
+	// publishErr is the last publish error, for the reason.
+	publishErr atomic.Pointer[string]
+	// inFlight is when the publish under way started (unix nanos), 0 if none.
+	inFlight atomic.Int64
+}
+
+// claimedRows records a claim that returned rows.
+func (p *progress) claimedRows(now time.Time) { p.waiting.CompareAndSwap(0, now.UnixNano()) }
+
+// resolved records rows published or dead-lettered.
+func (p *progress) resolved() { p.waiting.Store(0) }
+
+func (p *progress) publishFailed(err error) {
+	msg := err.Error()
+	p.publishErr.Store(&msg)
+}
+
+// health evaluates the steps at now.
+func (p *progress) health(now time.Time) Health {
+	h := Health{Moving: true, ClaimFailures: p.claims.count.Load(), MarkFailures: p.marks.count.Load()}
+	if w := p.waiting.Load(); w != 0 {
+		h.PublishStalledFor = now.Sub(time.Unix(0, w))
+	}
+	stalled := func(step string, since int64, reason string) {
+		if since == 0 || !h.Moving || now.Sub(time.Unix(0, since)) <= p.stallAfter {
+			return
+		}
+		h.Moving, h.Step, h.Since = false, step, time.Unix(0, since)
+		h.Reason = fmt.Sprintf("%s for %s: %s", reason, now.Sub(h.Since).Round(time.Second), stepDetail(step, p))
+	}
+	if h.ClaimFailures > 0 {
+		stalled("claim", p.claims.since.Load(), fmt.Sprintf("%d claims failed in a row", h.ClaimFailures))
+	}
+	stalled("publish", p.waiting.Load(), "rows claimed but none published or dead-lettered")
+	if h.MarkFailures > 0 {
+		stalled("mark", p.marks.since.Load(), fmt.Sprintf("%d marks failed in a row", h.MarkFailures))
+	}
+	return h
+}
+
+// stepDetail is the detail of a stalled step: its last error.
+func stepDetail(step string, p *progress) string {
+	var last *string
+	switch step {
+	case "claim":
+		last = p.claims.last.Load()
+	case "mark":
+		last = p.marks.last.Load()
+	case "publish":
+		if f := p.inFlight.Load(); f != 0 {
+			return fmt.Sprintf("a publish has been in flight for %s (broker not answering?)", time.Since(time.Unix(0, f)).Round(time.Second))
+		}
+		last = p.publishErr.Load()
+		if last == nil {
+			return "every claimed row was held back behind an earlier event of its aggregate"
+		}
+	}
+	if last == nil {
+		return "unknown"
+	}
+	return "last error: " + *last
+}
+
+// watch logs one line when the relay stops moving events and one when it
+// moves again, checking every tick until stop is closed.
+func (p *progress) watch(stop <-chan struct{}, tick time.Duration, log *zap.Logger) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var stalled *Health
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		h := p.health(time.Now())
+		switch {
+		case !h.Moving && stalled == nil:
+			stalled = &h
+			log.Error("relay stalled: events are not moving", zap.String("step", h.Step), zap.String("reason", h.Reason), zap.Time("since", h.Since))
+		case h.Moving && stalled != nil:
+			log.Info("relay moving again", zap.String("step", stalled.Step), zap.Duration("stalled_for", time.Since(stalled.Since).Round(time.Second)))
+			stalled = nil
+		}
+	}
+}

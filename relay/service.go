@@ -1,0 +1,160 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/notify"
+)
+
+// ServiceConfig configures a Service: one Config per component. Zero values
+// mean each component's defaults.
+type ServiceConfig struct {
+	// Relay configures the engine (topic, poll interval, retries, ...).
+	Relay Config
+	// Lease configures the claimer (table, lease, batch size, columns).
+	Lease lease.Config
+	// Kafka configures the publisher. Brokers is required; Topic defaults
+	// to Relay.Topic.
+	Kafka kafka.Config
+	// Notify configures the LISTEN connection. Ignored with NoNotify.
+	Notify notify.Config
+	// NoNotify runs the relay without LISTEN: it finds events by polling
+	// every Relay.PollInterval. Defaults to false.
+	NoNotify bool
+	// ListenConnString is the connection string of the LISTEN session,
+	// when it must not go where the pool goes (a transaction pooler such as
+	// PgBouncer cannot carry LISTEN). Defaults to "" (the pool's own
+	// connection configuration).
+	ListenConnString string
+
+	// WrapClaimer and WrapPublisher, if set, wrap what the relay calls
+	// (instrumentation and fault-injection tests). Default to nil.
+	WrapClaimer   func(Claimer) Claimer
+	WrapPublisher func(Publisher) Publisher
+}
+
+// Service runs a relay in-process: the claimer on pool, the Kafka publisher,
+// the LISTEN session (unless NoNotify) and the engine, started and stopped
+// in the right order. It is the one place the relay is wired: the
+// outbox-relay command, the development stack, the benchmark and the tests
+// all use it.
+type Service struct {
+	relay    *Relay
+	claimer  *lease.Claimer
+	pub      *kafka.Publisher
+	listener *notify.Listener
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewService builds a Service on pool. It validates every component's
+// configuration (a *outbox.FieldError names the bad field; a *BudgetError
+// says one publish may outlast the lease) and connects to nothing: the
+// relay and the listener reach PostgreSQL and Kafka when Run starts them,
+// and retry with backoff while they cannot. logger may be nil.
+func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Service, error) {
+	if pool == nil {
+		return nil, errors.New("relay: NewService: pool is nil")
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	if cfg.Kafka.Topic == "" {
+		cfg.Kafka.Topic = cfg.Relay.Topic
+	}
+	claimer, err := lease.New(pool, cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := kafka.NewPublisher(cfg.Kafka, logger)
+	if err != nil {
+		return nil, err
+	}
+	if b := pub.AttemptBudget(); b > claimer.Config().Lease/2 {
+		_ = pub.Close()
+		return nil, &BudgetError{Budget: b, Lease: claimer.Config().Lease}
+	}
+	s := &Service{claimer: claimer, pub: pub}
+	var wake <-chan struct{}
+	if !cfg.NoNotify {
+		cc := pool.Config().ConnConfig
+		if cfg.ListenConnString != "" {
+			if cc, err = pgx.ParseConfig(cfg.ListenConnString); err != nil {
+				_ = pub.Close()
+				return nil, fmt.Errorf("relay: ServiceConfig.ListenConnString: %w", err)
+			}
+		}
+		connect := func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }
+		if s.listener, err = notify.New(cfg.Notify, connect, pool, logger); err != nil {
+			_ = pub.Close()
+			return nil, err
+		}
+		wake = s.listener.Wake()
+	}
+	var c Claimer = claimer
+	if cfg.WrapClaimer != nil {
+		c = cfg.WrapClaimer(c)
+	}
+	var p Publisher = pub
+	if cfg.WrapPublisher != nil {
+		p = cfg.WrapPublisher(p)
+	}
+	if s.relay, err = New(cfg.Relay, c, p, wake, logger); err != nil {
+		_ = pub.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Run relays until ctx is done, then stops gracefully and returns nil (or
+// the listener's error if it failed for good). Order: the listener starts
+// first and stops last, so that the relay never waits on a wake-up channel
+// nobody feeds and no notification sent while the relay drains is lost;
+// on ctx's end the relay stops claiming, finishes or gives back its batches
+// within Config.ShutdownTimeout, then the listener stops and the publisher
+// closes. Call Run once.
+func (s *Service) Run(ctx context.Context) error {
+	defer s.Close()
+	if s.listener == nil {
+		return s.relay.Run(ctx)
+	}
+	lctx, stopListener := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopListener()
+	lerr := make(chan error, 1)
+	go func() { lerr <- s.listener.Run(lctx) }()
+	err := s.relay.Run(ctx)
+	stopListener()
+	if lerrv := <-lerr; !errors.Is(lerrv, context.Canceled) && lerrv != nil && err == nil {
+		err = lerrv
+	}
+	return err
+}
+
+// Close closes the publisher (Run does it on return). Safe to call more
+// than once.
+func (s *Service) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.pub.Close() })
+	return s.closeErr
+}
+
+// Relay returns the engine (Stats, Health).
+func (s *Service) Relay() *Relay { return s.relay }
+
+// Claimer returns the lease store the relay claims with.
+func (s *Service) Claimer() *lease.Claimer { return s.claimer }
+
+// Publisher returns the Kafka publisher (Ping, CheckTopics).
+func (s *Service) Publisher() *kafka.Publisher { return s.pub }
+
+// Listener returns the LISTEN session, or nil with NoNotify.
+func (s *Service) Listener() *notify.Listener { return s.listener }
