@@ -27,8 +27,16 @@ const (
 	// https://kafka.apache.org/documentation/#brokerconfigs_message.max.bytes.
 	DefaultBatchBytes = 1 << 20
 
-	// DefaultWriteTimeout bounds one produce attempt.
-	DefaultWriteTimeout = 10 * time.Second
+	// DefaultWriteTimeout bounds one produce attempt. It is 4s (it was 10s)
+	// because the relay requires the Publisher's AttemptBudget to be at most
+	// half its lease (default 30s, lease.DefaultLease), so that one publish
+	// cannot outlive the claim of its rows: DefaultMaxAttempts (3) attempts
+	// of 4s take 12s, and kafka-go's backoffs before the second and third
+	// attempt add 100ms and 400ms, so AttemptBudget is 12.5s with the
+	// defaults (with 10s attempts it was 30.5s, more than the whole lease).
+	// A healthy broker answers a produce request in milliseconds; 4s leaves
+	// room for a slow acks=all round with a lagging follower.
+	DefaultWriteTimeout = 4 * time.Second
 
 	// DefaultDialTimeout bounds establishing one broker connection
 	// (including TLS and SASL handshakes); it is kafka-go's default.
@@ -102,14 +110,20 @@ type Config struct {
 	BatchBytes int64
 
 	// WriteTimeout bounds one produce attempt (request and acknowledgement).
-	// Defaults to 10s.
+	// Defaults to 4s (DefaultWriteTimeout). See Publisher.AttemptBudget.
 	WriteTimeout time.Duration
 
-	// DialTimeout bounds connecting to one broker. Defaults to 5s.
+	// DialTimeout bounds connecting to one broker, TCP connect plus TLS
+	// handshake (and, for the Writer's connections, the ApiVersions and SASL
+	// round trips: kafka-go v0.4.51 transport.go connGroup.connect).
+	// Defaults to 5s.
 	DialTimeout time.Duration
 
 	// MetadataTTL is how often cached cluster metadata (partition counts,
-	// leaders) is refreshed. Defaults to 6s.
+	// leaders) is refreshed: kafka-go refreshes at random intervals below it.
+	// A produce request that fails because a partition's leader moved, or
+	// with a network error, refreshes it at once regardless (see Publish).
+	// Defaults to 6s.
 	MetadataTTL time.Duration
 
 	// MaxAttempts is how many times kafka-go tries a produce request that
@@ -122,10 +136,14 @@ type Config struct {
 	Compression string
 
 	// AutoCreateTopic lets metadata requests create missing topics on
-	// brokers that allow it (auto.create.topics.enable). Defaults to false.
+	// brokers that allow it (auto.create.topics.enable); it applies to
+	// Publish and CheckTopics. Defaults to false.
 	AutoCreateTopic bool
 
-	// TLSEnabled turns on TLS to brokers. Defaults to false.
+	// TLSEnabled turns on TLS to brokers. The handshake is bounded by
+	// DialTimeout; a listener that answers plaintext Kafka instead is
+	// recognized about 250ms into the handshake (see ErrTLS). Defaults to
+	// false.
 	TLSEnabled bool
 	// TLSCAFile is a PEM file of CAs to verify brokers with.
 	// Defaults to "" (system roots). Requires TLSEnabled.

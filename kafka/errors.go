@@ -12,7 +12,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 )
 
-// ErrClosed is returned (wrapped) by Publish and Ping after Close.
+// ErrClosed is returned (wrapped) by Publish, Ping and CheckTopics after
+// Close.
 var ErrClosed = errors.New("kafka: publisher closed")
 
 // ErrNotAttempted is the per-message error for messages of a Publish call
@@ -25,10 +26,53 @@ var ErrNotAttempted = errors.New("kafka: not attempted after earlier failure")
 // configuration error.
 var ErrNoTopic = errors.New("kafka: Config.Topic: empty and message has no topic")
 
+// ErrMessageTooLarge is Kafka's MESSAGE_TOO_LARGE (kafka-go's
+// MessageSizeTooLarge, error code 10). Callers that refuse an oversized
+// message before sending it wrap it, so IsRecordRejected and ErrorReason
+// treat it like the broker's answer.
+var ErrMessageTooLarge error = kafkago.MessageSizeTooLarge
+
+// ErrInvalidTopic is Kafka's INVALID_TOPIC_EXCEPTION (kafka-go's
+// InvalidTopic, error code 17): a topic name Kafka never accepts. Publish
+// and ValidateTopic wrap it for a name that breaks Kafka's rules, before
+// anything is sent; Classify treats it as a rejection of the record.
+var ErrInvalidTopic error = kafkago.InvalidTopic
+
+// ErrAuthentication is wrapped by the errors of Ping, CheckTopics and
+// Publish when the broker refused the SASL authentication: wrong password
+// or unknown user (SASL_AUTHENTICATION_FAILED, or the broker closing the
+// connection during the exchange, which brokers may do instead of
+// answering; kfake always does), a mechanism the listener does not enable
+// (UNSUPPORTED_SASL_MECHANISM, see the broker's sasl.enabled.mechanisms),
+// or a listener without SASL (ILLEGAL_SASL_STATE). Error codes:
+// https://kafka.apache.org/protocol#protocol_error_codes. The message names
+// Config.SASLMechanism and Config.SASLUsername, never the password.
+// Classify gives it ClassUnreachable and ReasonAuthentication. Test with
+// IsAuthentication.
+var ErrAuthentication = errors.New("kafka: SASL authentication failed")
+
+// ErrTLS is wrapped by the errors of Ping, CheckTopics and Publish when the
+// TLS handshake with a broker failed: the listener does not speak TLS (it
+// answers plaintext Kafka requests, answered bytes that are no TLS record,
+// or closed the connection without answering), the broker's certificate is
+// not trusted, or the broker refused ours. The message names the broker and
+// the cause. A plaintext listener is recognized about 250ms into the
+// handshake, not after Config.DialTimeout. A broker that answers nothing at
+// all within Config.DialTimeout is an outage, not ErrTLS. Classify gives it
+// ClassUnreachable and ReasonTLS. Test with IsTLS.
+var ErrTLS = errors.New("kafka: TLS handshake failed")
+
+// IsAuthentication reports whether err wraps ErrAuthentication.
+func IsAuthentication(err error) bool { return errors.Is(err, ErrAuthentication) }
+
+// IsTLS reports whether err wraps ErrTLS.
+func IsTLS(err error) bool { return errors.Is(err, ErrTLS) }
+
 // PublishError reports per-message results of a Publish call in which some
 // messages were not delivered. len(Errs) == len(msgs); Errs[i] is nil if
 // msgs[i] was acknowledged by all in-sync replicas, else the reason it was
-// not. Use IsRetriable on each non-nil entry to decide whether to retry it.
+// not. Use Classify (or IsRetriable, IsRecordRejected, IsUnreachable) on
+// each non-nil entry to decide what to do with it.
 type PublishError struct {
 	Errs []error
 }
@@ -82,65 +126,249 @@ func (e *PublishError) Unwrap() []error {
 	return out
 }
 
-// IsRetriable reports whether err is transient, i.e. sending the same message
-// again later may succeed. For a *PublishError it reports whether every
-// failed message is retriable; callers should normally check Errs[i] one by
-// one instead. nil is not retriable.
-//
-// Retriable: network errors (net.Error, connection refused/reset, broken pipe,
-// io.EOF, io.ErrUnexpectedEOF), context.DeadlineExceeded, ErrNotAttempted,
-// and Kafka errors that kafka-go's Error.Temporary reports as temporary, which
-// include NOT_LEADER_OR_FOLLOWER (NOT_LEADER_FOR_PARTITION),
-// LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS,
-// NOT_ENOUGH_REPLICAS_AFTER_APPEND, NETWORK_EXCEPTION and
-// UNKNOWN_TOPIC_OR_PARTITION (the topic may still be being created).
-//
-// Permanent: MESSAGE_TOO_LARGE (and kafka-go's MessageTooLargeError),
-// INVALID_RECORD, CORRUPT_MESSAGE (kafka-go calls it temporary; the Java
-// client treats it as a permanent record error), RECORD_LIST_TOO_LARGE,
-// INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED,
-// CLUSTER_AUTHORIZATION_FAILED, any other Kafka error kafka-go does not call
-// temporary, context.Canceled, ErrClosed, ErrNoTopic and unknown errors.
-func IsRetriable(err error) bool {
-	if err == nil {
+// MissingTopicError is returned (wrapped) by CheckTopics when topics do not
+// exist: the broker answered UNKNOWN_TOPIC_OR_PARTITION for them, or
+// listed them without partitions. It unwraps to kafka-go's
+// UnknownTopicOrPartition, so Classify calls it retriable (the topic may
+// still be created). Test with IsMissingTopic.
+type MissingTopicError struct {
+	// Topics are the missing topics, in the order CheckTopics was given
+	// them.
+	Topics []string
+	// Broker is the address (host:port, from Config.Brokers) of the broker
+	// that answered.
+	Broker string
+	// AutoCreate is Config.AutoCreateTopic: the broker was asked to create
+	// the topics and did not (its auto.create.topics.enable is off).
+	AutoCreate bool
+}
+
+// Error names every missing topic and the broker, and what to do, e.g.
+// `kafka: topic "payments" does not exist (broker kafka1:9092): create it,
+// or enable Config.AutoCreateTopic (outbox-relay: --kafka-auto-create-topics)`.
+func (e *MissingTopicError) Error() string {
+	quoted := make([]string, len(e.Topics))
+	for i, t := range e.Topics {
+		quoted[i] = fmt.Sprintf("%q", t)
+	}
+	what := "topic " + quoted[0] + " does not exist"
+	if len(quoted) > 1 {
+		what = "topics " + strings.Join(quoted, ", ") + " do not exist"
+	}
+	if e.AutoCreate {
+		return fmt.Sprintf("kafka: %s (broker %s) and the broker did not create it on request "+
+			"(its auto.create.topics.enable is off): create it", what, e.Broker)
+	}
+	return fmt.Sprintf("kafka: %s (broker %s): create it, or enable Config.AutoCreateTopic "+
+		"(outbox-relay: --kafka-auto-create-topics) on a broker with auto.create.topics.enable", what, e.Broker)
+}
+
+// Unwrap returns kafka-go's UnknownTopicOrPartition, the broker's answer.
+func (e *MissingTopicError) Unwrap() error { return kafkago.UnknownTopicOrPartition }
+
+// IsMissingTopic reports whether err wraps a *MissingTopicError.
+func IsMissingTopic(err error) bool {
+	var mt *MissingTopicError
+	return errors.As(err, &mt)
+}
+
+// Class says what to do about a publish error; see Classify.
+type Class int
+
+const (
+	// ClassNone is the class of a nil error.
+	ClassNone Class = iota
+	// ClassRetriable: the broker answered with a transient error
+	// (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT,
+	// UNKNOWN_TOPIC_OR_PARTITION, ...). Sending the same record again later
+	// may succeed; the relay counts the failure as an attempt.
+	ClassRetriable
+	// ClassUnreachable: no usable broker: not reached, no answer in time,
+	// the connection refused by TLS or SASL, or the message not sent
+	// because of another one (ErrNotAttempted). Retry; the relay does not
+	// count it as an attempt (an outage or a misconfigured connection is
+	// not the event's fault).
+	ClassUnreachable
+	// ClassRejected: permanent for this record: the broker (or Publish,
+	// checking the same rule locally) refused the record itself or its
+	// destination (MESSAGE_TOO_LARGE, INVALID_RECORD, CORRUPT_MESSAGE,
+	// RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION, TOPIC_ or
+	// CLUSTER_AUTHORIZATION_FAILED). Retrying the same record can never
+	// succeed; the relay dead-letters it at once.
+	ClassRejected
+	// ClassOther: not transient as far as we know, yet not the record's
+	// fault: the publisher is closed, the call was canceled, a
+	// configuration error (ErrNoTopic), a Kafka error kafka-go does not call
+	// temporary, or an error we do not recognize. Not retriable by
+	// IsRetriable; the relay retries it with backoff and counts attempts.
+	ClassOther
+)
+
+// String returns "none", "retriable", "unreachable", "rejected" or "other".
+func (c Class) String() string {
+	switch c {
+	case ClassNone:
+		return "none"
+	case ClassRetriable:
+		return "retriable"
+	case ClassUnreachable:
+		return "unreachable"
+	case ClassRejected:
+		return "rejected"
+	case ClassOther:
+		return "other"
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// Error reasons returned by Classify and ErrorReason: a small fixed set,
+// fit for a metrics label.
+const (
+	ReasonUnreachable     = "unreachable"       // no answer from a broker (network, timeout), ErrNotAttempted
+	ReasonMessageTooLarge = "message_too_large" // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, local size check
+	ReasonInvalidRecord   = "invalid_record"    // INVALID_RECORD, CORRUPT_MESSAGE
+	ReasonNotLeader       = "not_leader"        // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE
+	ReasonNotEnoughISR    = "not_enough_replicas"
+	ReasonTimeout         = "request_timed_out" // REQUEST_TIMED_OUT from the broker
+	ReasonUnknownTopic    = "unknown_topic"     // UNKNOWN_TOPIC_OR_PARTITION (retriable), MissingTopicError
+	ReasonInvalidTopic    = "invalid_topic"     // INVALID_TOPIC_EXCEPTION, an illegal name refused locally (rejected)
+	ReasonAuthorization   = "authorization"     // TOPIC_ or CLUSTER_AUTHORIZATION_FAILED
+	ReasonAuthentication  = "authentication"    // ErrAuthentication: SASL refused
+	ReasonTLS             = "tls"               // ErrTLS: TLS handshake failed
+	ReasonOther           = "other"
+)
+
+// classRule is one row of the classification table: the first row whose
+// match reports true for an error classifies it.
+type classRule struct {
+	match  func(error) bool
+	class  Class
+	reason string
+}
+
+func is(targets ...error) func(error) bool {
+	return func(err error) bool {
+		for _, t := range targets {
+			if errors.Is(err, t) {
+				return true
+			}
+		}
 		return false
+	}
+}
+
+func code(codes ...kafkago.Error) func(error) bool {
+	return func(err error) bool {
+		var ke kafkago.Error
+		if !errors.As(err, &ke) {
+			return false
+		}
+		for _, c := range codes {
+			if ke == c {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// classRules is the one place that classifies errors; the order matters.
+// Kafka error codes: https://kafka.apache.org/protocol#protocol_error_codes;
+// which of them the Java producer treats as retriable:
+// org.apache.kafka.common.errors.RetriableException subclasses.
+var classRules = []classRule{
+	// Our own sentinels first: they wrap lower-level causes (a timeout, an
+	// EOF) that would otherwise read as an outage.
+	{is(ErrAuthentication), ClassUnreachable, ReasonAuthentication},
+	{is(ErrTLS), ClassUnreachable, ReasonTLS},
+	{is(ErrNotAttempted), ClassUnreachable, ReasonUnreachable},
+	{is(ErrClosed, io.ErrClosedPipe, ErrNoTopic, context.Canceled), ClassOther, ReasonOther},
+	{func(err error) bool {
+		var tooLarge kafkago.MessageTooLargeError
+		return errors.As(err, &tooLarge)
+	}, ClassRejected, ReasonMessageTooLarge},
+	{code(kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge), ClassRejected, ReasonMessageTooLarge},
+	// CORRUPT_MESSAGE (kafka-go's InvalidMessage) is temporary for
+	// kafka-go, but sending the same record bytes again cannot repair them.
+	{code(kafkago.InvalidRecord, kafkago.InvalidMessage), ClassRejected, ReasonInvalidRecord},
+	{code(kafkago.InvalidTopic), ClassRejected, ReasonInvalidTopic},
+	{code(kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed), ClassRejected, ReasonAuthorization},
+	// SASL error codes reach here only when not wrapped by
+	// annotateAuth (e.g. a caller's own kafka-go error values).
+	{code(kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState),
+		ClassUnreachable, ReasonAuthentication},
+	{code(kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable), ClassRetriable, ReasonNotLeader},
+	{code(kafkago.NotEnoughReplicas, kafkago.NotEnoughReplicasAfterAppend), ClassRetriable, ReasonNotEnoughISR},
+	{code(kafkago.RequestTimedOut), ClassRetriable, ReasonTimeout},
+	// The topic may be being created (or will be): retriable, but the
+	// relay's max attempts bound it.
+	{code(kafkago.UnknownTopicOrPartition), ClassRetriable, ReasonUnknownTopic},
+	{code(kafkago.NetworkException, kafkago.BrokerNotAvailable), ClassUnreachable, ReasonUnreachable},
+	{func(err error) bool {
+		var ke kafkago.Error
+		return errors.As(err, &ke) && ke.Temporary()
+	}, ClassRetriable, ReasonOther},
+	{func(err error) bool {
+		var ke kafkago.Error
+		return errors.As(err, &ke)
+	}, ClassOther, ReasonOther},
+	{isNetworkError, ClassUnreachable, ReasonUnreachable},
+}
+
+// Classify returns the class of an error returned by Publish, Ping or
+// CheckTopics (or of one PublishError entry), and its reason, one of the
+// Reason* constants. It is table-driven (classRules): the first rule that
+// matches anywhere in err's chain wins, so our own sentinels (ErrTLS,
+// ErrAuthentication, ErrNotAttempted, ErrClosed) take precedence over the
+// causes they wrap. IsRetriable, IsRecordRejected, IsUnreachable and
+// ErrorReason are views of it and never disagree.
+//
+// A *PublishError (anywhere in the chain) is classified by its failed
+// entries: the most severe class among them, in the order ClassRejected,
+// ClassOther, ClassRetriable, ClassUnreachable, with the reason of the
+// first entry of that class; a PublishError without failed entries is
+// ClassOther. nil is ClassNone with reason "".
+func Classify(err error) (Class, string) {
+	if err == nil {
+		return ClassNone, ""
 	}
 	var pe *PublishError
 	if errors.As(err, &pe) {
-		any := false
+		best, reason := ClassNone, ""
 		for _, e := range pe.Errs {
 			if e == nil {
 				continue
 			}
-			if !IsRetriable(e) {
-				return false
+			c, r := Classify(e)
+			if severity(c) > severity(best) {
+				best, reason = c, r
 			}
-			any = true
 		}
-		return any
-	}
-	switch {
-	case errors.Is(err, ErrNotAttempted):
-		return true
-	case errors.Is(err, ErrClosed), errors.Is(err, io.ErrClosedPipe),
-		errors.Is(err, ErrNoTopic), errors.Is(err, context.Canceled):
-		return false
-	}
-	if IsRecordRejected(err) {
-		return false
-	}
-	var ke kafkago.Error
-	if errors.As(err, &ke) {
-		switch ke {
-		case kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable,
-			kafkago.RequestTimedOut, kafkago.NotEnoughReplicas,
-			kafkago.NotEnoughReplicasAfterAppend, kafkago.UnknownTopicOrPartition,
-			kafkago.NetworkException, kafkago.BrokerNotAvailable:
-			return true
+		if best == ClassNone {
+			return ClassOther, ReasonOther
 		}
-		return ke.Temporary()
+		return best, reason
 	}
-	return isNetworkError(err)
+	for _, r := range classRules {
+		if r.match(err) {
+			return r.class, r.reason
+		}
+	}
+	return ClassOther, ReasonOther
+}
+
+func severity(c Class) int {
+	switch c {
+	case ClassUnreachable:
+		return 1
+	case ClassRetriable:
+		return 2
+	case ClassOther:
+		return 3
+	case ClassRejected:
+		return 4
+	}
+	return 0
 }
 
 // isNetworkError reports whether err says the broker was not reached or
@@ -156,100 +384,93 @@ func isNetworkError(err error) bool {
 	return errors.As(err, &ne)
 }
 
-// IsRecordRejected reports whether the broker refused err's message for
-// reasons in the message itself or its destination, so that sending it again
-// unchanged cannot succeed: MESSAGE_TOO_LARGE (also kafka-go's local
-// MessageTooLargeError), INVALID_RECORD, CORRUPT_MESSAGE,
-// RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION,
-// TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED. The relay
-// dead-letters such an event at once. Unlike !IsRetriable, an unknown error
-// is not a rejection: it is retried up to the relay's max attempts.
+// IsRetriable reports whether err is transient, i.e. sending the same
+// message again later may succeed: Classify(err) is ClassRetriable or
+// ClassUnreachable. For a *PublishError it reports whether every failed
+// message is retriable; callers should normally check Errs[i] one by one
+// instead. nil is not retriable.
+//
+// Retriable: network errors (net.Error, connection refused/reset, broken
+// pipe, io.EOF, io.ErrUnexpectedEOF), context.DeadlineExceeded,
+// ErrNotAttempted, ErrTLS, ErrAuthentication (the broker or its
+// configuration may be fixed), and Kafka errors that kafka-go's
+// Error.Temporary reports as temporary, which include
+// NOT_LEADER_OR_FOLLOWER (NOT_LEADER_FOR_PARTITION), LEADER_NOT_AVAILABLE,
+// REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+// NETWORK_EXCEPTION and UNKNOWN_TOPIC_OR_PARTITION (the topic may still be
+// being created).
+//
+// Not retriable: the rejections of IsRecordRejected (MESSAGE_TOO_LARGE and
+// kafka-go's MessageTooLargeError, INVALID_RECORD, CORRUPT_MESSAGE,
+// RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION and an illegal topic name,
+// TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED), any other
+// Kafka error kafka-go does not call temporary, context.Canceled,
+// ErrClosed, ErrNoTopic and unknown errors.
+func IsRetriable(err error) bool {
+	c, _ := Classify(err)
+	return c == ClassRetriable || c == ClassUnreachable
+}
+
+// IsRecordRejected reports whether Classify(err) is ClassRejected: the
+// broker refused err's message for reasons in the message itself or its
+// destination, so that sending it again unchanged cannot succeed:
+// MESSAGE_TOO_LARGE (also kafka-go's local MessageTooLargeError),
+// INVALID_RECORD, CORRUPT_MESSAGE, RECORD_LIST_TOO_LARGE,
+// INVALID_TOPIC_EXCEPTION (also a topic name Publish refuses locally, see
+// ValidateTopic), TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED.
+// The relay dead-letters such an event at once. Unlike !IsRetriable, an
+// unknown error is not a rejection: it is retried up to the relay's max
+// attempts; neither are ErrAuthentication and ErrTLS (a connection
+// problem, not the record's). For a *PublishError: whether any entry is a
+// rejection.
 func IsRecordRejected(err error) bool {
-	if err == nil {
-		return false
-	}
-	var tooLarge kafkago.MessageTooLargeError
-	if errors.As(err, &tooLarge) {
-		return true
-	}
-	var ke kafkago.Error
-	if errors.As(err, &ke) {
-		switch ke {
-		case kafkago.MessageSizeTooLarge, kafkago.InvalidRecord, kafkago.InvalidMessage,
-			kafkago.RecordListTooLarge, kafkago.InvalidTopic,
-			kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed:
-			return true
-		}
-	}
-	return false
+	c, _ := Classify(err)
+	return c == ClassRejected
 }
 
-// IsUnreachable reports whether err means the broker was not reached or did
-// not answer (a network error, a timeout, ErrNotAttempted) rather than the
-// broker answering with an error code. The relay does not count such
-// failures toward an event's max attempts: an outage is not a poison event.
+// IsUnreachable reports whether Classify(err) is ClassUnreachable: the
+// broker was not reached, did not answer, or refused the connection (TLS,
+// SASL), or the message was not sent because of another (ErrNotAttempted),
+// rather than the broker answering with an error code for the record. The
+// relay does not count such failures toward an event's max attempts: an
+// outage is not a poison event. For a *PublishError: whether every failed
+// entry is.
 func IsUnreachable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var ke kafkago.Error
-	if errors.As(err, &ke) {
-		return ke == kafkago.NetworkException || ke == kafkago.BrokerNotAvailable
-	}
-	return errors.Is(err, ErrNotAttempted) || isNetworkError(err)
+	c, _ := Classify(err)
+	return c == ClassUnreachable
 }
 
-// Error reasons returned by ErrorReason: a small fixed set, fit for a
-// metrics label.
-const (
-	ReasonUnreachable     = "unreachable"       // no answer from a broker (network, timeout)
-	ReasonMessageTooLarge = "message_too_large" // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, local size check
-	ReasonInvalidRecord   = "invalid_record"    // INVALID_RECORD, CORRUPT_MESSAGE
-	ReasonNotLeader       = "not_leader"        // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE
-	ReasonNotEnoughISR    = "not_enough_replicas"
-	ReasonTimeout         = "request_timed_out" // REQUEST_TIMED_OUT from the broker
-	ReasonUnknownTopic    = "unknown_topic"     // UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION
-	ReasonAuthorization   = "authorization"     // TOPIC_ or CLUSTER_AUTHORIZATION_FAILED
-	ReasonOther           = "other"
-)
-
-// ErrorReason classifies a publish error into one of the Reason*
-// constants.
+// ErrorReason returns the reason Classify gives err: one of the Reason*
+// constants. For nil it returns ReasonOther, as it always has.
 func ErrorReason(err error) string {
-	var tooLarge kafkago.MessageTooLargeError
-	if errors.As(err, &tooLarge) {
-		return ReasonMessageTooLarge
+	if err == nil {
+		return ReasonOther
 	}
-	var ke kafkago.Error
-	if errors.As(err, &ke) {
-		switch ke {
-		case kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge:
-			return ReasonMessageTooLarge
-		case kafkago.InvalidRecord, kafkago.InvalidMessage:
-			return ReasonInvalidRecord
-		case kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable:
-			return ReasonNotLeader
-		case kafkago.NotEnoughReplicas, kafkago.NotEnoughReplicasAfterAppend:
-			return ReasonNotEnoughISR
-		case kafkago.RequestTimedOut:
-			return ReasonTimeout
-		case kafkago.UnknownTopicOrPartition, kafkago.InvalidTopic:
-			return ReasonUnknownTopic
-		case kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed:
-			return ReasonAuthorization
-		}
-	}
-	if errors.Is(err, kafkago.MessageSizeTooLarge) {
-		return ReasonMessageTooLarge
-	}
-	if IsUnreachable(err) {
-		return ReasonUnreachable
-	}
-	return ReasonOther
+	_, r := Classify(err)
+	return r
 }
 
-// ErrMessageTooLarge is Kafka's MESSAGE_TOO_LARGE (kafka-go's
-// MessageSizeTooLarge, error code 10). Callers that refuse an oversized
-// message before sending it wrap it, so IsRecordRejected and ErrorReason
-// treat it like the broker's answer.
-var ErrMessageTooLarge error = kafkago.MessageSizeTooLarge
+// annotateAuth wraps ErrAuthentication around a SASL error code kafka-go
+// returned (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM,
+// ILLEGAL_SASL_STATE), naming the mechanism and user; other errors are
+// returned unchanged.
+func annotateAuth(err error, mechanism, user string) error {
+	if err == nil || errors.Is(err, ErrAuthentication) {
+		return err
+	}
+	var hint string
+	switch {
+	case errors.Is(err, kafkago.SASLAuthenticationFailed):
+		hint = "the broker refused the credentials (wrong password or unknown user)"
+	case errors.Is(err, kafkago.UnsupportedSASLMechanism):
+		hint = "the listener does not enable this mechanism (broker setting sasl.enabled.mechanisms)"
+	case errors.Is(err, kafkago.IllegalSASLState):
+		hint = "the listener may not use SASL (security.protocol PLAINTEXT or SSL)"
+	default:
+		return err
+	}
+	if mechanism == "" {
+		return fmt.Errorf("%w: no Config.SASLMechanism set: %s: %w", ErrAuthentication, hint, err)
+	}
+	return fmt.Errorf("%w: mechanism %s, user %q: %s: %w", ErrAuthentication, mechanism, user, hint, err)
+}

@@ -57,8 +57,9 @@ type Publisher struct {
 	cfg       Config
 	log       *zap.Logger
 	w         *kafkago.Writer
-	transport *kafkago.Transport
-	dialer    *kafkago.Dialer
+	transport *refreshingTransport
+	mech      sasl.Mechanism
+	dialer    *brokerDialer
 	conns     *connSet
 
 	closed    atomic.Bool
@@ -100,23 +101,27 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 	}
 
 	conns := &connSet{m: map[net.Conn]struct{}{}}
-	netDialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	transport := &kafkago.Transport{
+	dialer := &brokerDialer{
+		net:      &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
+		tls:      tlsCfg,
+		timeout:  cfg.DialTimeout,
+		mech:     cfg.SASLMechanism,
+		user:     cfg.SASLUsername,
+		clientID: cfg.ClientID,
+	}
+	p := &Publisher{cfg: cfg, log: log, mech: mech, dialer: dialer, conns: conns}
+	addr := kafkago.TCP(cfg.Brokers...)
+	p.transport = newRefreshingTransport(func() *kafkago.Transport {
 		// Track every broker connection so Close can cut the ones with a
 		// request in flight: kafka-go's Writer.Close otherwise waits for a
 		// blackholed produce request through all its attempts (MaxAttempts
-		// × WriteTimeout, 30s by default) with no way to cancel it.
-		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return conns.dial(ctx, netDialer, network, addr)
-		},
-		DialTimeout: cfg.DialTimeout,
-		MetadataTTL: cfg.MetadataTTL,
-		ClientID:    cfg.ClientID,
-		TLS:         tlsCfg,
-		SASL:        mech,
-	}
-	w := &kafkago.Writer{
-		Addr: kafkago.TCP(cfg.Brokers...),
+		// × WriteTimeout, 12s by default) with no way to cancel it.
+		return p.newTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return conns.dial(ctx, dialer, network, addr)
+		}, nil)
+	}, addr, cfg.DialTimeout+cfg.WriteTimeout, log)
+	p.w = &kafkago.Writer{
+		Addr: addr,
 		// Java-compatible murmur2 partitioning; Consistent makes nil keys
 		// hash like empty keys instead of going to a random partition.
 		Balancer:     kafkago.Murmur2Balancer{Consistent: true},
@@ -126,22 +131,17 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		BatchTimeout: cfg.BatchTimeout,
 		ReadTimeout:  cfg.WriteTimeout,
 		WriteTimeout: cfg.WriteTimeout,
+		// kafka-go's defaults, set explicitly because AttemptBudget counts
+		// on them.
+		WriteBackoffMin: writeBackoffMin,
+		WriteBackoffMax: writeBackoffMax,
 		// kafka-go's zero value is RequireNone; at-least-once needs all ISRs.
 		RequiredAcks:           kafkago.RequireAll,
 		Async:                  false,
 		Compression:            comp,
-		Transport:              transport,
+		Transport:              p.transport,
 		AllowAutoTopicCreation: cfg.AutoCreateTopic,
-		ErrorLogger: kafkago.LoggerFunc(func(format string, args ...any) {
-			log.Warn("kafka-go: " + fmt.Sprintf(format, args...))
-		}),
-	}
-	dialer := &kafkago.Dialer{
-		ClientID:      cfg.ClientID,
-		Timeout:       cfg.DialTimeout,
-		DualStack:     true,
-		TLS:           tlsCfg,
-		SASLMechanism: mech,
+		ErrorLogger:            newRetryLogger(log),
 	}
 	log.Info("publisher configured",
 		zap.Strings("brokers", cfg.Brokers),
@@ -153,7 +153,70 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		zap.String("compression", cfg.Compression),
 		zap.Bool("tls", cfg.TLSEnabled),
 		zap.String("sasl_mechanism", cfg.SASLMechanism))
-	return &Publisher{cfg: cfg, log: log, w: w, transport: transport, dialer: dialer, conns: conns}, nil
+	return p, nil
+}
+
+// kafka-go's Writer backoff between produce attempts: attempt² ×
+// writeBackoffMin, at most writeBackoffMax (kafka-go v0.4.51 writer.go
+// partitionWriter.writeBatch and dialer.go backoff; these are the
+// Writer.WriteBackoffMin/Max defaults).
+const (
+	writeBackoffMin = 100 * time.Millisecond
+	writeBackoffMax = time.Second
+)
+
+// newTransport returns a kafka-go Transport dialing with dial; a non-nil
+// metadataTopics limits its metadata requests to those topics (default:
+// all topics). TLS is done by dial (brokerDialer), not by kafka-go.
+func (p *Publisher) newTransport(dial func(context.Context, string, string) (net.Conn, error),
+	metadataTopics []string) *kafkago.Transport {
+	return &kafkago.Transport{
+		Dial:           dial,
+		DialTimeout:    p.cfg.DialTimeout,
+		MetadataTTL:    p.cfg.MetadataTTL,
+		MetadataTopics: metadataTopics,
+		ClientID:       p.cfg.ClientID,
+		SASL:           p.mech,
+	}
+}
+
+// AttemptBudget returns the longest time kafka-go may spend on one produce
+// request of a Publish call (one partition's messages, at most
+// MaxBatchMessages and MaxBatchBytes) through its retries: Config.MaxAttempts
+// attempts, each bounded by Config.WriteTimeout (kafka-go v0.4.51
+// writer.go Writer.produce), plus kafka-go's backoff before every attempt
+// after the first: attempt² × 100ms, at most 1s (writer.go
+// partitionWriter.writeBatch, dialer.go backoff). With the defaults: 3 ×
+// 4s + 100ms + 400ms = 12.5s. It does not include waiting for the first
+// cluster metadata of a new connection (bounded by Config.DialTimeout) or
+// the sequential sub-calls of a Publish call larger than one request (see
+// Publish). The relay needs it to be well below its lease, so that a
+// publish cannot outlive the claim of the rows it publishes.
+func (p *Publisher) AttemptBudget() time.Duration {
+	return attemptBudget(p.cfg.MaxAttempts, p.cfg.WriteTimeout)
+}
+
+func attemptBudget(attempts int, writeTimeout time.Duration) time.Duration {
+	d := time.Duration(attempts) * writeTimeout
+	for a := 1; a < attempts; a++ {
+		d += min(time.Duration(a*a)*writeBackoffMin, writeBackoffMax)
+	}
+	return d
+}
+
+// explain makes an error of a call on topic ("" if none) say what it
+// means: SASL error codes wrap ErrAuthentication with the mechanism and
+// user, and UNKNOWN_TOPIC_OR_PARTITION names the topic.
+func (p *Publisher) explain(topic string, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = annotateAuth(err, p.cfg.SASLMechanism, p.cfg.SASLUsername)
+	if topic != "" && errors.Is(err, kafkago.UnknownTopicOrPartition) && !IsAuthentication(err) {
+		err = fmt.Errorf("topic %q not found in the cluster metadata (create it, or enable Config.AutoCreateTopic): %w",
+			topic, err)
+	}
+	return err
 }
 
 func (c *Config) tlsConfig() (*tls.Config, error) {
@@ -259,13 +322,24 @@ func varIntLen(i int64) int {
 // order: if a message fails, no later message of the call with the same key
 // is delivered. A single message larger than MaxBatchBytes() fails alone with
 // a permanent error wrapping kafka-go's MessageSizeTooLarge; the others are
-// still sent.
+// still sent. A message whose topic Kafka can never accept (see
+// ValidateTopic) fails the same way, before sending, with an error wrapping
+// ErrInvalidTopic (kafka-go's InvalidTopic) that says why the name is
+// illegal; Classify gives both ClassRejected.
 //
 // If ctx ends first, Publish returns ctx's error, but messages already handed
 // to kafka-go may still be delivered later (a duplicate on retry); msgs'
 // byte slices must not be modified after such a return. One attempt is
 // bounded by Config.WriteTimeout; kafka-go retries retriable errors up to
-// Config.MaxAttempts times with 100ms-1s backoff.
+// Config.MaxAttempts times with 100ms-1s backoff (see AttemptBudget). When
+// an attempt fails because the partition's leader moved
+// (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, ...) or with a network
+// error, the cluster metadata is refreshed at once, so the retry reaches the
+// new leader instead of waiting for Config.MetadataTTL.
+//
+// Errors name their cause: UNKNOWN_TOPIC_OR_PARTITION names the topic, a
+// refused SASL exchange wraps ErrAuthentication, a failed TLS handshake
+// ErrTLS.
 //
 // Messages for several topics are sent as one call per topic, in order of
 // each topic's first message: kafka-go fails a whole call when one of its
@@ -367,6 +441,8 @@ func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 		}
 		errs[i] = err
 	}
+	var checkedTopic string // the last topic name validated, and the verdict
+	var topicErr error
 	for i := range msgs {
 		m := &msgs[i]
 		topic := m.Topic
@@ -375,6 +451,13 @@ func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 			if topic == "" {
 				return fmt.Errorf("publish: message %d: %w", i, ErrNoTopic)
 			}
+		}
+		if topic != checkedTopic {
+			checkedTopic, topicErr = topic, ValidateTopic(topic)
+		}
+		if topicErr != nil {
+			fail(i, topicErr) // a broker would answer INVALID_TOPIC_EXCEPTION
+			continue
 		}
 		size := MessageSize(m)
 		if size > p.cfg.BatchBytes {
@@ -408,6 +491,7 @@ func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 		}
 		failed, err := p.write(ctx, km[start:end], fail)
 		if err != nil {
+			err = p.explain(km[start].Topic, err)
 			if start == 0 && errs == nil {
 				return fmt.Errorf("publish: %w", err) // nothing delivered
 			}
@@ -450,7 +534,7 @@ func (p *Publisher) write(ctx context.Context, chunk []kafkago.Message, fail fun
 		if errors.As(err, &werrs) && len(werrs) == len(chunk) {
 			for j, e := range werrs {
 				if e != nil {
-					fail(chunk[j].WriterData.(int), e)
+					fail(chunk[j].WriterData.(int), p.explain(chunk[j].Topic, e))
 					failed = true
 				}
 			}
@@ -483,7 +567,10 @@ func (p *Publisher) write(ctx context.Context, chunk []kafkago.Message, fail fun
 // an error ("ping: ...") joining every broker's failure. Without a ctx
 // deadline it is bounded by Config.DialTimeout + Config.WriteTimeout. Use it
 // for readiness checks and for retrying at startup; IsRetriable tells
-// whether retrying makes sense.
+// whether retrying makes sense, Classify what went wrong: a refused SASL
+// exchange wraps ErrAuthentication, a failed TLS handshake ErrTLS (a
+// plaintext listener is recognized within about a quarter of a second),
+// both naming the broker.
 func (p *Publisher) Ping(ctx context.Context) error {
 	if p.closed.Load() {
 		return fmt.Errorf("ping: %w", ErrClosed)
@@ -499,7 +586,7 @@ func (p *Publisher) Ping(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		errs = append(errs, fmt.Errorf("broker %s: %w", b, err))
+		errs = append(errs, fmt.Errorf("broker %s: %w", b, p.explain("", err)))
 		if ctx.Err() != nil {
 			break
 		}
@@ -508,7 +595,13 @@ func (p *Publisher) Ping(ctx context.Context) error {
 }
 
 func (p *Publisher) pingOne(ctx context.Context, broker string) error {
-	conn, err := p.dialer.DialContext(ctx, "tcp", broker)
+	d := &kafkago.Dialer{
+		ClientID:      p.cfg.ClientID,
+		Timeout:       p.cfg.DialTimeout,
+		DialFunc:      p.dialer.dialConn, // TCP, then TLS if configured
+		SASLMechanism: p.mech,
+	}
+	conn, err := d.DialContext(ctx, "tcp", broker)
 	if err != nil {
 		return err
 	}
@@ -527,8 +620,8 @@ func (p *Publisher) pingOne(ctx context.Context, broker string) error {
 // connection, so a produce request in flight fails at once (its messages are
 // reported as not delivered to their Publish call) instead of being waited
 // for; Close is therefore bounded by kafka-go's retry backoff (about a
-// second), not by WriteTimeout. Later Publish and Ping calls fail with
-// ErrClosed. It is safe to call more than once.
+// second), not by WriteTimeout. Later Publish, Ping and CheckTopics calls
+// fail with ErrClosed. It is safe to call more than once.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
@@ -538,67 +631,8 @@ func (p *Publisher) Close() error {
 		if err := p.w.Close(); err != nil {
 			p.closeErr = fmt.Errorf("close: %w", err)
 		}
-		p.transport.CloseIdleConnections()
+		p.transport.close()
 		p.log.Info("publisher closed")
 	})
 	return p.closeErr
-}
-
-// connSet tracks the Writer's broker connections.
-type connSet struct {
-	mu     sync.Mutex
-	closed bool
-	m      map[net.Conn]struct{}
-}
-
-var errDialClosed = errors.New("kafka: publisher closing")
-
-func (s *connSet) dial(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, errDialClosed
-	}
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return nil, errDialClosed
-	}
-	tc := &trackedConn{Conn: c, set: s}
-	s.m[tc] = struct{}{}
-	return tc, nil
-}
-
-func (s *connSet) closeAll() {
-	s.mu.Lock()
-	s.closed = true
-	all := make([]net.Conn, 0, len(s.m))
-	for c := range s.m {
-		all = append(all, c)
-	}
-	s.mu.Unlock()
-	for _, c := range all {
-		_ = c.Close()
-	}
-}
-
-type trackedConn struct {
-	net.Conn
-	set  *connSet
-	once sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.set.mu.Lock()
-		delete(c.set.m, c)
-		c.set.mu.Unlock()
-	})
-	return c.Conn.Close()
 }

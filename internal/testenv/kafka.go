@@ -277,3 +277,52 @@ func (c *Consumer) Next(ctx context.Context) (Record, error) {
 
 // Close stops the consumer's client. It is idempotent.
 func (c *Consumer) Close() { c.close.Do(c.cl.Close) }
+
+// KafkaCluster returns a new in-process kfake cluster of n brokers (node
+// IDs 0 to n-1), each listening on 127.0.0.1 at a random port, closed when
+// the test ends. Unlike Kafka it ignores OUTBOX_TEST_KAFKA_BROKERS: tests
+// that need several brokers move partition leaders between them, which
+// only the in-process cluster can do. Automatic topic creation is off
+// (pass kfake.AllowAutoTopicCreation() to turn it on); create topics with
+// Topic, whose partitions kfake spreads over the brokers. Extra kfake
+// options are applied after kfake.NumBrokers(n).
+func KafkaCluster(t testing.TB, n int, opts ...kfake.Opt) *TestKafka {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("testenv: KafkaCluster: %d brokers", n)
+	}
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(n)}, opts...)...)
+	if err != nil {
+		t.Fatalf("testenv: kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return &TestKafka{Brokers: c.ListenAddrs(), Cluster: c}
+}
+
+// MoveLeader makes the next broker (by node ID, wrapping around) the
+// leader of topic's partition, as a leader election after a broker
+// restart or a partition reassignment would, and returns the node IDs of
+// the old and the new leader. kfake bumps the partition's leader epoch and
+// answers produce requests sent to the old leader with
+// NOT_LEADER_OR_FOLLOWER from then on; the cluster's metadata names the new
+// leader as soon as MoveLeader returns. It fails the test when k has no
+// in-process cluster, has a single broker, or lacks the partition.
+func (k *TestKafka) MoveLeader(t testing.TB, topic string, partition int32) (from, to int32) {
+	t.Helper()
+	if k.Cluster == nil {
+		t.Fatal("testenv: MoveLeader needs the in-process kfake cluster")
+	}
+	n := int32(len(k.Cluster.ListenAddrs()))
+	if n < 2 {
+		t.Fatal("testenv: MoveLeader needs at least 2 brokers")
+	}
+	from = k.Cluster.LeaderFor(topic, partition)
+	if from < 0 {
+		t.Fatalf("testenv: MoveLeader: %s/%d does not exist", topic, partition)
+	}
+	to = (from + 1) % n
+	if err := k.Cluster.MoveTopicPartition(topic, partition, to); err != nil {
+		t.Fatalf("testenv: move %s/%d to broker %d: %v", topic, partition, to, err)
+	}
+	return from, to
+}
