@@ -196,6 +196,27 @@ func (p *Publisher) AttemptBudget() time.Duration {
 	return attemptBudget(p.cfg.MaxAttempts, p.cfg.WriteTimeout)
 }
 
+// FitAttempts returns the Config.MaxAttempts and Config.WriteTimeout to use
+// when the caller set neither (zero values) so that one Publish call fits in
+// budget (see AttemptBudget): DefaultMaxAttempts attempts of at most
+// DefaultWriteTimeout when they fit, else fewer and shorter ones, down to
+// one attempt of budget (at least 100ms). Values the caller set are kept.
+// The relay passes half its lease as the budget.
+func FitAttempts(attempts int, writeTimeout, budget time.Duration) (int, time.Duration) {
+	if attempts == 0 {
+		attempts = DefaultMaxAttempts
+		if writeTimeout == 0 && attemptBudget(attempts, 100*time.Millisecond) > budget {
+			attempts = 1
+		}
+	}
+	if writeTimeout == 0 {
+		backoffs := attemptBudget(attempts, 0)
+		writeTimeout = min(DefaultWriteTimeout, max(100*time.Millisecond, (budget-backoffs)/time.Duration(attempts)))
+		writeTimeout = writeTimeout.Truncate(time.Millisecond)
+	}
+	return attempts, writeTimeout
+}
+
 func attemptBudget(attempts int, writeTimeout time.Duration) time.Duration {
 	d := time.Duration(attempts) * writeTimeout
 	for a := 1; a < attempts; a++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -30,7 +31,8 @@ type Readiness struct {
 	// Ready is true when every check passed.
 	Ready bool `json:"ready"`
 	// Failed names the checks that failed ("database", "listener",
-	// "broker", "relay", "stopping"), in that order; empty when Ready.
+	// "broker", "relay", "backlog", "stopping"), in that order; empty when
+	// Ready.
 	Failed []string `json:"failed"`
 	// Checks maps each check's name to its outcome.
 	Checks map[string]Check `json:"checks"`
@@ -40,11 +42,24 @@ type Readiness struct {
 }
 
 // Ready runs the readiness checks, or returns the cached result if it is
-// younger than Config.ReadyCacheTTL. The database ping and the broker ping
-// run concurrently, each bounded by Config.CheckTimeout. Checks:
-// "relay" (Attach was called), "database" (DB.Ping), "listener" (listening,
-// or poll-only when Components.Listener is nil), "broker"
-// (Components.Broker.Ping), and "stopping" (fails after SetStopping).
+// younger than Config.ReadyCacheTTL. Readiness means "events are moving",
+// not "connections are open". The database ping and the broker ping run
+// concurrently, each bounded by Config.CheckTimeout. Checks:
+//
+//   - "relay": Attach was called and the relay's Health says it moves
+//     events (no step stalled for longer than relay.Config.StallTimeout:
+//     every claim failing, e.g. a read-only database; claimed events none
+//     of which is published, e.g. a broker that accepts connections but
+//     never answers; every mark failing); the detail names the step and
+//     the last error;
+//   - "database": DB.Ping;
+//   - "listener": listening, or poll-only when Components.Listener is nil;
+//   - "broker": Components.Broker.Ping, and, when it implements
+//     TopicChecker, that Config.Topics exist (a missing topic is named);
+//   - "backlog": with Config.ReadyMaxAge, the oldest claimable event is
+//     not older than it;
+//   - "stopping": fails after SetStopping.
+//
 // Concurrent callers share one run of the checks.
 func (m *Metrics) Ready(ctx context.Context) Readiness {
 	m.readyMu.Lock()
@@ -83,15 +98,30 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 	}()
 	if comps == nil || comps.Relay == nil {
 		set("relay", errors.New("starting: waiting for the database and the broker"), "")
+	} else if h := comps.Relay.Health(); !h.Moving {
+		set("relay", fmt.Errorf("stalled since %s: %s: %s", h.Since.UTC().Format(time.RFC3339), h.Step, h.Reason), "")
 	} else {
-		set("relay", nil, "running")
+		set("relay", nil, "moving events")
+	}
+	if m.cfg.ReadyMaxAge > 0 {
+		if o := m.oldest.Load(); o != nil {
+			if age := o.age(o.claimable, time.Now()); age > m.cfg.ReadyMaxAge.Seconds() {
+				set("backlog", fmt.Errorf("the oldest claimable event is %.0fs old, over %s (--ready-max-age)", age, m.cfg.ReadyMaxAge), "")
+			} else {
+				set("backlog", nil, fmt.Sprintf("oldest claimable event %.1fs old", age))
+			}
+		}
 	}
 	if comps != nil {
 		if comps.Broker != nil {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				set("broker", ping(comps.Broker.Ping), "ok")
+				err := ping(comps.Broker.Ping)
+				if tc, ok := comps.Broker.(TopicChecker); ok && err == nil && len(m.cfg.Topics) > 0 {
+					err = ping(func(ctx context.Context) error { return tc.CheckTopics(ctx, m.cfg.Topics...) })
+				}
+				set("broker", err, "ok")
 			}()
 		} else {
 			set("broker", errors.New("no broker attached"), "")
@@ -109,7 +139,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 	}
 	wg.Wait()
 	r := Readiness{Ready: true, Checks: checks, CheckedAt: time.Now().UTC(), Failed: []string{}}
-	for _, name := range []string{"database", "listener", "broker", "relay", "stopping"} {
+	for _, name := range []string{"database", "listener", "broker", "relay", "backlog", "stopping"} {
 		if c, ok := checks[name]; ok && !c.OK {
 			r.Ready = false
 			r.Failed = append(r.Failed, name)

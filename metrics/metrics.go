@@ -54,6 +54,9 @@ type Config struct {
 	// Table is the outbox table, optionally schema-qualified. Defaults to
 	// "outbox".
 	Table string
+	// AggregateColumn is the table's aggregate ID column (lease.Columns).
+	// Defaults to "aggregate_id".
+	AggregateColumn string
 	// DefaultTopic is the relay's topic for rows whose topic column is
 	// NULL; it labels those rows in outbox_published_events_total. Defaults
 	// to "" (such rows are labelled topic="").
@@ -71,6 +74,15 @@ type Config struct {
 	// frequent probes do not ping the database and the broker each time.
 	// Defaults to 2s; negative disables the cache.
 	ReadyCacheTTL time.Duration
+	// ReadyMaxAge makes readiness fail while the oldest claimable event
+	// (unpublished, not dead-lettered, not leased or backing off, and not
+	// waiting behind an earlier event of its aggregate) is older than
+	// this, by the table gauges' last refresh. Defaults to 0 (off).
+	ReadyMaxAge time.Duration
+	// Topics are checked to exist by the "broker" readiness check when the
+	// attached broker can (Components.Broker implements TopicChecker):
+	// the relay's --topic. Defaults to none.
+	Topics []string
 }
 
 // Defaults of Config.
@@ -90,6 +102,9 @@ const (
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = "outbox"
+	}
+	if c.AggregateColumn == "" {
+		c.AggregateColumn = "aggregate_id"
 	}
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
@@ -118,6 +133,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("metrics: Config.QueryTimeout: must be positive, got %s", c.QueryTimeout)
 	case c.CheckTimeout <= 0:
 		return fmt.Errorf("metrics: Config.CheckTimeout: must be positive, got %s", c.CheckTimeout)
+	case c.ReadyMaxAge < 0:
+		return fmt.Errorf("metrics: Config.ReadyMaxAge: must not be negative, got %s", c.ReadyMaxAge)
 	}
 	return nil
 }
@@ -128,10 +145,11 @@ type DB interface {
 	Ping(ctx context.Context) error
 }
 
-// StatsSource gives the relay's cumulative counters; *relay.Relay
-// implements it.
-type StatsSource interface {
+// RelaySource gives the relay's cumulative counters and whether it moves
+// events; *relay.Relay implements it.
+type RelaySource interface {
 	Stats() relay.Stats
+	Health() relay.Health
 }
 
 // ListenerSource gives the notification listener's state and counters;
@@ -148,11 +166,19 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// TopicChecker checks that topics exist; *kafka.Publisher implements it.
+// The "broker" readiness check uses it, when the attached Broker has it,
+// for Config.Topics.
+type TopicChecker interface {
+	CheckTopics(ctx context.Context, topics ...string) error
+}
+
 // Components are the running relay's parts, given to Metrics.Attach once
 // they exist (after the start-up wait for the database and the broker).
 type Components struct {
-	// Relay provides the outbox_relay_* counters. Required for readiness.
-	Relay StatsSource
+	// Relay provides the outbox_relay_* counters and its Health, which the
+	// "relay" readiness check reports. Required for readiness.
+	Relay RelaySource
 	// Listener provides the listener metrics and the listener readiness
 	// check; nil means the relay runs poll-only (--no-notify), which is
 	// ready without a listener and exposes no listener metrics.
@@ -173,7 +199,6 @@ type Metrics struct {
 	comps    atomic.Pointer[Components]
 	stopping atomic.Bool
 
-	oldestAge     prometheus.Gauge
 	unpublished   prometheus.Gauge
 	deadLetters   prometheus.Gauge
 	refreshErrors prometheus.Counter
@@ -189,6 +214,9 @@ type Metrics struct {
 	markErrors    prometheus.Counter
 
 	refreshFailing atomic.Bool
+	// oldest is the last refresh's view of the oldest events, from which
+	// the age gauges are computed at scrape time.
+	oldest atomic.Pointer[oldestSnapshot]
 
 	readyMu     sync.Mutex
 	readyAt     time.Time
@@ -215,24 +243,56 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		logger = zap.NewNop()
 	}
 	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
+	agg := pgx.Identifier{cfg.AggregateColumn}.Sanitize()
 	m := &Metrics{
 		cfg: cfg,
 		db:  db,
 		log: logger.Named("metrics"),
 		reg: prometheus.NewRegistry(),
-		// Three index scans: the lowest-seq unpublished, live row through
+		// Index scans: the lowest-seq unpublished, live row through
 		// outbox_unpublished_seq_idx (LIMIT 1, it stops at the first row
-		// that is not a dead letter); the unpublished rows through the same
-		// index; the dead letters through outbox_dead_letters_idx.
-		statsSQL: `SELECT
-  coalesce(extract(epoch FROM now() - (SELECT created_at FROM ` + t + `
-     WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1)), 0)::float8,
+		// that is not a dead letter); the lowest-seq claimable row (the
+		// same, stopping at the first row whose lease is free and that no
+		// earlier event of its aggregate holds back: one probe of
+		// outbox_unpublished_aggregate_idx per row passed); the unpublished
+		// rows through the seq index; the dead letters through
+		// outbox_dead_letters_idx. Timestamps, not ages: the ages are
+		// computed when scraped (see oldestSnapshot).
+		statsSQL: `SELECT extract(epoch FROM now())::float8,
+  (SELECT extract(epoch FROM created_at)::float8 FROM ` + t + `
+     WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1),
+  (SELECT extract(epoch FROM o.created_at)::float8 FROM ` + t + ` o
+     WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL AND (o.locked_until IS NULL OR o.locked_until <= now())
+       AND NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.` + agg + ` = o.` + agg + ` AND p.published_at IS NULL
+                       AND p.seq < o.seq AND p.locked_until > now())
+     ORDER BY o.seq LIMIT 1),
   (SELECT count(*) FROM ` + t + ` WHERE published_at IS NULL AND dead_lettered_at IS NULL),
   (SELECT count(*) FROM ` + t + ` WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)`,
 	}
-	m.oldestAge = prometheus.NewGauge(prometheus.GaugeOpts{
+	ageNow := func(pick func(*oldestSnapshot) float64) func() float64 {
+		return func() float64 {
+			if o := m.oldest.Load(); o != nil {
+				return o.age(pick(o), time.Now())
+			}
+			return 0
+		}
+	}
+	oldestAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_oldest_unpublished_age_seconds",
-		Help: "Age (database clock, now() - created_at) of the lowest-seq unpublished event that is not dead-lettered; 0 when there is none. Refreshed every --metrics-interval.",
+		Help: "Age, when scraped, of the lowest-seq unpublished event that is not dead-lettered (database clock: created_at is the inserting transaction's start); 0 when there is none. Which event is oldest is refreshed every --metrics-interval; its age grows between refreshes.",
+	}, ageNow(func(o *oldestSnapshot) float64 { return o.unpublished }))
+	oldestClaimableAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "outbox_oldest_claimable_age_seconds",
+		Help: "Age, when scraped, of the lowest-seq claimable event: unpublished, not dead-lettered, not leased or backing off, not waiting behind an earlier event of its aggregate; 0 when there is none. A relay that keeps up keeps it near 0.",
+	}, ageNow(func(o *oldestSnapshot) float64 { return o.claimable }))
+	oldestCreated := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "outbox_oldest_unpublished_created_timestamp_seconds",
+		Help: "Unix time (database clock) of the lowest-seq unpublished event that is not dead-lettered, as of the last refresh; 0 when there is none.",
+	}, func() float64 {
+		if o := m.oldest.Load(); o != nil {
+			return o.unpublished
+		}
+		return 0
 	})
 	m.unpublished = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "outbox_unpublished_events",
@@ -291,7 +351,7 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		Help: "Failed mark statements (retried; events are published again if the lease ends first).",
 	})
 	m.reg.MustRegister(m.publishErrors, m.claimDur, m.batchSize, m.markDur, m.takeovers, m.leaseLost, m.markErrors)
-	m.reg.MustRegister(m.oldestAge, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
+	m.reg.MustRegister(oldestAge, oldestClaimableAge, oldestCreated, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&componentCollector{m: m})
 	return m, nil
@@ -378,11 +438,31 @@ func (m *Metrics) PublishFailed(_ lease.Row, topic string, err error, deadLetter
 	m.publishErrors.WithLabelValues(topic, kafka.ErrorReason(err), strconv.FormatBool(deadLettered)).Inc()
 }
 
+// oldestSnapshot is one refresh's view of the oldest events: their
+// created_at and the database's now(), as Unix seconds, and this host's
+// clock at the refresh. An age when scraped is the database's now() at the
+// refresh, plus the time elapsed since by this host's monotonic clock,
+// minus created_at: correct however far the two clocks are apart.
+type oldestSnapshot struct {
+	dbNow, unpublished, claimable float64 // 0: no such event
+	at                            time.Time
+}
+
+func (o *oldestSnapshot) age(created float64, now time.Time) float64 {
+	if created == 0 {
+		return 0
+	}
+	return max(0, o.dbNow+now.Sub(o.at).Seconds()-created)
+}
+
 // TableStats are the values behind the table gauges.
 type TableStats struct {
 	// OldestUnpublishedAge is the age of the lowest-seq unpublished, not
 	// dead-lettered event (database clock); 0 when there is none.
 	OldestUnpublishedAge time.Duration
+	// OldestClaimableAge is the age of the lowest-seq claimable event (see
+	// outbox_oldest_claimable_age_seconds); 0 when there is none.
+	OldestClaimableAge time.Duration
 	// Unpublished counts unpublished events that are not dead-lettered.
 	Unpublished int64
 	// DeadLetters counts dead-lettered events.
@@ -397,13 +477,22 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
 	defer cancel()
 	var s TableStats
-	var age float64
-	if err := m.db.QueryRow(ctx, m.statsSQL).Scan(&age, &s.Unpublished, &s.DeadLetters); err != nil {
+	var dbNow float64
+	var oldest, claimable *float64
+	if err := m.db.QueryRow(ctx, m.statsSQL).Scan(&dbNow, &oldest, &claimable, &s.Unpublished, &s.DeadLetters); err != nil {
 		m.refreshErrors.Inc()
 		return TableStats{}, fmt.Errorf("metrics: table stats: %w", err)
 	}
-	s.OldestUnpublishedAge = time.Duration(age * float64(time.Second))
-	m.oldestAge.Set(age)
+	snap := &oldestSnapshot{dbNow: dbNow, at: time.Now()}
+	if oldest != nil {
+		snap.unpublished = *oldest
+	}
+	if claimable != nil {
+		snap.claimable = *claimable
+	}
+	m.oldest.Store(snap)
+	s.OldestUnpublishedAge = time.Duration(snap.age(snap.unpublished, snap.at) * float64(time.Second))
+	s.OldestClaimableAge = time.Duration(snap.age(snap.claimable, snap.at) * float64(time.Second))
 	m.unpublished.Set(float64(s.Unpublished))
 	m.deadLetters.Set(float64(s.DeadLetters))
 	m.lastRefresh.SetToCurrentTime()
@@ -457,11 +546,15 @@ var (
 	descNotes        = prometheus.NewDesc("outbox_notifications_received_total", "Notifications received on the LISTEN channel (watchdog pings excluded).", nil, nil)
 	descReconnects   = prometheus.NewDesc("outbox_listener_reconnects_total", "Times the listener (re)established LISTEN, the first time included.", nil, nil)
 	descRelayRunning = prometheus.NewDesc("outbox_relay_up", "1 once the relay runs (after the start-up wait for the database and the broker), else 0.", nil, nil)
+	descStalled      = prometheus.NewDesc("outbox_relay_stalled", "1 while the relay moves no events: a step (label) made no progress for --stall-timeout (relay.Health), else 0 (and step=\"\").", []string{"step"}, nil)
+	descFailStreak   = prometheus.NewDesc("outbox_relay_consecutive_failures", "Claims or marks (label step) that failed in a row; 0 after a success.", []string{"step"}, nil)
+	descPubStalled   = prometheus.NewDesc("outbox_relay_publish_stalled_seconds", "How long events have been claimed without any of them being published or dead-lettered; 0 when none waits.", nil, nil)
 )
 
 func (c *componentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMarked, descFailed, descDead, descHeldBack, descReleased,
-		descClaims, descEmptyClaims, descWakeups, descConnected, descNotes, descReconnects, descRelayRunning} {
+		descClaims, descEmptyClaims, descWakeups, descConnected, descNotes, descReconnects, descRelayRunning,
+		descStalled, descFailStreak, descPubStalled} {
 		ch <- d
 	}
 }
@@ -488,6 +581,15 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descWakeups, s.WakePoll, "poll")
 	counter(descWakeups, s.WakeLinger, "linger")
 	counter(descWakeups, s.WakeBacklog, "backlog")
+	h := comps.Relay.Health()
+	stalled := 0.0
+	if !h.Moving {
+		stalled = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, stalled, h.Step)
+	ch <- prometheus.MustNewConstMetric(descFailStreak, prometheus.GaugeValue, float64(h.ClaimFailures), "claim")
+	ch <- prometheus.MustNewConstMetric(descFailStreak, prometheus.GaugeValue, float64(h.MarkFailures), "mark")
+	ch <- prometheus.MustNewConstMetric(descPubStalled, prometheus.GaugeValue, h.PublishStalledFor.Seconds())
 	if l := comps.Listener; l != nil {
 		connected := 0.0
 		if l.State() == notify.StateListening {

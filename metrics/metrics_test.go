@@ -104,6 +104,12 @@ VALUES (gen_random_uuid(), 'd', 't', '{}', now() - interval '10 minutes', now(),
 	if age := got["outbox_oldest_unpublished_age_seconds"]; age < 2 || age > 60 {
 		t.Errorf("outbox_oldest_unpublished_age_seconds = %v, want 2..60", age)
 	}
+	if age := got["outbox_oldest_claimable_age_seconds"]; age < 2 || age > 60 {
+		t.Errorf("outbox_oldest_claimable_age_seconds = %v, want 2..60", age)
+	}
+	if ts := got["outbox_oldest_unpublished_created_timestamp_seconds"]; ts < float64(time.Now().Add(-time.Minute).Unix()) || ts > float64(time.Now().Unix()) {
+		t.Errorf("outbox_oldest_unpublished_created_timestamp_seconds = %v, want about 2s ago", ts)
+	}
 	if got["outbox_table_stats_last_success_timestamp_seconds"] < float64(time.Now().Add(-time.Minute).Unix()) {
 		t.Errorf("last success timestamp not set: %v", got["outbox_table_stats_last_success_timestamp_seconds"])
 	}
@@ -181,9 +187,21 @@ ANALYZE outbox;`)
 	}
 }
 
-type fakeRelay struct{ s relay.Stats }
+// fakeRelay stands in for the relay, the dependency whose counters and
+// health metrics exports (the relay's own Health is tested in package
+// relay and by the fault suite).
+type fakeRelay struct {
+	s relay.Stats
+	h *relay.Health
+}
 
 func (f *fakeRelay) Stats() relay.Stats { return f.s }
+func (f *fakeRelay) Health() relay.Health {
+	if f.h == nil {
+		return relay.Health{Moving: true}
+	}
+	return *f.h
+}
 
 type fakeListener struct{ state atomic.Int32 }
 
@@ -201,7 +219,7 @@ func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
 	l := &fakeListener{}
 	l.state.Store(int32(notify.StateListening))
 	m.Attach(metrics.Components{
-		Relay: &fakeRelay{relay.Stats{Claims: 10, EmptyClaims: 4, Published: 5, Marked: 5, Failed: 2, HeldBack: 1, Released: 3, DeadLettered: 1,
+		Relay: &fakeRelay{s: relay.Stats{Claims: 10, EmptyClaims: 4, Published: 5, Marked: 5, Failed: 2, HeldBack: 1, Released: 3, DeadLettered: 1,
 			WakeNotify: 6, WakePoll: 2, WakeLinger: 1, WakeBacklog: 1}},
 		Listener: l,
 	})
@@ -390,5 +408,103 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	c := metrics.Config{}
 	if err := c.Validate(); err != nil || c.Interval != 5*time.Second || c.Table != "outbox" || c.ReadyCacheTTL != 2*time.Second {
 		t.Errorf("defaults: %+v %v", c, err)
+	}
+}
+
+// The age gauges are computed when scraped, not when the table was last
+// read: with no refresh in between, an event's age keeps growing (before,
+// it was a snapshot frozen for --metrics-interval: 0.015s four seconds
+// after the events were written).
+func TestOldestAgeGrowsBetweenRefreshes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) SELECT gen_random_uuid(), 'a' || i, 't', '{}' FROM generate_series(1, 20) i`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New(metrics.Config{Interval: time.Hour}, db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	first := scrape(t, srv.URL+"/metrics")["outbox_oldest_unpublished_age_seconds"]
+	created := scrape(t, srv.URL+"/metrics")["outbox_oldest_unpublished_created_timestamp_seconds"]
+	var later float64
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		later = scrape(t, srv.URL+"/metrics")["outbox_oldest_unpublished_age_seconds"]
+		return later >= first+1.5
+	}, "age stayed at %.3fs after the only refresh (want it to grow as scrapes go on)", later)
+	if now := scrape(t, srv.URL+"/metrics")["outbox_oldest_unpublished_created_timestamp_seconds"]; now != created {
+		t.Errorf("created timestamp changed without a refresh: %v -> %v", created, now)
+	}
+	t.Logf("age %.3fs at the refresh, %.3fs on a later scrape, no refresh in between", first, later)
+}
+
+// Readiness is "events are moving": a stalled relay fails the relay check,
+// naming the step and the error, and says it moves again once it does;
+// with ReadyMaxAge, an old claimable event fails the backlog check.
+func TestReadinessFollowsRelayHealthAndBacklogAge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	m, err := metrics.New(metrics.Config{ReadyCacheTTL: -1, ReadyMaxAge: time.Minute}, db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	fr := &fakeRelay{}
+	m.Attach(metrics.Components{Relay: fr, Broker: pingFunc(func(context.Context) error { return nil })})
+	if _, err := m.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := getReady(t, srv.URL); r.code != 200 || r.body.Checks["relay"].Detail != "moving events" {
+		t.Fatalf("healthy: %d %+v", r.code, r.body)
+	}
+	fr.h = &relay.Health{Moving: false, Step: "claim", Since: time.Now().Add(-40 * time.Second), ClaimFailures: 12,
+		Reason: "12 claims failed in a row for 40s: last error: ERROR: cannot execute UPDATE in a read-only transaction (SQLSTATE 25006)"}
+	r := getReady(t, srv.URL)
+	if r.code != 503 || strings.Join(r.body.Failed, ",") != "relay" || !strings.Contains(r.body.Checks["relay"].Detail, "claim: 12 claims failed") ||
+		!strings.Contains(r.body.Checks["relay"].Detail, "25006") {
+		t.Fatalf("stalled: %d %+v", r.code, r.body)
+	}
+	got := scrape(t, srv.URL+"/metrics")
+	want(t, got, `outbox_relay_stalled{step="claim"}`, 1)
+	want(t, got, `outbox_relay_consecutive_failures{step="claim"}`, 12)
+	fr.h = nil
+	if r := getReady(t, srv.URL); r.code != 200 {
+		t.Fatalf("moving again: %d %+v", r.code, r.body)
+	}
+	want(t, scrape(t, srv.URL+"/metrics"), `outbox_relay_stalled{step=""}`, 0)
+
+	// An event claimable for two minutes: not ready. One leased by a relay,
+	// or waiting behind a leased one, is not claimable.
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at, locked_until, locked_by)
+VALUES (gen_random_uuid(), 'leased', 't', '{}', now() - interval '5 minutes', now() + interval '1 minute', 'other');
+INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
+VALUES (gen_random_uuid(), 'leased', 't', '{}', now() - interval '4 minutes');`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := getReady(t, srv.URL); r.code != 200 {
+		t.Fatalf("only leased or held-back events: %d %+v", r.code, r.body)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
+VALUES (gen_random_uuid(), 'free', 't', '{}', now() - interval '2 minutes')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r = getReady(t, srv.URL)
+	if r.code != 503 || strings.Join(r.body.Failed, ",") != "backlog" || !strings.Contains(r.body.Checks["backlog"].Detail, "over 1m0s") {
+		t.Fatalf("claimable event 2 minutes old: %d %+v", r.code, r.body)
 	}
 }

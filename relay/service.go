@@ -23,7 +23,9 @@ type ServiceConfig struct {
 	// Lease configures the claimer (table, lease, batch size, columns).
 	Lease lease.Config
 	// Kafka configures the publisher. Brokers is required; Topic defaults
-	// to Relay.Topic.
+	// to Relay.Topic; MaxAttempts and WriteTimeout, when zero, default to
+	// what fits in half of Lease.Lease (kafka.FitAttempts: 3 attempts of 4s
+	// with the default 30s lease).
 	Kafka kafka.Config
 	// Notify configures the LISTEN connection. Ignored with NoNotify.
 	Notify notify.Config
@@ -76,6 +78,9 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	if err != nil {
 		return nil, err
 	}
+	// Unless set, the publisher's attempts fit in half the lease: one
+	// publish must not outlive the claim of its rows.
+	cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout = kafka.FitAttempts(cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout, claimer.Config().Lease/2)
 	pub, err := kafka.NewPublisher(cfg.Kafka, logger)
 	if err != nil {
 		return nil, err

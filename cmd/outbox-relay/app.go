@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/kafka"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -373,7 +374,12 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, check func(conte
 // refused the credentials (class 28).
 func permanent(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "3D000" || strings.HasPrefix(pgErr.Code, "28"))
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "3D000" || strings.HasPrefix(pgErr.Code, "28")
+	}
+	// The broker refused the SASL credentials or mechanism, or does not
+	// speak TLS where --kafka-tls expects it: waiting will not help.
+	return kafka.IsAuthentication(err) || kafka.IsTLS(err)
 }
 
 func connectFunc(cfg *pgx.ConnConfig) func(ctx context.Context) (*pgx.Conn, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/pgoutbox/outbox/kafka"
 	"io"
 	"strings"
 
@@ -256,6 +257,8 @@ func refuseZeros(fs *flag.FlagSet, from origins) error {
 		case f.Name == "linger":
 			err = usagef("--linger: 0 is refused%s: a negative value, e.g. --linger=-1ms, turns lingering off; omit it (and %s) for the default, %s",
 				src, envName(f.Name), f.DefValue)
+		case f.Name == "kafka-write-timeout":
+			err = usagef("--kafka-write-timeout: must be positive%s (omit it, and %s, for the default: %s, or what fits in half of --lease)", src, envName(f.Name), kafka.DefaultWriteTimeout)
 		case zeroRefused[f.Name]:
 			err = usagef("--%s: must be positive%s (omit it, and %s, for the default, %s)", f.Name, src, envName(f.Name), f.DefValue)
 		}

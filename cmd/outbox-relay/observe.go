@@ -25,6 +25,7 @@ import (
 type observeFlags struct {
 	metricsAddr       string
 	metricsInterval   time.Duration
+	readyMaxAge       time.Duration
 	retention         time.Duration
 	retentionBatch    int
 	retentionInterval time.Duration
@@ -35,6 +36,8 @@ func (o *observeFlags) register(fs *flag.FlagSet) {
 		"listen address, [host]:port, of the HTTP server for /metrics, /healthz and /readyz; an address in use stops the relay at start (exit 2): several relays on one host need one port each; --metrics-addr '' turns it off (an empty OUTBOX_METRICS_ADDR is ignored like every empty variable)")
 	fs.DurationVar(&o.metricsInterval, "metrics-interval", metrics.DefaultInterval,
 		"how often the outbox_* table gauges (oldest unpublished age, counts) are computed from SQL")
+	fs.DurationVar(&o.readyMaxAge, "ready-max-age", 0,
+		"/readyz fails while the oldest claimable event (unpublished, not leased, not backing off, not behind an earlier event of its aggregate) is older than this (0: off)")
 	fs.DurationVar(&o.retention, "retention", retention.DefaultRetention,
 		"delete published rows this long after they were published (0: right after publishing; negative: never delete)")
 	fs.IntVar(&o.retentionBatch, "retention-batch", retention.DefaultBatchSize,
@@ -53,7 +56,7 @@ func (o *observeFlags) retentionConfig(table string) (cfg retention.Config, ok b
 }
 
 var observeConfigFlags = map[string]string{
-	"metrics.Interval": "--metrics-interval", "metrics.Table": "--table",
+	"metrics.Interval": "--metrics-interval", "metrics.Table": "--table", "metrics.ReadyMaxAge": "--ready-max-age",
 	"retention.Retention": "--retention", "retention.BatchSize": "--retention-batch",
 	"retention.Interval": "--retention-interval", "retention.Table": "--table",
 }
@@ -113,8 +116,9 @@ type observer struct {
 // or be silently unmonitored. An empty --metrics-addr turns the server off
 // on purpose. Call stop when run ends; ctx's end makes /readyz fail
 // ("stopping") while the relay drains.
-func startObserve(ctx context.Context, o *observeFlags, pool *pgxpool.Pool, table, topic string, log *zap.Logger) (*observer, error) {
-	m, err := metrics.New(metrics.Config{Table: table, DefaultTopic: topic, Interval: o.metricsInterval}, pool, log)
+func startObserve(ctx context.Context, o *observeFlags, pool *pgxpool.Pool, table, aggregateColumn, topic string, log *zap.Logger) (*observer, error) {
+	m, err := metrics.New(metrics.Config{Table: table, AggregateColumn: aggregateColumn, DefaultTopic: topic, Topics: []string{topic},
+		Interval: o.metricsInterval, ReadyMaxAge: o.readyMaxAge}, pool, log)
 	if err != nil {
 		return nil, usageError{err}
 	}

@@ -66,7 +66,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.DurationVar(&f.relay.StallTimeout, "stall-timeout", relay.DefaultStallTimeout, "after this long without progress (every claim or mark failing, or claimed events none of which is published or dead-lettered) the relay logs one error, /readyz answers 503 naming the step, and outbox_relay_stalled is 1")
 	fs.DurationVar(&f.startupWait, "startup-wait", 0, "how long to wait for Postgres and Kafka at start before giving up (0: forever)")
 	fs.StringVar(&f.kafka.ClientID, "kafka-client-id", kafka.DefaultClientID, "Kafka client.id")
-	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", kafka.DefaultWriteTimeout, "timeout of one produce attempt; kafka-go makes up to 3, and the 3 with their backoffs must fit in half of --lease (0 is refused)")
+	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 0, fmt.Sprintf("timeout of one produce attempt; kafka-go makes up to %d, which with their backoffs must fit in half of --lease (default %s, less with a --lease under 26s: what fits; 0 is refused)", kafka.DefaultMaxAttempts, kafka.DefaultWriteTimeout))
 	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout (0: the publisher's small default)")
 	fs.BoolVar(&f.kafka.AutoCreateTopic, "kafka-auto-create-topics", false, "let metadata requests create missing topics on brokers that allow it (auto.create.topics.enable)")
 	fs.StringVar(&f.kafka.Compression, "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
@@ -234,7 +234,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	obs, err := startObserve(ctx, &f.observe, pool, f.table, f.relay.Topic, log)
+	obs, err := startObserve(ctx, &f.observe, pool, f.table, f.lease.Columns.AggregateID, f.relay.Topic, log)
 	if err != nil {
 		return err
 	}
@@ -263,6 +263,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
+	// A topic that does not exist fails every publish to it; say so once,
+	// now. The relay still starts (the topic may be created in a moment),
+	// and /readyz names the topic until it exists.
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := svc.Publisher().CheckTopics(tctx, f.relay.Topic); err != nil {
+		log.Error("topic check failed: events for it cannot be published until it exists; /readyz is not ready meanwhile",
+			zap.String("topic", f.relay.Topic), zap.Bool("kafka_auto_create_topics", f.kafka.AutoCreateTopic), zap.Error(err))
+	}
+	cancel()
 	if err := obs.attach(svc); err != nil {
 		return err
 	}

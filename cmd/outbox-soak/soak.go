@@ -478,7 +478,7 @@ func (s *soak) startRelay(slot int) error {
 	cmd := exec.Command(s.bin, "run",
 		"--database-url", s.dsn, "--brokers", strings.Join(s.brokers, ","), "--topic", s.topic,
 		"--channel", s.schema, "--relay-id", name, "--lease", s.cfg.lease.String(),
-		"--kafka-write-timeout", "5s", "--shutdown-timeout", "5s")
+		"--kafka-write-timeout", "4s", "--shutdown-timeout", "5s", "--metrics-addr", "")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OUTBOX_") && !strings.HasPrefix(kv, "DATABASE_URL=") {
 			cmd.Env = append(cmd.Env, kv)

@@ -72,7 +72,16 @@ func (k *TestKafka) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 // cluster's metadata. It returns the name.
 func (k *TestKafka) Topic(t testing.TB, partitions int32) string {
 	t.Helper()
-	name := topicName(t.Name())
+	return k.NamedTopic(t, topicName(t.Name()), partitions)
+}
+
+// TopicName returns the unique topic name Topic would create for t, without
+// creating it (tests of a topic that does not exist yet).
+func TopicName(t testing.TB) string { return topicName(t.Name()) }
+
+// NamedTopic creates the topic name (see Topic) and returns it.
+func (k *TestKafka) NamedTopic(t testing.TB, name string, partitions int32) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
