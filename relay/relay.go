@@ -319,7 +319,9 @@ func (r *Relay) settle(work context.Context, br *batchRun) {
 	if len(gave)+len(stuck) > 0 {
 		r.gate.flush()
 	}
-	r.fails.flush(r.now(), len(br.failures) == 0 && !br.outage)
+	// A batch that delivered events and had no failure ends a failure
+	// episode; one whose events were all held back does not.
+	r.fails.flush(r.now(), br.delivered > 0 && len(br.failures) == 0 && !br.outage)
 }
 
 // settleFailures gives failed rows back with a per-row backoff and their

@@ -168,7 +168,7 @@ func TestRunServesMetricsHealthAndReadiness(t *testing.T) {
 	}, "table gauges not refreshed")
 	for series, v := range map[string]float64{
 		"outbox_relay_up":                                        1,
-		"outbox_relay_published_total":                           5,
+		"outbox_relay_marked_total":                              5,
 		"outbox_relay_publish_failures_total":                    0,
 		"outbox_relay_dead_lettered_total":                       0,
 		"outbox_published_events_total{topic=\"" + topic + "\"}": 4,
@@ -247,7 +247,7 @@ func TestRunPollOnlyIsReadyWithoutListener(t *testing.T) {
 	t.Parallel()
 	db := testenv.MigratedDB(t)
 	k := testenv.Kafka(t)
-	r := startRun(t, "--database-url", db.ConnString, "--brokers", strings.Join(k.Brokers, ","), "--topic", "t",
+	r := startRun(t, "--database-url", db.ConnString, "--brokers", strings.Join(k.Brokers, ","), "--topic", k.Topic(t, 1),
 		"--no-notify", "--metrics-addr", "127.0.0.1:0", "--retention", "-1s")
 	var body map[string]any
 	testenv.Eventually(t, 20*time.Second, func() bool {

@@ -3,12 +3,14 @@ package faults
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -43,12 +45,15 @@ func ipHeaderValues(r *kgo.Record, key string) []string {
 }
 
 // TestInprocAnyValidJSONBFromPlainSQL: a plain-SQL writer can store any
-// valid jsonb (and SQL NULL) as payload, and any jsonb as headers. The relay
-// publishes every payload byte for byte as PostgreSQL renders it
-// (payload::text; jsonb normalizes spacing, key order, duplicate keys and
-// escapes at insert), SQL NULL as a null value (a tombstone), and headers
-// that are not an object of strings in a documented fallback: non-string
-// values as their JSON text, a non-object as header outbox_headers_raw.
+// valid jsonb (and SQL NULL) as payload. The relay publishes every payload
+// byte for byte as PostgreSQL renders it (payload::text; jsonb normalizes
+// spacing, key order, duplicate keys and escapes at insert), SQL NULL as a
+// null value (a tombstone). Headers other than an object of strings are
+// refused by outbox_headers_check now; rows written before it (emulated by
+// dropping it) are published as documented: numbers as their exact JSON
+// text, booleans as true/false, JSON null as no header, objects and arrays
+// as compact JSON; a document that is not an object is dead-lettered by
+// itself, with the reason.
 func TestInprocAnyValidJSONBFromPlainSQL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -67,6 +72,8 @@ func TestInprocAnyValidJSONBFromPlainSQL(t *testing.T) {
 		// wantHeaders are extra headers expected besides event_id,
 		// event_type and aggregate_id.
 		wantHeaders map[string]string
+		// dead: the row cannot be published; it is dead-lettered.
+		dead bool
 	}
 	p := func(s string) *string { return &s }
 	rows := []row{
@@ -86,11 +93,17 @@ func TestInprocAnyValidJSONBFromPlainSQL(t *testing.T) {
 		{name: "bool", payload: p(`true`)},
 		{name: "duplicate keys and spacing", payload: p(` { "b" : [ 1 , 2 ] , "a" : 1 , "a" : 2 } `)},
 		{name: "headers mixed types", payload: p(`{}`), headers: p(`{"n": 1, "b": true, "nul": null, "o": {"x": [1]}, "s": "str", "": "empty name"}`),
-			wantHeaders: map[string]string{"n": "1", "b": "true", "nul": "null", "o": `{"x":[1]}`, "s": "str", "": "empty name"}},
-		{name: "headers array", payload: p(`{}`), headers: p(`[1, "two"]`), wantHeaders: map[string]string{"outbox_headers_raw": `[1, "two"]`}},
-		{name: "headers string", payload: p(`{}`), headers: p(`"str"`), wantHeaders: map[string]string{"outbox_headers_raw": `"str"`}},
+			wantHeaders: map[string]string{"n": "1", "b": "true", "o": `{"x":[1]}`, "s": "str", "": "empty name"}},
+		{name: "headers numbers exactly", payload: p(`{}`), headers: p(`{"tenant_id": 9007199254740993, "seq": 12345678901234567890, "amount": 100.10, "none": null}`),
+			wantHeaders: map[string]string{"tenant_id": "9007199254740993", "seq": "12345678901234567890", "amount": "100.10"}},
+		{name: "headers array", payload: p(`{}`), headers: p(`[1, "two"]`), dead: true},
+		{name: "headers string", payload: p(`{}`), headers: p(`"str"`), dead: true},
 		{name: "headers json null", payload: p(`{}`), headers: p(`null`), wantHeaders: map[string]string{}},
 		{name: "headers empty object", payload: p(`{}`), headers: p(`{}`), wantHeaders: map[string]string{}},
+	}
+	// Rows written before outbox_headers_check existed.
+	if _, err := db.Pool.Exec(ctx, "ALTER TABLE outbox DROP CONSTRAINT outbox_headers_check"); err != nil {
+		t.Fatal(err)
 	}
 	ids := make([]uuid.UUID, len(rows))
 	tx, err := db.Pool.Begin(ctx)
@@ -99,8 +112,12 @@ func TestInprocAnyValidJSONBFromPlainSQL(t *testing.T) {
 	}
 	for i, r := range rows {
 		ids[i] = uuid.New() // v4: plain-SQL writers need not use v7
+		agg := fmt.Sprintf("agg-%d", i%3)
+		if r.dead {
+			agg = fmt.Sprintf("dead-%d", i) // a dead letter holds its aggregate's later events
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, headers) VALUES ($1, $2, 'bad.input', $3::jsonb, $4::jsonb)`,
-			ids[i], fmt.Sprintf("agg-%d", i%3), r.payload, r.headers); err != nil {
+			ids[i], agg, r.payload, r.headers); err != nil {
 			t.Fatalf("%s: insert: %v", r.name, err)
 		}
 	}
@@ -111,7 +128,13 @@ func TestInprocAnyValidJSONBFromPlainSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	recs := ipRawRecords(t, k, topic, len(rows), 15*time.Second)
+	dead := 0
+	for _, r := range rows {
+		if r.dead {
+			dead++
+		}
+	}
+	recs := ipRawRecords(t, k, topic, len(rows)-dead, 15*time.Second)
 	byID := map[string]*kgo.Record{}
 	for _, r := range recs {
 		for _, v := range ipHeaderValues(r, "event_id") {
@@ -120,6 +143,15 @@ func TestInprocAnyValidJSONBFromPlainSQL(t *testing.T) {
 	}
 	for i, r := range rows {
 		rec := byID[ids[i].String()]
+		if r.dead {
+			var lastErr string
+			if err := db.Pool.QueryRow(ctx, "SELECT coalesce(last_error, '') FROM outbox WHERE id = $1 AND dead_lettered_at IS NOT NULL", ids[i]).Scan(&lastErr); err != nil || rec != nil {
+				t.Errorf("%s: not dead-lettered (%v) or published (%v)", r.name, err, rec != nil)
+			} else if !strings.Contains(lastErr, "headers") {
+				t.Errorf("%s: last_error %q does not name the headers", r.name, lastErr)
+			}
+			continue
+		}
 		if rec == nil {
 			t.Errorf("%s: event %s not on Kafka", r.name, ids[i])
 			continue
@@ -149,7 +181,14 @@ func TestInprocAnyValidJSONBFromPlainSQL(t *testing.T) {
 			t.Errorf("%s: extra headers %v, want %v", r.name, got, r.wantHeaders)
 		}
 	}
-	testenv.Eventually(t, 10*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "not all rows marked")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL") == 0
+	}, "not all rows marked")
+	// The checker compares the topic with the table: the dead letters are
+	// checked above.
+	if _, err := db.Pool.Exec(ctx, "DELETE FROM outbox WHERE dead_lettered_at IS NOT NULL"); err != nil {
+		t.Fatal(err)
+	}
 	checkTopic(t, db.Pool, k.Brokers, topic, "bad input: any valid jsonb / SQL NULL / odd headers", 10*time.Second)
 }
 
@@ -219,8 +258,19 @@ func TestInprocRowHeadersCannotShadowReservedHeaders(t *testing.T) {
 	topic := k.Topic(t, 1)
 	ipStartRelay(t, db, k.Brokers, topic, ipConfig{})
 	id, other := uuid.New(), uuid.New()
+	spoof := fmt.Sprintf(`{"event_id": %q, "event_type": "spoofed.type", "aggregate_id": "spoofed-agg", "tenant": "acme"}`, other)
+	// The table refuses such headers now (outbox_headers_check)...
+	var pgErr *pgconn.PgError
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, headers) VALUES ($1, 'agg', 'real.type', '{}', $2::jsonb)`,
-		id, fmt.Sprintf(`{"event_id": %q, "event_type": "spoofed.type", "aggregate_id": "spoofed-agg", "tenant": "acme"}`, other)); err != nil {
+		uuid.New(), spoof); !errors.As(err, &pgErr) || pgErr.ConstraintName != "outbox_headers_check" {
+		t.Fatalf("insert with reserved header names: %v; want outbox_headers_check to refuse it", err)
+	}
+	// ...but a row written before the constraint may have them.
+	if _, err := db.Pool.Exec(ctx, "ALTER TABLE outbox DROP CONSTRAINT outbox_headers_check"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, headers) VALUES ($1, 'agg', 'real.type', '{}', $2::jsonb)`,
+		id, spoof); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify($1, '')", db.Schema); err != nil {

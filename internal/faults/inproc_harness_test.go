@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
@@ -53,6 +54,8 @@ type ipConfig struct {
 	WrapPublisher func(relay.Publisher) relay.Publisher
 	// LogLevel of the relay's logs (through t.Log); defaults to info.
 	LogLevel *zapcore.Level
+	// Logger, if set, replaces the test logger (tests that count lines).
+	Logger *zap.Logger
 	// NoWaitListening starts the relay without waiting for LISTEN.
 	NoWaitListening bool
 }
@@ -92,6 +95,9 @@ func ipLogLevel(l *zapcore.Level) zapcore.Level {
 func ipStartRelay(t testing.TB, db *testenv.TestDB, brokers []string, topic string, c ipConfig) *ipRelay {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(ipLogLevel(c.LogLevel)))
+	if c.Logger != nil {
+		log = c.Logger
+	}
 	h := &ipRelay{t: t, runDone: make(chan struct{}), done: make(chan struct{})}
 	cfg := relay.ServiceConfig{
 		Relay: c.Relay, Lease: c.Lease, NoNotify: c.NoNotify, Notify: c.Notify, ListenConnString: c.ConnString,
