@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/lease"
@@ -60,7 +62,10 @@ type eventReport struct {
 	Message   string    `json:"message,omitempty"`
 }
 
-func inspectSQL(t string, cols lease.Columns) string {
+// inspectSQL reads one event by its ID given as text, cast to the ID
+// column's type idType (uuid, text, bigint...), so the primary key's index
+// finds it.
+func inspectSQL(t string, cols lease.Columns, idType string) string {
 	id := func(c string) string { return pgx.Identifier{c}.Sanitize() }
 	aggType := "NULL::text"
 	if cols.AggregateType != "" {
@@ -75,7 +80,7 @@ func inspectSQL(t string, cols lease.Columns) string {
     WHEN locked_by IS NULL AND locked_until > now() THEN 'backing_off'
     ELSE 'pending'
   END
-FROM ` + t + ` WHERE ` + id(cols.ID) + ` = $1`
+FROM ` + t + ` WHERE ` + id(cols.ID) + ` = CAST($1::text AS ` + idType + `)`
 }
 
 // errEventNotFound is inspect's failure for an unknown event ID (exit 1).
@@ -90,16 +95,23 @@ func (e errEventNotFound) Error() string {
 // routes it.
 func queryEvent(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}, tbl *tableFlags, cols lease.Columns, id uuid.UUID) (*eventReport, error) {
-	r := &eventReport{EventID: id.String(), tableArgs: tbl.commandArgs()}
+}, tbl *tableFlags, cols lease.Columns, id string) (*eventReport, error) {
+	r := &eventReport{EventID: id, tableArgs: tbl.commandArgs()}
 	var (
 		created  time.Time
 		state    string
 		topicCol *string
 	)
-	err := q.QueryRow(ctx, inspectSQL(outbox.TableIdentifier(tbl.table), cols), id).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
+	var idType string
+	if err := q.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2`,
+		outbox.TableIdentifier(tbl.table), cols.ID).Scan(&idType); err != nil {
+		return nil, fmt.Errorf("inspect: type of the ID column %q: %w", cols.ID, err)
+	}
+	err := q.QueryRow(ctx, inspectSQL(outbox.TableIdentifier(tbl.table), cols, idType), id).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
 		&created, &r.PublishedAt, &r.Attempts, &r.LastError, &r.DeadLetteredAt, &r.LockedBy, &r.lockedUntil, &r.heldForever, &r.CheckedAt, &state)
-	if isNoRows(err) {
+	var pgErr *pgconn.PgError
+	if isNoRows(err) || (errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation) {
+		// Not in the table, or not even of the ID column's type.
 		r.CheckedAt = time.Now().UTC()
 		return r, nil
 	}
@@ -207,7 +219,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var tbl tableFlags
 	common.register(fs)
 	tbl.register(fs, inspectTopicUsage)
-	eventID := fs.String("event-id", "", "the event's ID (the Kafka header event_id), a UUID (required)")
+	eventID := fs.String("event-id", "", "the event's ID (the Kafka header event_id): a UUID, or the text of an adopted table's text or bigint ID (required)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text (also for an unknown ID, with found=false; the exit code is 1 then too)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -215,9 +227,11 @@ func cmdInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if *eventID == "" {
 		return usagef("--event-id: required")
 	}
-	id, err := uuid.Parse(strings.TrimSpace(*eventID))
-	if err != nil {
-		return usagef("--event-id: %q is not a UUID", *eventID)
+	// The ID column may be uuid, text or bigint (adopted tables); a UUID is
+	// compared in PostgreSQL's canonical text form.
+	id := strings.TrimSpace(*eventID)
+	if u, err := uuid.Parse(id); err == nil {
+		id = u.String()
 	}
 	if err := tbl.validateRouting(); err != nil {
 		return err
@@ -232,7 +246,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	if !r.Found {
-		nf := errEventNotFound{id: id.String(), table: tbl.table}
+		nf := errEventNotFound{id: id, table: tbl.table}
 		if *asJSON {
 			r.Message = nf.Error()
 			if err := writeJSON(stdout, r); err != nil {

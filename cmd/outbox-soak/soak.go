@@ -50,7 +50,11 @@ type config struct {
 	keepLogs     bool
 }
 
-const allFaults = "kill-relay,broker-refuse,broker-blackhole,pg-restart,listener-terminate"
+const allFaults = "kill-relay,broker-refuse,broker-blackhole,pg-restart,listener-terminate,db-read-only"
+
+// resumeWithin is how soon after a fault ends publishing must go on: the
+// soak fails otherwise, whatever the backlog the fault left.
+const resumeWithin = 10 * time.Second
 
 func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.duration, "duration", 10*time.Minute, "how long to write events and inject faults")
@@ -113,6 +117,9 @@ type soak struct {
 
 	writeErrs atomic.Int64
 	commits   []map[uuid.UUID]time.Time // per writer: commit time of each event known committed
+	// stuck lists the faults after which publishing did not resume within
+	// resumeWithin.
+	stuck []string
 }
 
 func logf(format string, args ...any) {
@@ -232,10 +239,11 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("latency            max %s, p99 %s, p50 %s (commit to first delivery, %d events with a known commit time)\n",
 		lat.max.Round(time.Millisecond), lat.p99.Round(time.Millisecond), lat.p50.Round(time.Millisecond), lat.n)
 	fmt.Printf("drain              %s after writing stopped\n", drainTime.Round(time.Millisecond))
+	fmt.Printf("not resumed        %d fault(s) after which publishing did not resume within %s: %s\n", len(s.stuck), resumeWithin, strings.Join(s.stuck, ", "))
 	for _, e := range rep.Examples {
 		fmt.Println("  " + e)
 	}
-	if rep.OK() {
+	if rep.OK() && len(s.stuck) == 0 {
 		fmt.Println("RESULT             PASS")
 		passed = true
 		return true, nil
@@ -478,7 +486,7 @@ func (s *soak) startRelay(slot int) error {
 	cmd := exec.Command(s.bin, "run",
 		"--database-url", s.dsn, "--brokers", strings.Join(s.brokers, ","), "--topic", s.topic,
 		"--channel", s.schema, "--relay-id", name, "--lease", s.cfg.lease.String(),
-		"--kafka-write-timeout", "4s", "--shutdown-timeout", "5s", "--metrics-addr", "")
+		"--shutdown-timeout", "5s", "--metrics-addr", "")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OUTBOX_") && !strings.HasPrefix(kv, "DATABASE_URL=") {
 			cmd.Env = append(cmd.Env, kv)
@@ -560,6 +568,11 @@ func (s *soak) restoreAll() {
 	if s.ln != nil {
 		s.ln.SetMode(faultnet.Up)
 	}
+	if s.cluster != nil {
+		if err := s.setReadOnly(false); err != nil {
+			logf("restore: database writable: %v", err)
+		}
+	}
 }
 
 // injectFaults injects one fault every --fault-every until ctx ends, and
@@ -594,6 +607,9 @@ func (s *soak) injectFaults(ctx context.Context) []string {
 			injected = append(injected, name)
 		}
 		s.ensureRelays()
+		if did != "" && err == nil {
+			s.checkResumed(ctx, name)
+		}
 	}
 }
 
@@ -633,6 +649,18 @@ func (s *soak) inject(ctx context.Context, name string, i int) (string, error) {
 			return "", err
 		}
 		return fmt.Sprintf("postgres restarted in %s", time.Since(start).Round(time.Millisecond)), nil
+	case "db-read-only":
+		if s.cluster == nil {
+			return "", nil
+		}
+		if err := s.setReadOnly(true); err != nil {
+			return "", err
+		}
+		sleepCtx(ctx, s.cfg.outage)
+		if err := s.setReadOnly(false); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("database read-only for %s", s.cfg.outage), nil
 	case "listener-terminate":
 		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -645,6 +673,67 @@ func (s *soak) inject(ctx context.Context, name string, i int) (string, error) {
 		return fmt.Sprintf("terminated %d LISTEN backend(s)", n), nil
 	}
 	return "", fmt.Errorf("unknown fault")
+}
+
+// checkResumed waits, right after fault name ended, until the relays have
+// published a batch's worth of the backlog it left (500 events, or the
+// whole backlog if smaller), and records the fault as stuck if that takes
+// longer than resumeWithin.
+func (s *soak) checkResumed(ctx context.Context, name string) {
+	count := func(q string) (int64, error) {
+		qctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var n int64
+		err := s.pool.QueryRow(qctx, q).Scan(&n)
+		return n, err
+	}
+	ended := time.Now()
+	backlog, err1 := count("SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL")
+	published, err2 := count("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+	if err := errors.Join(err1, err2); err != nil {
+		logf("fault %s: cannot read the backlog: %v", name, err)
+		return
+	}
+	want := published + min(backlog, 500)
+	for {
+		n, err := count("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+		if err == nil && n >= want {
+			logf("fault %s: publishing resumed %s after it ended (backlog %d events, %.0f batches of 500)",
+				name, time.Since(ended).Round(10*time.Millisecond), backlog, float64(backlog)/500)
+			return
+		}
+		if time.Since(ended) > resumeWithin || ctx.Err() != nil {
+			if ctx.Err() == nil {
+				logf("fault %s: publishing did NOT resume within %s (backlog %d events, %d published since)", name, resumeWithin, backlog, n-published)
+				s.stuck = append(s.stuck, name)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// setReadOnly turns default_transaction_read_only on or off for the whole
+// throwaway cluster (ALTER SYSTEM and a reload), as a failover to a replica
+// does to the relays' sessions.
+func (s *soak) setReadOnly(on bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.cluster.DSN())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	v := "off"
+	if on {
+		v = "on"
+	}
+	for _, q := range []string{"SET default_transaction_read_only = off", "ALTER SYSTEM SET default_transaction_read_only = " + v, "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -99,7 +99,7 @@ type RelayProc struct {
 // captured (shown when the test fails). Unless extraArgs set them, it uses
 // --channel <the DSN's search_path> (the writers of writeEvents notify
 // there, so parallel tests do not wake each other's relays),
-// --shutdown-timeout 5s, --kafka-write-timeout 4s and no metrics server. Later flags override
+// --shutdown-timeout 5s and no metrics server. Later flags override
 // earlier ones, so extraArgs may override anything. The process is
 // SIGKILLed when the test ends if it still runs, and dies with the test
 // binary (PR_SET_PDEATHSIG).
@@ -112,7 +112,6 @@ func startRelayProc(t testing.TB, dsn string, brokers []string, topic string, ex
 		"--topic", topic,
 		"--log-format", "console",
 		"--shutdown-timeout", "5s",
-		"--kafka-write-timeout", "4s",
 		// Several relays run at once: no metrics server (a port taken by
 		// another relay makes run exit 2).
 		"--metrics-addr", "",

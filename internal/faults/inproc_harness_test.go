@@ -30,8 +30,8 @@ import (
 
 // ipConfig configures ipStartRelay. The zero value is a relay with its
 // listener on the test schema's channel (the writers of writer() notify
-// there), default relay and lease settings, a publisher with a 3 s write
-// timeout, info-level logs.
+// there), default relay, lease and publisher settings (the publisher's
+// attempts fit in half the lease), info-level logs.
 type ipConfig struct {
 	Relay relay.Config
 	Lease lease.Config
@@ -101,7 +101,7 @@ func ipStartRelay(t testing.TB, db *testenv.TestDB, brokers []string, topic stri
 	h := &ipRelay{t: t, runDone: make(chan struct{}), done: make(chan struct{})}
 	cfg := relay.ServiceConfig{
 		Relay: c.Relay, Lease: c.Lease, NoNotify: c.NoNotify, Notify: c.Notify, ListenConnString: c.ConnString,
-		Kafka:       kafka.Config{Brokers: brokers, WriteTimeout: 3 * time.Second},
+		Kafka:       kafka.Config{Brokers: brokers},
 		WrapClaimer: c.WrapClaimer, WrapPublisher: c.WrapPublisher,
 	}
 	cfg.Relay.Topic = topic
