@@ -21,11 +21,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -193,7 +194,17 @@ func (m WakeupMode) String() string {
 	return fmt.Sprintf("WakeupMode(%d)", int(m))
 }
 
-func (c *WriterConfig) setDefaults() {
+// FieldError says which field of which component's Config is invalid and
+// why: every Config's Validate in this module (WriterConfig here,
+// relay.Config, lease.Config, kafka.Config, notify.Config, metrics.Config,
+// retention.Config) returns one, so callers can name the bad field
+// without parsing the message. Its Error is "<component>: Config.<Field>:
+// <reason>" ("outbox: WriterConfig.<Field>: ..." here).
+type FieldError = config.FieldError
+
+// WithDefaults returns a copy of c with every zero field set to its
+// default.
+func (c WriterConfig) WithDefaults() WriterConfig {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
@@ -206,20 +217,25 @@ func (c *WriterConfig) setDefaults() {
 	if c.WakeupInterval == 0 {
 		c.WakeupInterval = DefaultWakeupInterval
 	}
+	return c
 }
 
-func (c *WriterConfig) validate() error {
-	if c.MaxRecordBytes < 0 {
-		return fmt.Errorf("outbox: WriterConfig.MaxRecordBytes: must be positive, got %d", c.MaxRecordBytes)
+// Validate returns a *FieldError naming the first invalid field of c with
+// its defaults applied; c itself is not changed.
+func (c WriterConfig) Validate() error {
+	c = c.WithDefaults()
+	bad := func(field, format string, args ...any) error {
+		return &config.FieldError{Component: "outbox", Field: field, Reason: fmt.Sprintf(format, args...), Type: "WriterConfig"}
 	}
-	if c.WakeupInterval < 0 {
-		return fmt.Errorf("outbox: WriterConfig.WakeupInterval: must be positive, got %s", c.WakeupInterval)
-	}
-	if c.Wakeup < WakeupDebounced || c.Wakeup > WakeupNone {
-		return fmt.Errorf("outbox: WriterConfig.Wakeup: unknown mode %d", int(c.Wakeup))
-	}
-	if strings.Count(c.Table, ".") > 1 || strings.HasPrefix(c.Table, ".") || strings.HasSuffix(c.Table, ".") {
-		return fmt.Errorf("outbox: WriterConfig.Table: %q is not a table or schema.table name", c.Table)
+	switch {
+	case c.MaxRecordBytes < 0:
+		return bad("MaxRecordBytes", "must be positive, got %d", c.MaxRecordBytes)
+	case c.WakeupInterval < 0:
+		return bad("WakeupInterval", "must be positive, got %s", c.WakeupInterval)
+	case c.Wakeup < WakeupDebounced || c.Wakeup > WakeupNone:
+		return bad("Wakeup", "unknown mode %d", int(c.Wakeup))
+	case strings.Count(c.Table, ".") > 1 || strings.HasPrefix(c.Table, ".") || strings.HasSuffix(c.Table, "."):
+		return bad("Table", "%q is not a table or schema.table name", c.Table)
 	}
 	return nil
 }
@@ -227,5 +243,5 @@ func (c *WriterConfig) validate() error {
 // TableIdentifier quotes a table name that may be schema-qualified
 // ("app.outbox" becomes "app"."outbox") for use in SQL text.
 func TableIdentifier(table string) string {
-	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
+	return sqlname.Quote(table)
 }

@@ -24,8 +24,8 @@ type Writer struct {
 // NewWriter returns a Writer for cfg. It returns an error naming the first
 // invalid field of cfg.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	table := TableIdentifier(cfg.Table)

@@ -51,7 +51,7 @@ func TestClassify(t *testing.T) {
 
 	illegal := ValidateTopic("orders/eu")
 	missing := &MissingTopicError{Topics: []string{"t"}, Broker: "b:9092"}
-	auth := annotateAuth(kafkago.SASLAuthenticationFailed, SASLPlain, "u")
+	auth := annotateAuth(kafkago.SASLAuthenticationFailed, string(SASLPlain), "u")
 	tlsErr := fmt.Errorf("failed to dial: %w", plaintextListenerError("b:9093"))
 
 	cases := []struct {

@@ -1,7 +1,7 @@
 package kafka
 
 import (
-	"fmt"
+	"github.com/pgoutbox/outbox/internal/config"
 	"net"
 	"strings"
 	"time"
@@ -51,11 +51,28 @@ const (
 	DefaultMaxAttempts = 3
 )
 
+// SASLMechanism is Config.SASLMechanism: "" (no SASL) or one of the
+// constants below, matched without regard to case.
+type SASLMechanism string
+
 // SASL mechanism names accepted in Config.SASLMechanism.
 const (
-	SASLPlain       = "PLAIN"
-	SASLScramSHA256 = "SCRAM-SHA-256"
-	SASLScramSHA512 = "SCRAM-SHA-512"
+	SASLPlain       SASLMechanism = "PLAIN"
+	SASLScramSHA256 SASLMechanism = "SCRAM-SHA-256"
+	SASLScramSHA512 SASLMechanism = "SCRAM-SHA-512"
+)
+
+// Compression is Config.Compression: a record batch codec, matched without
+// regard to case.
+type Compression string
+
+// Compression codecs.
+const (
+	CompressionNone   Compression = "none"
+	CompressionGzip   Compression = "gzip"
+	CompressionSnappy Compression = "snappy"
+	CompressionLz4    Compression = "lz4"
+	CompressionZstd   Compression = "zstd"
 )
 
 // Config configures a Publisher. The zero value of every field except Brokers
@@ -133,7 +150,7 @@ type Config struct {
 
 	// Compression is the batch compression codec: "none", "gzip", "snappy",
 	// "lz4" or "zstd". Defaults to "none".
-	Compression string
+	Compression Compression
 
 	// AutoCreateTopic lets metadata requests create missing topics on
 	// brokers that allow it (auto.create.topics.enable); it applies to
@@ -160,7 +177,7 @@ type Config struct {
 
 	// SASLMechanism is "", "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".
 	// Defaults to "" (no SASL).
-	SASLMechanism string
+	SASLMechanism SASLMechanism
 	// SASLUsername is the SASL user. Defaults to "". Required with a
 	// SASLMechanism.
 	SASLUsername string
@@ -168,17 +185,17 @@ type Config struct {
 	SASLPassword string
 }
 
-// compressions maps Config.Compression names to kafka-go codecs.
-var compressionNames = []string{"", "none", "gzip", "snappy", "lz4", "zstd"}
+// compressionNames are the accepted Config.Compression values.
+var compressionNames = []Compression{"", CompressionNone, CompressionGzip, CompressionSnappy, CompressionLz4, CompressionZstd}
 
 func fieldErr(field, format string, args ...any) error {
-	return fmt.Errorf("kafka: Config.%s: %s", field, fmt.Sprintf(format, args...))
+	return config.Invalid("kafka", field, format, args...)
 }
 
-// Validate reports the first invalid field as an error of the form
-// "kafka: Config.<Field>: <reason>". Zero values are valid (they mean the
-// default) except for Brokers, which is required.
-func (c *Config) Validate() error {
+// Validate returns a *outbox.FieldError ("kafka: Config.<Field>: <reason>")
+// naming the first invalid field; c is not changed. Zero values are valid
+// (they mean the default) except for Brokers, which is required.
+func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		return fieldErr("Brokers", "empty")
 	}
@@ -214,7 +231,7 @@ func (c *Config) Validate() error {
 	}
 	okComp := false
 	for _, n := range compressionNames {
-		if strings.ToLower(c.Compression) == n {
+		if Compression(strings.ToLower(string(c.Compression))) == n {
 			okComp = true
 		}
 	}
@@ -239,7 +256,7 @@ func (c *Config) Validate() error {
 		}
 		return fieldErr("TLSKeyFile", "empty but Config.TLSCertFile is set")
 	}
-	switch strings.ToUpper(c.SASLMechanism) {
+	switch SASLMechanism(strings.ToUpper(string(c.SASLMechanism))) {
 	case "":
 		if c.SASLUsername != "" || c.SASLPassword != "" {
 			return fieldErr("SASLMechanism", "empty but SASL credentials are set")
@@ -254,8 +271,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// withDefaults returns a copy of c with zero fields set to their defaults.
-func (c Config) withDefaults() Config {
+// WithDefaults returns a copy of c with every zero field set to its
+// default.
+func (c Config) WithDefaults() Config {
 	c.Brokers = append([]string(nil), c.Brokers...)
 	if c.ClientID == "" {
 		c.ClientID = DefaultClientID
@@ -281,10 +299,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
-	c.Compression = strings.ToLower(c.Compression)
+	c.Compression = Compression(strings.ToLower(string(c.Compression)))
 	if c.Compression == "" {
-		c.Compression = "none"
+		c.Compression = CompressionNone
 	}
-	c.SASLMechanism = strings.ToUpper(c.SASLMechanism)
+	c.SASLMechanism = SASLMechanism(strings.ToUpper(string(c.SASLMechanism)))
 	return c
 }

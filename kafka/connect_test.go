@@ -53,27 +53,29 @@ func TestAuthenticationErrors(t *testing.T) {
 		t.Skip("uses kfake's SASL")
 	}
 	const user, good, bad = "relay", "right-pw", "hunter2-wrong"
-	b, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(SASLPlain, user, good),
-		kfake.Superuser(SASLScramSHA256, user, good), kfake.SeedTopics(1, "sasl"))
+	b, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(SASLPlain), user, good),
+		kfake.Superuser(string(SASLScramSHA256), user, good), kfake.SeedTopics(1, "sasl"))
 	// A broker that does not enable the mechanism answers the handshake
 	// with UNSUPPORTED_SASL_MECHANISM (kfake enables all three).
-	refusing, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(SASLPlain, user, good), kfake.SeedTopics(1, "sasl"))
+	refusing, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(SASLPlain), user, good), kfake.SeedTopics(1, "sasl"))
 	refusing.cluster.ControlKey(int16(kmsg.SASLHandshake), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		refusing.cluster.KeepControl()
 		req := kreq.(*kmsg.SASLHandshakeRequest)
-		if req.Mechanism == SASLPlain {
+		if req.Mechanism == string(SASLPlain) {
 			return nil, nil, false
 		}
 		resp := req.ResponseKind().(*kmsg.SASLHandshakeResponse)
 		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
-		resp.SupportedMechanisms = []string{SASLPlain}
+		resp.SupportedMechanisms = []string{string(SASLPlain)}
 		return resp, nil, true
 	})
 
 	for _, c := range []struct {
-		name, mech, user, pass string
-		addrs                  []string
-		want                   string
+		name       string
+		mech       SASLMechanism
+		user, pass string
+		addrs      []string
+		want       string
 	}{
 		{"PLAIN wrong password", SASLPlain, user, bad, b.addrs, "closed the connection during authentication"},
 		{"SCRAM-SHA-256 wrong password", SASLScramSHA256, user, bad, b.addrs, "closed the connection during authentication"},
@@ -89,7 +91,7 @@ func TestAuthenticationErrors(t *testing.T) {
 					t.Fatalf("call %d: %v, want ErrAuthentication", i, err)
 				}
 				msg := err.Error()
-				if !strings.Contains(msg, c.want) || !strings.Contains(msg, c.mech) || !strings.Contains(msg, `"`+c.user+`"`) {
+				if !strings.Contains(msg, c.want) || !strings.Contains(msg, string(c.mech)) || !strings.Contains(msg, `"`+c.user+`"`) {
 					t.Errorf("call %d: %q, want it to say %q and name %s and %q", i, msg, c.want, c.mech, c.user)
 				}
 				if strings.Contains(msg, c.pass) {

@@ -74,7 +74,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -105,7 +105,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		net:      &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
 		tls:      tlsCfg,
 		timeout:  cfg.DialTimeout,
-		mech:     cfg.SASLMechanism,
+		mech:     string(cfg.SASLMechanism),
 		user:     cfg.SASLUsername,
 		clientID: cfg.ClientID,
 	}
@@ -150,9 +150,9 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		zap.Duration("batch_timeout", cfg.BatchTimeout),
 		zap.Int("batch_size", cfg.BatchSize),
 		zap.Int64("batch_bytes", cfg.BatchBytes),
-		zap.String("compression", cfg.Compression),
+		zap.String("compression", string(cfg.Compression)),
 		zap.Bool("tls", cfg.TLSEnabled),
-		zap.String("sasl_mechanism", cfg.SASLMechanism))
+		zap.String("sasl_mechanism", string(cfg.SASLMechanism)))
 	return p, nil
 }
 
@@ -232,7 +232,7 @@ func (p *Publisher) explain(topic string, err error) error {
 	if err == nil {
 		return nil
 	}
-	err = annotateAuth(err, p.cfg.SASLMechanism, p.cfg.SASLUsername)
+	err = annotateAuth(err, string(p.cfg.SASLMechanism), p.cfg.SASLUsername)
 	if topic != "" && errors.Is(err, kafkago.UnknownTopicOrPartition) && !IsAuthentication(err) {
 		err = fmt.Errorf("topic %q not found in the cluster metadata (create it, or enable Config.AutoCreateTopic): %w",
 			topic, err)
@@ -251,7 +251,7 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 	if c.TLSCAFile != "" {
 		pem, err := os.ReadFile(c.TLSCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: Config.TLSCAFile: %w", err)
+			return nil, fieldErr("TLSCAFile", "%v", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
@@ -262,7 +262,7 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 	if c.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: Config.TLSCertFile: %w", err)
+			return nil, fieldErr("TLSCertFile", "%v", err)
 		}
 		t.Certificates = []tls.Certificate{cert}
 	}
@@ -280,7 +280,7 @@ func (c *Config) saslMechanism() (sasl.Mechanism, error) {
 		}
 		m, err := scram.Mechanism(algo, c.SASLUsername, c.SASLPassword)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: Config.SASLUsername/SASLPassword: %w", err)
+			return nil, fieldErr("SASLUsername/SASLPassword", "%v", err)
 		}
 		return m, nil
 	}

@@ -493,9 +493,9 @@ func TestSASL(t *testing.T) {
 	if externalBrokers() != nil {
 		t.Skip("uses kfake's SASL")
 	}
-	for _, mech := range []string{SASLPlain, SASLScramSHA256, SASLScramSHA512} {
-		t.Run(mech, func(t *testing.T) {
-			b, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(mech, "relay", "s3cr=t,pw"),
+	for _, mech := range []SASLMechanism{SASLPlain, SASLScramSHA256, SASLScramSHA512} {
+		t.Run(string(mech), func(t *testing.T) {
+			b, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(mech), "relay", "s3cr=t,pw"),
 				kfake.SeedTopics(2, "sasl"))
 			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: "sasl",
 				SASLMechanism: mech, SASLUsername: "relay", SASLPassword: "s3cr=t,pw"})
@@ -592,14 +592,14 @@ func TestConfigValidate(t *testing.T) {
 	if err := (&Config{}).Validate(); err == nil || err.Error() != "kafka: Config.Brokers: empty" {
 		t.Errorf("empty config: %v", err)
 	}
-	for _, comp := range []string{"", "none", "gzip", "snappy", "lz4", "zstd", "ZSTD"} {
+	for _, comp := range []Compression{"", "none", "gzip", "snappy", "lz4", "zstd", "ZSTD"} {
 		cfg := ok
 		cfg.Compression = comp
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("Compression %q: %v", comp, err)
 		}
 	}
-	d := ok.withDefaults()
+	d := ok.WithDefaults()
 	if d.ClientID != "pgoutbox" || d.BatchTimeout != DefaultBatchTimeout || d.BatchBytes != 1048576 ||
 		d.WriteTimeout != DefaultWriteTimeout || d.MaxAttempts != 3 || d.Compression != "none" || d.BatchSize != DefaultBatchSize {
 		t.Errorf("defaults: %+v", d)
@@ -612,9 +612,9 @@ func TestConfigValidate(t *testing.T) {
 
 func TestCompression(t *testing.T) {
 	b, topic := newBroker(t, 1)
-	for _, comp := range []string{"gzip", "snappy", "lz4", "zstd"} {
+	for _, comp := range []Compression{CompressionGzip, CompressionSnappy, CompressionLz4, CompressionZstd} {
 		p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, Compression: comp})
-		if err := p.Publish(context.Background(), testMessages(3, []string{comp})); err != nil {
+		if err := p.Publish(context.Background(), testMessages(3, []string{string(comp)})); err != nil {
 			t.Fatalf("%s: %v", comp, err)
 		}
 	}

@@ -13,17 +13,26 @@
 package lease
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 )
 
 // Config configures a Claimer.
@@ -81,9 +90,14 @@ const DefaultBatchSize = 500
 // MaxBatchSize bounds Config.BatchSize.
 const MaxBatchSize = 10000
 
-func (c *Config) setDefaults() {
+// DefaultTable is Config.Table's default.
+const DefaultTable = "outbox"
+
+// WithDefaults returns a copy of c with every zero field set to its
+// default (RelayID: a new DefaultRelayID on each call).
+func (c Config) WithDefaults() Config {
 	if c.Table == "" {
-		c.Table = "outbox"
+		c.Table = DefaultTable
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
@@ -106,20 +120,20 @@ func (c *Config) setDefaults() {
 	if c.Columns.Payload == "" {
 		c.Columns.Payload = "payload"
 	}
+	return c
 }
 
-// Validate returns an error naming the first invalid field, after defaults
-// are applied.
-func (c *Config) Validate() error {
-	c.setDefaults()
-	if c.Lease < time.Second {
-		return fmt.Errorf("lease: Config.Lease: must be at least 1s, got %s", c.Lease)
-	}
-	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
-		return fmt.Errorf("lease: Config.BatchSize: must be 1..%d, got %d", MaxBatchSize, c.BatchSize)
-	}
-	if strings.Count(c.Table, ".") > 1 {
-		return fmt.Errorf("lease: Config.Table: %q is not a table or schema.table name", c.Table)
+// Validate returns a *outbox.FieldError naming the first invalid field of c
+// with its defaults applied; c itself is not changed.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	switch {
+	case c.Lease < time.Second:
+		return config.Invalid("lease", "Lease", "must be at least 1s, got %s", c.Lease)
+	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
+		return config.Invalid("lease", "BatchSize", "must be 1..%d, got %d", MaxBatchSize, c.BatchSize)
+	case strings.Count(c.Table, ".") > 1:
+		return config.Invalid("lease", "Table", "%q is not a table or schema.table name", c.Table)
 	}
 	return nil
 }
@@ -239,19 +253,18 @@ const maxMarkers = 1024
 
 // New returns a Claimer on pool. It returns cfg's validation error.
 func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
-	col := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	t := sqlname.Quote(cfg.Table)
+	col := sqlname.Column
 	id, agg, typ, payload := col(cfg.Columns.ID), col(cfg.Columns.AggregateID), col(cfg.Columns.EventType), col(cfg.Columns.Payload)
 	aggType := "NULL::text"
 	if cfg.Columns.AggregateType != "" {
 		aggType = "o." + col(cfg.Columns.AggregateType) + "::text"
 	}
-	gparts := strings.Split(cfg.Table, ".")
-	gparts[len(gparts)-1] += "_order_guard"
-	guard := pgx.Identifier(gparts).Sanitize()
+	guard := sqlname.OrderGuard(cfg.Table)
 	c := &Claimer{cfg: cfg, pool: pool, holder: cfg.RelayID + "/" + randomHex(4), guard: guard}
 	// The relay records, in a claim's own transaction, a time by which all
 	// its leases will have ended; other relays' claims read it to know
@@ -274,11 +287,11 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
 	// relays (the second one skips the rows the first has locked but not
 	// yet leased), which would let them be published out of order. The
 	// lock lasts only the claim statement, a few milliseconds.
-	c.lockSQL = `SELECT pg_advisory_xact_lock(1869574000, '` + strings.ReplaceAll(t, `'`, `''`) + `'::regclass::oid::int), set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`
+	c.lockSQL = `SELECT ` + sqlname.XactLock(sqlname.LockClaim, cfg.Table) + `, set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`
 	// A claim that registers the relay in the order guard commits
 	// synchronously: other relays skip the guard on the strength of that
 	// row, so a database crash must not lose it while its leases survive.
-	c.lockSyncSQL = `SELECT pg_advisory_xact_lock(1869574000, '` + strings.ReplaceAll(t, `'`, `''`) + `'::regclass::oid::int), set_config('jit', 'off', true)`
+	c.lockSyncSQL = `SELECT ` + sqlname.XactLock(sqlname.LockClaim, cfg.Table) + `, set_config('jit', 'off', true)`
 	// One statement: a CTE picks and row-locks the candidates, the UPDATE
 	// leases exactly those. Never `UPDATE ... WHERE id IN (SELECT ... LIMIT
 	// n FOR UPDATE SKIP LOCKED)`: the planner may run that subquery more
@@ -298,22 +311,14 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
 	// stops at the first blocking row. JIT is off for the claim
 	// (set_config above): the SubPlan's pessimistic cost estimate would
 	// otherwise trigger JIT compilation, about 20ms per claim for nothing.
+	st := NewStates(cfg.Table, cfg.Columns)
 	c.claimSQL = `WITH candidates AS (
   SELECT o.ctid, o.locked_by IS NOT NULL AS taken_over FROM ` + t + ` o
-  WHERE o.published_at IS NULL
+  WHERE ` + st.Live("o") + `
     AND o.seq >= $5
-    AND (o.locked_until IS NULL OR o.locked_until <= now())
-    AND o.dead_lettered_at IS NULL
+    AND ` + st.LeaseFree("o") + `
     AND (NOT (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.until > now() AND g.key <> 'relay:' || $3))
-      OR NOT COALESCE((
-      SELECT true FROM ` + t + ` p
-      WHERE p.` + agg + ` = o.` + agg + `
-        AND p.published_at IS NULL
-        AND p.seq < o.seq
-        AND p.seq >= $5
-        AND p.locked_until > now()
-        AND p.locked_by IS DISTINCT FROM $3
-      LIMIT 1), false))
+      OR NOT ` + st.Waiting("o", "$3", "$5") + `)
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -472,7 +477,7 @@ WHERE key = 'holds'`)
 
 // table returns the quoted outbox table name.
 func (c *Claimer) table() string {
-	return pgx.Identifier(strings.Split(c.cfg.Table, ".")).Sanitize()
+	return sqlname.Quote(c.cfg.Table)
 }
 
 // execBatch runs b in one implicit transaction and returns the rows
@@ -630,7 +635,7 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 	}
 	batch.Claimed = time.Now()
 	// RETURNING is not ordered; the relay needs seq order.
-	sortRows(batch.Rows)
+	slices.SortFunc(batch.Rows, func(a, b Row) int { return cmp.Compare(a.Seq, b.Seq) })
 	return batch, nil
 }
 
@@ -786,7 +791,7 @@ func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
 // (SQLSTATE 42P01 undefined_table): run `outbox-relay migrate`.
 func IsMissingTable(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable
 }
 
 // IsSchemaMismatch reports whether err comes from a table whose shape is
@@ -794,5 +799,22 @@ func IsMissingTable(err error) bool {
 // mismatch): a column is missing or has the wrong type.
 func IsSchemaMismatch(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "42703" || pgErr.Code == "42804")
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UndefinedColumn || pgErr.Code == pgerrcode.DatatypeMismatch)
+}
+
+// DefaultRelayID returns "<hostname>-<8 hex digits>", unique per process:
+// Config.RelayID's default.
+func DefaultRelayID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "relay"
+	}
+	return host + "-" + randomHex(4)
+}
+
+// randomHex returns 2n random hex digits.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +43,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -99,7 +101,9 @@ const (
 	DefaultAddr = ":9090"
 )
 
-func (c *Config) setDefaults() {
+// WithDefaults returns a copy of c with every zero field set to its
+// default.
+func (c Config) WithDefaults() Config {
 	if c.Table == "" {
 		c.Table = "outbox"
 	}
@@ -118,23 +122,27 @@ func (c *Config) setDefaults() {
 	if c.ReadyCacheTTL == 0 {
 		c.ReadyCacheTTL = DefaultReadyCacheTTL
 	}
+	return c
 }
 
-// Validate applies defaults and returns an error naming the first invalid
-// field ("metrics: Config.Field: reason").
-func (c *Config) Validate() error {
-	c.setDefaults()
+// Validate returns a *outbox.FieldError naming the first invalid field of c
+// with its defaults applied; c itself is not changed.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	bad := func(field, format string, args ...any) error {
+		return config.Invalid("metrics", field, format, args...)
+	}
 	switch {
 	case strings.Count(c.Table, ".") > 1:
-		return fmt.Errorf("metrics: Config.Table: %q is not a table or schema.table name", c.Table)
+		return bad("Table", "%q is not a table or schema.table name", c.Table)
 	case c.Interval < 100*time.Millisecond:
-		return fmt.Errorf("metrics: Config.Interval: must be at least 100ms, got %s", c.Interval)
+		return bad("Interval", "must be at least 100ms, got %s", c.Interval)
 	case c.QueryTimeout <= 0:
-		return fmt.Errorf("metrics: Config.QueryTimeout: must be positive, got %s", c.QueryTimeout)
+		return bad("QueryTimeout", "must be positive, got %s", c.QueryTimeout)
 	case c.CheckTimeout <= 0:
-		return fmt.Errorf("metrics: Config.CheckTimeout: must be positive, got %s", c.CheckTimeout)
+		return bad("CheckTimeout", "must be positive, got %s", c.CheckTimeout)
 	case c.ReadyMaxAge < 0:
-		return fmt.Errorf("metrics: Config.ReadyMaxAge: must not be negative, got %s", c.ReadyMaxAge)
+		return bad("ReadyMaxAge", "must not be negative, got %s", c.ReadyMaxAge)
 	}
 	return nil
 }
@@ -233,6 +241,7 @@ var LatencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
 // called. logger may be nil; Metrics logs to logger.Named("metrics"). It
 // returns cfg's validation error, or an error if db is nil.
 func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -242,8 +251,8 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
-	agg := pgx.Identifier{cfg.AggregateColumn}.Sanitize()
+	t := sqlname.Quote(cfg.Table)
+	st := lease.NewStates(cfg.Table, lease.Columns{AggregateID: cfg.AggregateColumn})
 	m := &Metrics{
 		cfg: cfg,
 		db:  db,
@@ -259,14 +268,12 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		// outbox_dead_letters_idx. Timestamps, not ages: the ages are
 		// computed when scraped (see oldestSnapshot).
 		statsSQL: `SELECT extract(epoch FROM now())::float8,
-  (SELECT extract(epoch FROM created_at)::float8 FROM ` + t + `
-     WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1),
   (SELECT extract(epoch FROM o.created_at)::float8 FROM ` + t + ` o
-     WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL AND (o.locked_until IS NULL OR o.locked_until <= now())
-       AND NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.` + agg + ` = o.` + agg + ` AND p.published_at IS NULL
-                       AND p.seq < o.seq AND p.locked_until > now())
+     WHERE ` + st.Live("o") + ` ORDER BY o.seq LIMIT 1),
+  (SELECT extract(epoch FROM o.created_at)::float8 FROM ` + t + ` o
+     WHERE ` + st.Claimable("o") + `
      ORDER BY o.seq LIMIT 1),
-  (SELECT count(*) FROM ` + t + ` WHERE published_at IS NULL AND dead_lettered_at IS NULL),
+  (SELECT count(*) FROM ` + t + ` o WHERE ` + st.Live("o") + `),
   (SELECT count(*) FROM ` + t + ` WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)`,
 	}
 	ageNow := func(pick func(*oldestSnapshot) float64) func() float64 {

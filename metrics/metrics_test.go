@@ -406,8 +406,12 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		}
 	}
 	c := metrics.Config{}
-	if err := c.Validate(); err != nil || c.Interval != 5*time.Second || c.Table != "outbox" || c.ReadyCacheTTL != 2*time.Second {
-		t.Errorf("defaults: %+v %v", c, err)
+	d := c.WithDefaults()
+	if err := c.Validate(); err != nil || d.Interval != 5*time.Second || d.Table != "outbox" || d.ReadyCacheTTL != 2*time.Second {
+		t.Errorf("defaults: %+v %v", d, err)
+	}
+	if c.Interval != 0 {
+		t.Errorf("Validate changed the config: %+v", c)
 	}
 }
 

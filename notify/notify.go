@@ -16,7 +16,6 @@ package notify
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -27,6 +26,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgxlisten"
 	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/internal/config"
 )
 
 // Config configures a Listener.
@@ -56,37 +57,48 @@ const DefaultChannel = "outbox"
 // pingPrefix marks the watchdog's own notifications.
 const pingPrefix = "pgoutbox-ping:"
 
-func (c *Config) setDefaults() {
+// Defaults of Config.
+const (
+	DefaultReconnectMin = 100 * time.Millisecond
+	DefaultReconnectMax = 5 * time.Second
+	DefaultPingInterval = 5 * time.Second
+	DefaultPingTimeout  = 5 * time.Second
+)
+
+// WithDefaults returns a copy of c with every zero field set to its
+// default.
+func (c Config) WithDefaults() Config {
 	if c.Channel == "" {
 		c.Channel = DefaultChannel
 	}
 	if c.ReconnectMin == 0 {
-		c.ReconnectMin = 100 * time.Millisecond
+		c.ReconnectMin = DefaultReconnectMin
 	}
 	if c.ReconnectMax == 0 {
-		c.ReconnectMax = 5 * time.Second
+		c.ReconnectMax = DefaultReconnectMax
 	}
 	if c.PingInterval == 0 {
-		c.PingInterval = 5 * time.Second
+		c.PingInterval = DefaultPingInterval
 	}
 	if c.PingTimeout == 0 {
-		c.PingTimeout = 5 * time.Second
+		c.PingTimeout = DefaultPingTimeout
 	}
+	return c
 }
 
-// Validate applies defaults and returns an error naming the first invalid
-// field.
-func (c *Config) Validate() error {
-	c.setDefaults()
+// Validate returns a *outbox.FieldError naming the first invalid field of c
+// with its defaults applied; c itself is not changed.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	switch {
 	case len(c.Channel) > 63:
-		return fmt.Errorf("notify: Config.Channel: %q is longer than 63 bytes (Postgres' NAMEDATALEN limit)", c.Channel)
+		return config.Invalid("notify", "Channel", "%q is longer than 63 bytes (Postgres' NAMEDATALEN limit)", c.Channel)
 	case c.ReconnectMin < 0:
-		return fmt.Errorf("notify: Config.ReconnectMin: must be positive, got %s", c.ReconnectMin)
+		return config.Invalid("notify", "ReconnectMin", "must be positive, got %s", c.ReconnectMin)
 	case c.ReconnectMax < c.ReconnectMin:
-		return fmt.Errorf("notify: Config.ReconnectMax: %s is less than ReconnectMin %s", c.ReconnectMax, c.ReconnectMin)
+		return config.Invalid("notify", "ReconnectMax", "%s is less than Config.ReconnectMin %s", c.ReconnectMax, c.ReconnectMin)
 	case c.PingTimeout < 0:
-		return fmt.Errorf("notify: Config.PingTimeout: must be positive, got %s", c.PingTimeout)
+		return config.Invalid("notify", "PingTimeout", "must be positive, got %s", c.PingTimeout)
 	}
 	return nil
 }
@@ -147,6 +159,7 @@ type Listener struct {
 // usually the relay's pool, sends the watchdog's pings (nil disables the
 // watchdog). It returns cfg's validation error.
 func New(cfg Config, connect func(ctx context.Context) (*pgx.Conn, error), pinger Notifier, logger *zap.Logger) (*Listener, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -480,10 +480,14 @@ func TestCancelWhileConnectHangs(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	var c Config
-	if err := c.Validate(); err != nil {
+	var zero Config
+	if err := zero.Validate(); err != nil {
 		t.Fatalf("zero Config: %v", err)
 	}
+	if zero.Channel != "" {
+		t.Fatalf("Validate changed the config: %+v", zero)
+	}
+	c := zero.WithDefaults()
 	if c.Channel != DefaultChannel || c.ReconnectMin != 100*time.Millisecond || c.ReconnectMax != 5*time.Second ||
 		c.PingInterval != 5*time.Second || c.PingTimeout != 5*time.Second {
 		t.Errorf("defaults not applied: %+v", c)

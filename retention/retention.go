@@ -18,13 +18,15 @@ package retention
 import (
 	"context"
 	"fmt"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/internal/config"
 )
 
 // Config configures a Cleaner.
@@ -72,7 +74,9 @@ const (
 	DefaultStatementTimeout = 30 * time.Second
 )
 
-func (c *Config) setDefaults() {
+// WithDefaults returns a copy of c with every zero field set to its
+// default.
+func (c Config) WithDefaults() Config {
 	if c.Table == "" {
 		c.Table = "outbox"
 	}
@@ -91,23 +95,27 @@ func (c *Config) setDefaults() {
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
 	}
+	return c
 }
 
-// Validate applies defaults and returns an error naming the first invalid
-// field ("retention: Config.Field: reason").
-func (c *Config) Validate() error {
-	c.setDefaults()
+// Validate returns a *outbox.FieldError naming the first invalid field of c
+// with its defaults applied; c itself is not changed.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	bad := func(field, format string, args ...any) error {
+		return config.Invalid("retention", field, format, args...)
+	}
 	switch {
 	case strings.Count(c.Table, ".") > 1:
-		return fmt.Errorf("retention: Config.Table: %q is not a table or schema.table name", c.Table)
+		return bad("Table", "%q is not a table or schema.table name", c.Table)
 	case c.Retention < 0:
-		return fmt.Errorf("retention: Config.Retention: must not be negative, got %s", c.Retention)
+		return bad("Retention", "must not be negative, got %s", c.Retention)
 	case c.Interval < 10*time.Millisecond:
-		return fmt.Errorf("retention: Config.Interval: must be at least 10ms, got %s", c.Interval)
+		return bad("Interval", "must be at least 10ms, got %s", c.Interval)
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
-		return fmt.Errorf("retention: Config.BatchSize: must be 1..%d, got %d", MaxBatchSize, c.BatchSize)
+		return bad("BatchSize", "must be 1..%d, got %d", MaxBatchSize, c.BatchSize)
 	case c.StatementTimeout <= 0:
-		return fmt.Errorf("retention: Config.StatementTimeout: must be positive, got %s", c.StatementTimeout)
+		return bad("StatementTimeout", "must be positive, got %s", c.StatementTimeout)
 	}
 	return nil
 }
@@ -149,6 +157,7 @@ type Cleaner struct {
 // New returns a Cleaner on db. logger may be nil; the Cleaner logs to
 // logger.Named("retention"). It returns cfg's validation error.
 func New(cfg Config, db DB, logger *zap.Logger) (*Cleaner, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -158,7 +167,7 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Cleaner, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	t := pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
+	t := sqlname.Quote(cfg.Table)
 	c := &Cleaner{cfg: cfg, db: db, log: logger.Named("retention")}
 	// The subquery walks outbox_published_at_idx from its oldest entry and
 	// row-locks at most $2 rows (skipping rows another cleaner holds); the

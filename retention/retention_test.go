@@ -249,8 +249,12 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		}
 	}
 	c := retention.Config{Retention: retention.DefaultRetention}
-	if err := c.Validate(); err != nil || c.Interval != time.Minute || c.BatchSize != 1000 || c.Table != "outbox" {
-		t.Errorf("defaults: %+v %v", c, err)
+	d := c.WithDefaults()
+	if err := c.Validate(); err != nil || d.Interval != time.Minute || d.BatchSize != 1000 || d.Table != "outbox" {
+		t.Errorf("defaults: %+v %v", d, err)
+	}
+	if c.Interval != 0 {
+		t.Errorf("Validate changed the config: %+v", c)
 	}
 }
 

@@ -3,6 +3,7 @@ package sql
 import (
 	"context"
 	"fmt"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,7 +32,7 @@ type AdoptColumns struct {
 // <table>_event_type_check constraint is not added. Errors are wrapped as
 // "adopt <table>: ...".
 func Adopt(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn string) error {
-	t := pgx.Identifier(strings.Split(table, ".")).Sanitize()
+	t := sqlname.Quote(table)
 	var typ *string
 	err := pool.QueryRow(ctx, `SELECT (array_agg(attname::text ORDER BY attname::text))[1] FROM pg_attribute
 WHERE attrelid = $1::regclass AND attname IN ('event_type', 'type') AND attnum > 0 AND NOT attisdropped`, t).Scan(&typ)
@@ -99,15 +100,13 @@ func AdoptTable(ctx context.Context, pool *pgxpool.Pool, table string, cols Adop
 // out the event type's constraint.
 func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
 	parts := strings.Split(table, ".")
-	t := pgx.Identifier(parts).Sanitize()
+	t := sqlname.Quote(table)
 	name := parts[len(parts)-1]
-	idx := func(suffix string) string { return pgx.Identifier{name + suffix}.Sanitize() }
-	guardParts := append([]string(nil), parts...)
-	guardParts[len(guardParts)-1] += "_order_guard"
-	guard := pgx.Identifier(guardParts).Sanitize()
-	agg := pgx.Identifier{cols.AggregateID}.Sanitize()
+	idx := func(suffix string) string { return sqlname.Column(name + suffix) }
+	guard := sqlname.OrderGuard(table)
+	agg := sqlname.Column(cols.AggregateID)
 	stmts := []string{
-		`SELECT pg_advisory_xact_lock(1869574001, '` + strings.ReplaceAll(t, `'`, `''`) + `'::regclass::oid::int)`,
+		`SELECT ` + sqlname.XactLock(sqlname.LockAdopt, table),
 		// Storage parameters first: adding the identity column rewrites
 		// the table, and the rewrite packs the backlog by this fillfactor.
 		`ALTER TABLE ` + t + ` SET (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.01,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -375,7 +376,7 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, check func(conte
 func permanent(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Code == "3D000" || strings.HasPrefix(pgErr.Code, "28")
+		return pgErr.Code == pgerrcode.InvalidCatalogName || pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code)
 	}
 	// The broker refused the SASL credentials or mechanism, or does not
 	// speak TLS where --kafka-tls expects it: waiting will not help.

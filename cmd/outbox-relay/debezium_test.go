@@ -163,9 +163,9 @@ func TestCommandsReadAnAdoptedDebeziumTable(t *testing.T) {
 		state, aggType string
 	}{
 		{"routed by --debezium's template", with("inspect", deb, "--event-id", order1.String(), "--json"), "outbox.event.Order", "topic-template", "dead_lettered", "Order"},
-		{"the row's own topic column", with("inspect", deb, "--event-id", audit.String(), "--json"), "audit", "column", "pending", "Customer"},
-		{"--topic-template", with("inspect", deb, "--event-id", cust.String(), "--json", "--topic-template", "cdc.${aggregatetype}.v1"), "cdc.Customer.v1", "topic-template", "pending", "Customer"},
-		{"--column-* and --topic", with("inspect", cols, "--event-id", cust.String(), "--json", "--topic", "unrouted"), "unrouted", "topic", "pending", "Customer"},
+		{"the row's own topic column", with("inspect", deb, "--event-id", audit.String(), "--json"), "audit", "column", "claimable", "Customer"},
+		{"--topic-template", with("inspect", deb, "--event-id", cust.String(), "--json", "--topic-template", "cdc.${aggregatetype}.v1"), "cdc.Customer.v1", "topic-template", "claimable", "Customer"},
+		{"--column-* and --topic", with("inspect", cols, "--event-id", cust.String(), "--json", "--topic", "unrouted"), "unrouted", "topic", "claimable", "Customer"},
 	} {
 		r := jsonOf(t, tc.args...)
 		if r["topic"] != tc.topic || r["topic_source"] != tc.source || r["state"] != tc.state || r["aggregate_type"] != tc.aggType {

@@ -28,11 +28,14 @@ func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 type eventReport struct {
 	EventID string `json:"event_id"`
 	Found   bool   `json:"found"`
-	// State is one of published, dead_lettered, leased, backing_off,
-	// pending ("" when not found).
-	State     string `json:"state,omitempty"`
-	Published bool   `json:"published"`
-	Seq       int64  `json:"seq,omitempty"`
+	// State is one of lease's row states: published, dead_lettered,
+	// leased, backing_off, held, claimable ("" when not found).
+	State string `json:"state,omitempty"`
+	// HeldBehind is, for a held event, the earlier event of its aggregate
+	// it waits for; null otherwise.
+	HeldBehind *blocker `json:"held_behind"`
+	Published  bool     `json:"published"`
+	Seq        int64    `json:"seq,omitempty"`
 	// Topic is where the relay sends (or sent) the event: the row's topic
 	// column, else the --topic-template route, else --topic; null when
 	// none applies (the relay's --topic, not given to inspect).
@@ -65,7 +68,8 @@ type eventReport struct {
 // inspectSQL reads one event by its ID given as text, cast to the ID
 // column's type idType (uuid, text, bigint...), so the primary key's index
 // finds it.
-func inspectSQL(t string, cols lease.Columns, idType string) string {
+func inspectSQL(table string, cols lease.Columns, idType string) string {
+	t := outbox.TableIdentifier(table)
 	id := func(c string) string { return pgx.Identifier{c}.Sanitize() }
 	aggType := "NULL::text"
 	if cols.AggregateType != "" {
@@ -73,14 +77,8 @@ func inspectSQL(t string, cols lease.Columns, idType string) string {
 	}
 	return `SELECT seq, topic, ` + aggType + `, ` + id(cols.AggregateID) + `::text, ` + id(cols.EventType) + `::text, created_at, published_at, attempts, last_error,
   dead_lettered_at, locked_by, NULLIF(locked_until, 'infinity'), coalesce(locked_until = 'infinity', false), now(),
-  CASE
-    WHEN published_at IS NOT NULL THEN 'published'
-    WHEN dead_lettered_at IS NOT NULL THEN 'dead_lettered'
-    WHEN locked_by IS NOT NULL AND locked_until > now() THEN 'leased'
-    WHEN locked_by IS NULL AND locked_until > now() THEN 'backing_off'
-    ELSE 'pending'
-  END
-FROM ` + t + ` WHERE ` + id(cols.ID) + ` = CAST($1::text AS ` + idType + `)`
+  ` + lease.NewStates(table, cols).State("o") + `
+FROM ` + t + ` o WHERE o.` + id(cols.ID) + ` = CAST($1::text AS ` + idType + `)`
 }
 
 // errEventNotFound is inspect's failure for an unknown event ID (exit 1).
@@ -107,7 +105,7 @@ func queryEvent(ctx context.Context, q interface {
 		outbox.TableIdentifier(tbl.table), cols.ID).Scan(&idType); err != nil {
 		return nil, fmt.Errorf("inspect: type of the ID column %q: %w", cols.ID, err)
 	}
-	err := q.QueryRow(ctx, inspectSQL(outbox.TableIdentifier(tbl.table), cols, idType), id).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
+	err := q.QueryRow(ctx, inspectSQL(tbl.table, cols, idType), id).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
 		&created, &r.PublishedAt, &r.Attempts, &r.LastError, &r.DeadLetteredAt, &r.LockedBy, &r.lockedUntil, &r.heldForever, &r.CheckedAt, &state)
 	var pgErr *pgconn.PgError
 	if isNoRows(err) || (errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation) {
@@ -118,7 +116,12 @@ func queryEvent(ctx context.Context, q interface {
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	r.Found, r.State, r.Published = true, state, state == "published"
+	r.Found, r.State, r.Published = true, state, state == lease.StatePublished
+	if state == lease.StateHeld {
+		if err := findBlocker(ctx, q, tbl.table, cols, r); err != nil {
+			return nil, err
+		}
+	}
 	if topic, source := tbl.route(topicCol, r.AggregateType); topic != "" {
 		r.Topic, r.TopicSource = &topic, &source
 	}
@@ -143,18 +146,72 @@ func queryEvent(ctx context.Context, q interface {
 	return r, nil
 }
 
+// blocker is the event a held event waits for.
+type blocker struct {
+	EventID string `json:"event_id"`
+	Seq     int64  `json:"seq"`
+	// State is the blocker's own state: dead_lettered, leased or
+	// backing_off.
+	State string `json:"state"`
+	// Until is when its lease or backoff ends; null for a dead letter.
+	Until          *time.Time `json:"until"`
+	DeadLetteredAt *time.Time `json:"dead_lettered_at"`
+}
+
+// findBlocker fills r.HeldBehind for a held event.
+func findBlocker(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, table string, cols lease.Columns, r *eventReport) error {
+	b := &blocker{}
+	err := q.QueryRow(ctx, lease.NewStates(table, cols).Blocker(cols.ID), r.AggregateID, r.Seq).Scan(&b.Seq, &b.EventID, &b.State, &b.Until, &b.DeadLetteredAt)
+	if isNoRows(err) {
+		return nil // it moved on between the two statements
+	}
+	if err != nil {
+		return fmt.Errorf("inspect: the event it waits for: %w", err)
+	}
+	r.HeldBehind = b
+	return nil
+}
+
 var stateText = map[string]string{
-	"published":     "published",
-	"dead_lettered": "DEAD-LETTERED", // writeHuman adds the requeue command
-	"leased":        "not published yet: leased by a relay, being published",
-	"backing_off":   "not published yet: a publish failed, waiting for its retry",
-	"pending":       "not published yet: waiting to be claimed",
+	lease.StatePublished:    "published",
+	lease.StateDeadLettered: "DEAD-LETTERED", // writeHuman adds the requeue command
+	lease.StateLeased:       "not published yet: leased by a relay, being published",
+	lease.StateBackingOff:   "not published yet: a publish failed, waiting for its retry",
+	lease.StateHeld:         "not published yet: held back", // writeHuman says behind what
+	lease.StateClaimable:    "not published yet: waiting to be claimed",
+}
+
+// heldText says what a held event waits for and how it moves on.
+func (r *eventReport) heldText() string {
+	b := r.HeldBehind
+	if b == nil {
+		return stateText[lease.StateHeld] + " behind an earlier event of its aggregate"
+	}
+	switch b.State {
+	case lease.StateDeadLettered:
+		since := ""
+		if b.DeadLetteredAt != nil {
+			since = " since " + b.DeadLetteredAt.UTC().Format(timeLayout)
+		}
+		return fmt.Sprintf("not published yet: held back behind dead letter %s (seq %d) of aggregate %s%s; `outbox-relay requeue %s--event-id %s` releases it",
+			b.EventID, b.Seq, r.AggregateID, since, r.tableArgs, b.EventID)
+	case lease.StateBackingOff:
+		return fmt.Sprintf("not published yet: held back behind event %s (seq %d) of aggregate %s, backing off after a failed publish until %s",
+			b.EventID, b.Seq, r.AggregateID, b.Until.UTC().Format(timeLayout))
+	}
+	return fmt.Sprintf("not published yet: held back behind event %s (seq %d) of aggregate %s, leased by a relay until %s",
+		b.EventID, b.Seq, r.AggregateID, b.Until.UTC().Format(timeLayout))
 }
 
 func (r *eventReport) writeHuman(w io.Writer) {
 	state := stateText[r.State]
-	if r.State == "dead_lettered" {
+	switch r.State {
+	case lease.StateDeadLettered:
 		state = fmt.Sprintf("DEAD-LETTERED: not published; fix the cause, then `outbox-relay requeue %s--event-id %s`", r.tableArgs, r.EventID)
+	case lease.StateHeld:
+		state = r.heldText()
 	}
 	fmt.Fprintf(w, "event %s: %s\n", r.EventID, state)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

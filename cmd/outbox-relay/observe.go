@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/relay"
 	"github.com/pgoutbox/outbox/retention"
@@ -83,9 +84,10 @@ func (o *observeFlags) validate(table string) error {
 		if err == nil {
 			continue
 		}
-		if m := configErrRE.FindStringSubmatch(err.Error()); m != nil {
-			if fl, ok := observeConfigFlags[m[1]+"."+m[2]]; ok {
-				return usagef("%s: %s", fl, m[3])
+		var fe *outbox.FieldError
+		if errors.As(err, &fe) {
+			if fl, ok := observeConfigFlags[fe.Component+"."+fe.Field]; ok {
+				return usagef("%s: %s", fl, fe.Reason)
 			}
 		}
 		return usageError{err}

@@ -69,13 +69,13 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 0, fmt.Sprintf("timeout of one produce attempt; kafka-go makes up to %d, which with their backoffs must fit in half of --lease (default %s, less with a --lease under 26s: what fits; 0 is refused)", kafka.DefaultMaxAttempts, kafka.DefaultWriteTimeout))
 	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout (0: the publisher's small default)")
 	fs.BoolVar(&f.kafka.AutoCreateTopic, "kafka-auto-create-topics", false, "let metadata requests create missing topics on brokers that allow it (auto.create.topics.enable)")
-	fs.StringVar(&f.kafka.Compression, "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
+	fs.StringVar((*string)(&f.kafka.Compression), "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
 	fs.BoolVar(&f.kafka.TLSEnabled, "kafka-tls", false, "connect to Kafka over TLS")
 	fs.StringVar(&f.kafka.TLSCAFile, "kafka-tls-ca", "", "PEM file of CA certificates for Kafka TLS (default: system roots)")
 	fs.StringVar(&f.kafka.TLSCertFile, "kafka-tls-cert", "", "PEM client certificate for Kafka mTLS")
 	fs.StringVar(&f.kafka.TLSKeyFile, "kafka-tls-key", "", "PEM client key for Kafka mTLS")
 	fs.BoolVar(&f.kafka.TLSInsecureSkipVerify, "kafka-tls-insecure-skip-verify", false, "do not verify the broker's certificate (testing only)")
-	fs.StringVar(&f.kafka.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: none)")
+	fs.StringVar((*string)(&f.kafka.SASLMechanism), "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: none)")
 	fs.StringVar(&f.kafka.SASLUsername, "kafka-sasl-username", "", "SASL user name")
 	fs.StringVar(&f.kafka.SASLPassword, "kafka-sasl-password", "", "SASL password (prefer the env OUTBOX_KAFKA_SASL_PASSWORD)")
 	f.observe.register(fs)
@@ -183,7 +183,7 @@ func checkKafkaFiles(c *kafka.Config) error {
 // the message.
 func checkSASL(c *kafka.Config) error {
 	var algo scram.Algorithm
-	switch strings.ToUpper(c.SASLMechanism) {
+	switch kafka.SASLMechanism(strings.ToUpper(string(c.SASLMechanism))) {
 	case kafka.SASLScramSHA256:
 		algo = scram.SHA256
 	case kafka.SASLScramSHA512:
@@ -234,7 +234,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	obs, err := startObserve(ctx, &f.observe, pool, f.table, f.lease.Columns.AggregateID, f.relay.Topic, log)
+	obs, err := startObserve(ctx, &f.observe, pool, f.table, f.lease.WithDefaults().Columns.AggregateID, f.relay.Topic, log)
 	if err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 	if len(columns) > 0 {
 		c.Columns = columns[0]
 	}
-	_ = c.Validate() // applies the column defaults
+	c = c.WithDefaults()
 	var event []string
 	for _, name := range []string{c.Columns.ID, c.Columns.AggregateID, c.Columns.EventType, c.Columns.Payload, c.Columns.AggregateType} {
 		if name != "" {
@@ -330,36 +330,33 @@ var configFlags = map[string]string{
 	"kafka.AutoCreateTopic": "--kafka-auto-create-topics",
 }
 
-// configErrRE matches "pkg: Config.Field: reason", also with several
-// fields ("Config.SASLUsername/SASLPassword").
-var configErrRE = regexp.MustCompile(`^(\w+): Config\.([\w/]+): (.*)$`)
-
 // configFieldRE finds the Config fields named in a reason.
 var configFieldRE = regexp.MustCompile(`\bConfig\.(\w+)`)
 
-// flagError rewrites a component's "pkg: Config.Field: reason" error as
-// "--flag: reason", so the user sees the flag they typed; the fields named
-// in the reason become flags too.
+// flagError rewrites a component's configuration error (an
+// outbox.FieldError: component, field, reason) as "--flag: reason", so the
+// user sees the flag they typed; the fields named in the reason become
+// flags too. Other errors are returned as they are.
 func flagError(err error) string {
 	var be *relay.BudgetError
 	if errors.As(err, &be) {
 		return fmt.Sprintf("--kafka-write-timeout, --lease: one publish may take %s (%d attempts of --kafka-write-timeout plus kafka-go's backoffs), more than half of --lease %s, so a slow broker could outlast the lease and the events be published twice; lower --kafka-write-timeout or raise --lease",
 			be.Budget, kafka.DefaultMaxAttempts, be.Lease)
 	}
-	m := configErrRE.FindStringSubmatch(err.Error())
-	if m == nil {
+	var fe *outbox.FieldError
+	if !errors.As(err, &fe) {
 		return err.Error()
 	}
 	var fls []string
-	for _, field := range strings.Split(m[2], "/") {
-		fl, ok := configFlags[m[1]+"."+field]
+	for _, field := range strings.Split(fe.Field, "/") {
+		fl, ok := configFlags[fe.Component+"."+field]
 		if !ok {
 			return err.Error()
 		}
 		fls = append(fls, fl)
 	}
-	reason := configFieldRE.ReplaceAllStringFunc(m[3], func(s string) string {
-		if fl, ok := configFlags[m[1]+"."+strings.TrimPrefix(s, "Config.")]; ok {
+	reason := configFieldRE.ReplaceAllStringFunc(fe.Reason, func(s string) string {
+		if fl, ok := configFlags[fe.Component+"."+strings.TrimPrefix(s, "Config.")]; ok {
 			return fl
 		}
 		return s

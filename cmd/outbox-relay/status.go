@@ -29,6 +29,7 @@ type statusReport struct {
 	Unpublished                 struct {
 		Total      int64 `json:"total"`
 		Claimable  int64 `json:"claimable"`
+		Held       int64 `json:"held"`
 		Leased     int64 `json:"leased"`
 		BackingOff int64 `json:"backing_off"`
 	} `json:"unpublished"`
@@ -47,21 +48,23 @@ type relayLeases struct {
 	LeaseEndsAt time.Time `json:"lease_ends_at"`
 }
 
-// statusSQL counts unpublished rows by state through the partial index of
-// unpublished rows; the published count and range use
-// outbox_published_at_idx (an index-only scan; on a large table of kept
-// history the count takes a moment).
-func statusSQL(t string) string {
+// statusSQL counts unpublished rows by state (lease.States, the claim's own
+// predicates) through the partial index of unpublished rows, one probe of
+// the aggregate index per row for the held-back check; the published count
+// and range use outbox_published_at_idx (an index-only scan; on a large
+// table of kept history the count takes a moment).
+func statusSQL(t string, st lease.States) string {
 	return `WITH u AS (
-  SELECT dead_lettered_at, locked_by, locked_until FROM ` + t + ` WHERE published_at IS NULL
+  SELECT ` + st.State("o") + ` AS state FROM ` + t + ` o WHERE o.published_at IS NULL
 )
 SELECT
   now(),
-  (SELECT count(*) FROM u WHERE dead_lettered_at IS NULL),
-  (SELECT count(*) FROM u WHERE dead_lettered_at IS NULL AND (locked_until IS NULL OR locked_until <= now())),
-  (SELECT count(*) FROM u WHERE dead_lettered_at IS NULL AND locked_by IS NOT NULL AND locked_until > now()),
-  (SELECT count(*) FROM u WHERE dead_lettered_at IS NULL AND locked_by IS NULL AND locked_until > now()),
-  (SELECT count(*) FROM u WHERE dead_lettered_at IS NOT NULL),
+  (SELECT count(*) FROM u WHERE state <> '` + lease.StateDeadLettered + `'),
+  (SELECT count(*) FROM u WHERE state = '` + lease.StateClaimable + `'),
+  (SELECT count(*) FROM u WHERE state = '` + lease.StateHeld + `'),
+  (SELECT count(*) FROM u WHERE state = '` + lease.StateLeased + `'),
+  (SELECT count(*) FROM u WHERE state = '` + lease.StateBackingOff + `'),
+  (SELECT count(*) FROM u WHERE state = '` + lease.StateDeadLettered + `'),
   (SELECT count(*) FROM ` + t + ` WHERE published_at IS NOT NULL),
   (SELECT min(published_at) FROM ` + t + ` WHERE published_at IS NOT NULL),
   (SELECT max(published_at) FROM ` + t + ` WHERE published_at IS NOT NULL)`
@@ -88,7 +91,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	r := &statusReport{Table: table, Relays: []relayLeases{}}
 	u := &r.Unpublished
-	if err := tx.QueryRow(ctx, statusSQL(t)).Scan(&r.CheckedAt, &u.Total, &u.Claimable, &u.Leased, &u.BackingOff,
+	if err := tx.QueryRow(ctx, statusSQL(t, lease.NewStates(table, cols))).Scan(&r.CheckedAt, &u.Total, &u.Claimable, &u.Held, &u.Leased, &u.BackingOff,
 		&r.DeadLetters, &r.Published, &r.OldestPublishedAt, &r.NewestPublishedAt); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -141,7 +144,8 @@ func (r *statusReport) writeHuman(w io.Writer) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "unpublished\t%d\tnot dead-lettered\n", r.Unpublished.Total)
-	fmt.Fprintf(tw, "  claimable\t%d\tlease free; may still wait behind an earlier event of its aggregate\n", r.Unpublished.Claimable)
+	fmt.Fprintf(tw, "  claimable\t%d\tthe next claim may take it\n", r.Unpublished.Claimable)
+	fmt.Fprintf(tw, "  held back\t%d\twaits behind an earlier event of its aggregate (leased, backing off or dead-lettered; see inspect)\n", r.Unpublished.Held)
 	fmt.Fprintf(tw, "  leased\t%d\theld by a relay, being published\n", r.Unpublished.Leased)
 	fmt.Fprintf(tw, "  backing off\t%d\tfailed, waiting for its retry\n", r.Unpublished.BackingOff)
 	hint := ""
@@ -219,7 +223,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 // that the outbox table is there with the columns tbl maps (--debezium,
 // --column-*), and returns the column names with defaults applied.
 func connectForCommand(ctx context.Context, common *commonFlags, tbl *tableFlags) (*pgxpool.Pool, lease.Columns, error) {
-	lc := lease.Config{Table: tbl.table, Columns: tbl.columns()}
+	lc := lease.Config{Table: tbl.table, Columns: tbl.columns()}.WithDefaults()
 	if err := lc.Validate(); err != nil {
 		return nil, lease.Columns{}, usageError{errors.New(flagError(err))}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -56,7 +57,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	u := r.Unpublished
-	if u.Total != 7 || u.Claimable != 3 || u.Leased != 3 || u.BackingOff != 1 || r.DeadLetters != 1 || r.Published != 2 {
+	if u.Total != 7 || u.Claimable != 3 || u.Held != 0 || u.Leased != 3 || u.BackingOff != 1 || r.DeadLetters != 1 || r.Published != 2 {
 		t.Fatalf("counts %+v dead %d published %d; want total 7 = 3 claimable + 3 leased + 1 backing off, 1 dead, 2 published\n%s",
 			u, r.DeadLetters, r.Published, out)
 	}
@@ -83,7 +84,8 @@ func TestStatus(t *testing.T) {
 	for _, re := range []string{
 		`oldest unpublished event: 2m0(\.\d+)?s old \(event_id ` + ids["old"].String(),
 		`(?m)^unpublished +7 +not dead-lettered$`,
-		`(?m)^  claimable +3 +lease free`,
+		`(?m)^  claimable +3 +the next claim`,
+		`(?m)^  held back +0 +waits behind`,
 		`(?m)^  leased +3 +held`,
 		`(?m)^  backing off +1 +failed`,
 		`(?m)^dead letters +1 +see .outbox-relay inspect`,
@@ -199,8 +201,10 @@ func TestInspect(t *testing.T) {
 	if code, _, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString); code != exitUsage || !strings.Contains(stderr, "--event-id") {
 		t.Errorf("no --event-id: %d %s", code, stderr)
 	}
-	if code, _, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", "nope"); code != exitUsage || !strings.Contains(stderr, "--event-id") {
-		t.Errorf("bad --event-id: %d %s", code, stderr)
+	// Event IDs may be text (adopted tables): one that is not of the ID
+	// column's type is simply not in the table.
+	if code, _, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", "nope"); code != exitFailure || !strings.Contains(stderr, "is not in table") {
+		t.Errorf("--event-id of another type: %d %s", code, stderr)
 	}
 }
 
@@ -229,7 +233,7 @@ func TestStatusAndInspectOnADebeziumTable(t *testing.T) {
 	}
 	code, out, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--table", "outboxevent", "--debezium", "--event-id", id.String(), "--json")
 	var r eventReport
-	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.State != "pending" || r.AggregateID != "order-1" || r.EventType != "OrderCreated" {
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.State != "claimable" || r.AggregateID != "order-1" || r.EventType != "OrderCreated" {
 		t.Fatalf("inspect: %d %s %s", code, out, stderr)
 	}
 	code, out, stderr = runMain(t, ctx, "status", "--database-url", db.ConnString, "--table", "outboxevent", "--debezium", "--json")
@@ -241,5 +245,61 @@ func TestStatusAndInspectOnADebeziumTable(t *testing.T) {
 	code, _, stderr = runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--table", "outboxevent", "--event-id", id.String())
 	if code != exitFailure || !strings.Contains(stderr, "--column-") {
 		t.Fatalf("inspect without --debezium: %d %s", code, stderr)
+	}
+}
+
+// An event behind a held dead letter is not "waiting to be claimed":
+// inspect names the dead letter, its seq and the requeue command that
+// releases it, and status counts it as held back, apart from the
+// claimable ones. The same for an event behind a backing-off or a leased
+// earlier event.
+func TestInspectAndStatusSayWhyAnEventWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	a1, a2, b1, b2, c1, c2 := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO outbox (id, aggregate_id, event_type, payload, locked_until, locked_by, attempts, last_error, dead_lettered_at)
+VALUES ($1, 'A', 't', '{}', 'infinity', NULL, 1, 'MESSAGE_TOO_LARGE', now()),
+       ($2, 'A', 't', '{}', NULL, NULL, 0, NULL, NULL),
+       ($3, 'B', 't', '{}', now() + interval '30 seconds', NULL, 2, 'NOT_LEADER', NULL),
+       ($4, 'B', 't', '{}', NULL, NULL, 0, NULL, NULL),
+       ($5, 'C', 't', '{}', now() + interval '20 seconds', 'relay-x/1', 0, NULL, NULL),
+       ($6, 'C', 't', '{}', NULL, NULL, 0, NULL, NULL)`, a1, a2, b1, b2, c1, c2); err != nil {
+		t.Fatal(err)
+	}
+	var seqA1 int64
+	if err := db.Pool.QueryRow(ctx, "SELECT seq FROM outbox WHERE id = $1", a1).Scan(&seqA1); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id   uuid.UUID
+		want string
+	}{
+		{a2, fmt.Sprintf("held back behind dead letter %s (seq %d) of aggregate A since ", a1, seqA1)},
+		{a2, fmt.Sprintf("`outbox-relay requeue --event-id %s` releases it", a1)},
+		{b2, fmt.Sprintf("held back behind event %s", b1)},
+		{b2, "backing off after a failed publish until "},
+		{c2, fmt.Sprintf("held back behind event %s", c1)},
+		{c2, "leased by a relay until "},
+	} {
+		code, out, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", tc.id.String())
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("inspect %s: exit %d, output does not say %q:\n%s%s", tc.id, code, tc.want, out, stderr)
+		}
+	}
+	code, out, _ := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", a2.String(), "--json")
+	var r eventReport
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.State != "held" || r.HeldBehind == nil ||
+		r.HeldBehind.EventID != a1.String() || r.HeldBehind.State != "dead_lettered" || r.HeldBehind.Seq != seqA1 {
+		t.Errorf("inspect --json: %d %v %+v\n%s", code, err, r.HeldBehind, out)
+	}
+	code, out, _ = runMain(t, ctx, "status", "--database-url", db.ConnString, "--json")
+	var st statusReport
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+		t.Fatalf("status: %d %v %s", code, err, out)
+	}
+	if u := st.Unpublished; u.Held != 3 || u.Claimable != 0 || u.BackingOff != 1 || u.Leased != 1 || st.DeadLetters != 1 {
+		t.Errorf("status counts %+v, dead letters %d; want 3 held back, 0 claimable, 1 backing off, 1 leased, 1 dead letter", u, st.DeadLetters)
 	}
 }

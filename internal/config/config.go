@@ -14,14 +14,21 @@ type FieldError struct {
 	Component string
 	// Field is the Config field's name, e.g. "Lease".
 	Field string
+	// Type is the configuration type's name; "" means "Config".
+	Type string
 	// Reason says what is wrong, e.g. "must be at least 1s, got 500ms".
 	// It may name other fields as "Config.Other".
 	Reason string
 }
 
-// Error returns "<component>: Config.<Field>: <reason>".
+// Error returns "<component>: Config.<Field>: <reason>" (with Type instead
+// of Config when set).
 func (e *FieldError) Error() string {
-	return e.Component + ": Config." + e.Field + ": " + e.Reason
+	typ := e.Type
+	if typ == "" {
+		typ = "Config"
+	}
+	return e.Component + ": " + typ + "." + e.Field + ": " + e.Reason
 }
 
 // Invalid returns a *FieldError with the reason formatted from format and

@@ -1,0 +1,63 @@
+// Package sqlname is the one place that turns the outbox table's name
+// into SQL: identifier quoting, the names of the tables beside it, and the
+// advisory-lock keys that serialize work on it. The writer, the claimer,
+// the gauges, the retention cleaner and adopt all use it, so a table name
+// with a schema, a dot or a quote is handled the same way everywhere.
+package sqlname
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Quote quotes a table name that may be schema-qualified ("app.outbox"
+// becomes "app"."outbox") for use in SQL text.
+func Quote(table string) string {
+	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
+}
+
+// Column quotes one column name.
+func Column(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// Literal returns s as a SQL string literal.
+func Literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// OrderGuard returns the quoted name of table's order-guard table:
+// <table>_order_guard, in the same schema (migration 00005).
+func OrderGuard(table string) string {
+	parts := strings.Split(table, ".")
+	parts[len(parts)-1] += "_order_guard"
+	return pgx.Identifier(parts).Sanitize()
+}
+
+// Advisory-lock classes: the first key of the two-key
+// pg_advisory_xact_lock(int, int); the second is the table's OID, so each
+// table has its own locks.
+const (
+	// LockClaim serializes the claims of every relay on one table (see
+	// lease.Claimer: two concurrent claims could split an aggregate's
+	// consecutive events between two relays).
+	LockClaim = 1869574000
+	// LockAdopt serializes adopt on one table.
+	LockAdopt = 1869574001
+)
+
+// XactLock returns the SQL expression that takes the transaction-level
+// advisory lock of class on table.
+func XactLock(class int, table string) string {
+	return "pg_advisory_xact_lock(" + itoa(class) + ", " + Literal(Quote(table)) + "::regclass::oid::int)"
+}
+
+func itoa(n int) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}

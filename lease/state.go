@@ -1,0 +1,110 @@
+package lease
+
+import "github.com/pgoutbox/outbox/internal/sqlname"
+
+// Row states, as the claim, the metrics gauges and the status and inspect
+// commands all name them. Each unpublished row is in exactly one:
+const (
+	// StatePublished: Kafka acknowledged it and a relay marked it.
+	StatePublished = "published"
+	// StateDeadLettered: parked (dead_lettered_at set) until
+	// `outbox-relay requeue`.
+	StateDeadLettered = "dead_lettered"
+	// StateLeased: claimed by a relay whose lease has not ended.
+	StateLeased = "leased"
+	// StateBackingOff: a failed publish waits for its retry.
+	StateBackingOff = "backing_off"
+	// StateHeld: its own lease is free, but an earlier unpublished event
+	// of its aggregate is leased, backing off or held as a dead letter
+	// (locked_until 'infinity'): the claim's order guard keeps it back.
+	StateHeld = "held"
+	// StateClaimable: the next claim may take it.
+	StateClaimable = "claimable"
+)
+
+// States are the SQL predicates behind the row states, written once so that
+// the claim, the gauges, status and inspect never disagree. Each method
+// takes the alias of the outbox table in the caller's query and returns a
+// boolean SQL expression.
+type States struct {
+	table, agg string
+}
+
+// NewStates returns the predicates for table (optionally schema-qualified)
+// and its columns (defaults applied by the caller or here).
+func NewStates(table string, cols Columns) States {
+	if cols.AggregateID == "" {
+		cols.AggregateID = "aggregate_id"
+	}
+	return States{table: sqlname.Quote(table), agg: sqlname.Column(cols.AggregateID)}
+}
+
+// Live: unpublished and not dead-lettered.
+func (s States) Live(a string) string {
+	return a + ".published_at IS NULL AND " + a + ".dead_lettered_at IS NULL"
+}
+
+// LeaseFree: no lease or backoff runs (locked_until NULL or past, by the
+// database clock).
+func (s States) LeaseFree(a string) string {
+	return "(" + a + ".locked_until IS NULL OR " + a + ".locked_until <= now())"
+}
+
+// Waiting: an earlier unpublished row of a's aggregate is leased, backing
+// off or held as a dead letter (its locked_until is in the future). holder,
+// if not empty, is a SQL expression naming a relay whose own leases do not
+// count (the claiming relay's: it publishes its batches in order); floor,
+// if not empty, a SQL expression below which no row is unpublished (the
+// claimer's floor). Written as a scalar subquery on purpose: as NOT EXISTS
+// the planner turns it into an anti-join that reads the whole table once
+// per claim; as a correlated SubPlan it is one probe of
+// outbox_unpublished_aggregate_idx per candidate, which stops at the first
+// blocking row.
+func (s States) Waiting(a, holder, floor string) string {
+	q := `COALESCE((SELECT true FROM ` + s.table + ` p
+      WHERE p.` + s.agg + ` = ` + a + `.` + s.agg + `
+        AND p.published_at IS NULL
+        AND p.seq < ` + a + `.seq`
+	if floor != "" {
+		q += `
+        AND p.seq >= ` + floor
+	}
+	q += `
+        AND p.locked_until > now()`
+	if holder != "" {
+		q += `
+        AND p.locked_by IS DISTINCT FROM ` + holder
+	}
+	return q + `
+      LIMIT 1), false)`
+}
+
+// Claimable: live, its lease free, and not waiting behind an earlier row of
+// its aggregate (any relay's leases count).
+func (s States) Claimable(a string) string {
+	return s.Live(a) + " AND " + s.LeaseFree(a) + " AND NOT " + s.Waiting(a, "", "")
+}
+
+// State is a CASE expression giving a's state, one of the State* names.
+func (s States) State(a string) string {
+	return `CASE
+    WHEN ` + a + `.published_at IS NOT NULL THEN '` + StatePublished + `'
+    WHEN ` + a + `.dead_lettered_at IS NOT NULL THEN '` + StateDeadLettered + `'
+    WHEN ` + a + `.locked_by IS NOT NULL AND ` + a + `.locked_until > now() THEN '` + StateLeased + `'
+    WHEN ` + a + `.locked_by IS NULL AND ` + a + `.locked_until > now() THEN '` + StateBackingOff + `'
+    WHEN ` + s.Waiting(a, "", "") + ` THEN '` + StateHeld + `'
+    ELSE '` + StateClaimable + `'
+  END`
+}
+
+// Blocker returns a query for the row a waiting row is held behind: the
+// lowest-seq earlier unpublished row of its aggregate whose locked_until is
+// in the future. Parameters: $1 the aggregate ID, $2 the waiting row's
+// seq. Columns: seq, id (text), state, locked_until (NULL for 'infinity'),
+// dead_lettered_at.
+func (s States) Blocker(idCol string) string {
+	return `SELECT p.seq, p.` + sqlname.Column(idCol) + `::text, ` + s.State("p") + `, NULLIF(p.locked_until, 'infinity'), p.dead_lettered_at
+FROM ` + s.table + ` p
+WHERE p.` + s.agg + ` = $1 AND p.published_at IS NULL AND p.seq < $2 AND p.locked_until > now()
+ORDER BY p.seq LIMIT 1`
+}
