@@ -32,7 +32,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	// unnest yields rows in array order, so seq (the identity) follows the
 	// order of the events in the call.
 	insert := `INSERT INTO ` + table + ` (id, aggregate_id, event_type, payload, headers, topic)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::text[]::jsonb[], $6::text[])`
+SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::text[]::jsonb[], $6::text[])`
 	return &Writer{
 		cfg:       cfg,
 		insertSQL: insert,
@@ -77,7 +77,10 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 	// headers, so a consumer's span can continue the writer's trace.
 	trace := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, trace)
-	ids := make([]uuid.UUID, len(events))
+	// IDs travel as text (cast to uuid in SQL): a text[] parameter is
+	// encoded in every pgx query exec mode, a []uuid.UUID is not in exec
+	// and simple_protocol (which PgBouncer users pick).
+	ids := make([]string, len(events))
 	aggs := make([]string, len(events))
 	types := make([]string, len(events))
 	payloads := make([]string, len(events))
@@ -88,10 +91,11 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		if err := w.validate(i, e); err != nil {
 			return err
 		}
-		ids[i] = e.ID
-		if ids[i] == uuid.Nil {
-			ids[i] = NewID()
+		id := e.ID
+		if id == uuid.Nil {
+			id = NewID()
 		}
+		ids[i] = id.String()
 		aggs[i] = e.AggregateID
 		types[i] = e.Type
 		payloads[i] = string(e.Payload)

@@ -9,21 +9,16 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
 	"go.uber.org/zap"
 )
 
@@ -88,18 +83,6 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	var comp kafkago.Compression
-	switch cfg.Compression {
-	case "gzip":
-		comp = kafkago.Gzip
-	case "snappy":
-		comp = kafkago.Snappy
-	case "lz4":
-		comp = kafkago.Lz4
-	case "zstd":
-		comp = kafkago.Zstd
-	}
-
 	conns := &connSet{m: map[net.Conn]struct{}{}}
 	dialer := &brokerDialer{
 		net:      &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
@@ -120,7 +103,35 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 			return conns.dial(ctx, dialer, network, addr)
 		}, nil)
 	}, addr, cfg.DialTimeout+cfg.WriteTimeout, log)
-	p.w = &kafkago.Writer{
+	p.w = p.newWriter(addr, log)
+	log.Info("publisher configured",
+		zap.Strings("brokers", cfg.Brokers),
+		zap.String("topic", cfg.Topic),
+		zap.String("client_id", cfg.ClientID),
+		zap.Duration("batch_timeout", cfg.BatchTimeout),
+		zap.Int("batch_size", cfg.BatchSize),
+		zap.Int64("batch_bytes", cfg.BatchBytes),
+		zap.String("compression", string(cfg.Compression)),
+		zap.Bool("tls", cfg.TLSEnabled),
+		zap.String("sasl_mechanism", string(cfg.SASLMechanism)))
+	return p, nil
+}
+
+// newWriter returns the kafka-go Writer on p's transport.
+func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
+	cfg := p.cfg
+	var comp kafkago.Compression
+	switch cfg.Compression {
+	case CompressionGzip:
+		comp = kafkago.Gzip
+	case CompressionSnappy:
+		comp = kafkago.Snappy
+	case CompressionLz4:
+		comp = kafkago.Lz4
+	case CompressionZstd:
+		comp = kafkago.Zstd
+	}
+	return &kafkago.Writer{
 		Addr: addr,
 		// Java-compatible murmur2 partitioning; Consistent makes nil keys
 		// hash like empty keys instead of going to a random partition.
@@ -143,27 +154,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		AllowAutoTopicCreation: cfg.AutoCreateTopic,
 		ErrorLogger:            newRetryLogger(log),
 	}
-	log.Info("publisher configured",
-		zap.Strings("brokers", cfg.Brokers),
-		zap.String("topic", cfg.Topic),
-		zap.String("client_id", cfg.ClientID),
-		zap.Duration("batch_timeout", cfg.BatchTimeout),
-		zap.Int("batch_size", cfg.BatchSize),
-		zap.Int64("batch_bytes", cfg.BatchBytes),
-		zap.String("compression", string(cfg.Compression)),
-		zap.Bool("tls", cfg.TLSEnabled),
-		zap.String("sasl_mechanism", string(cfg.SASLMechanism)))
-	return p, nil
 }
-
-// kafka-go's Writer backoff between produce attempts: attempt² ×
-// writeBackoffMin, at most writeBackoffMax (kafka-go v0.4.51 writer.go
-// partitionWriter.writeBatch and dialer.go backoff; these are the
-// Writer.WriteBackoffMin/Max defaults).
-const (
-	writeBackoffMin = 100 * time.Millisecond
-	writeBackoffMax = time.Second
-)
 
 // newTransport returns a kafka-go Transport dialing with dial; a non-nil
 // metadataTopics limits its metadata requests to those topics (default:
@@ -178,51 +169,6 @@ func (p *Publisher) newTransport(dial func(context.Context, string, string) (net
 		ClientID:       p.cfg.ClientID,
 		SASL:           p.mech,
 	}
-}
-
-// AttemptBudget returns the longest time kafka-go may spend on one produce
-// request of a Publish call (one partition's messages, at most
-// MaxBatchMessages and MaxBatchBytes) through its retries: Config.MaxAttempts
-// attempts, each bounded by Config.WriteTimeout (kafka-go v0.4.51
-// writer.go Writer.produce), plus kafka-go's backoff before every attempt
-// after the first: attempt² × 100ms, at most 1s (writer.go
-// partitionWriter.writeBatch, dialer.go backoff). With the defaults: 3 ×
-// 4s + 100ms + 400ms = 12.5s. It does not include waiting for the first
-// cluster metadata of a new connection (bounded by Config.DialTimeout) or
-// the sequential sub-calls of a Publish call larger than one request (see
-// Publish). The relay needs it to be well below its lease, so that a
-// publish cannot outlive the claim of the rows it publishes.
-func (p *Publisher) AttemptBudget() time.Duration {
-	return attemptBudget(p.cfg.MaxAttempts, p.cfg.WriteTimeout)
-}
-
-// FitAttempts returns the Config.MaxAttempts and Config.WriteTimeout to use
-// when the caller set neither (zero values) so that one Publish call fits in
-// budget (see AttemptBudget): DefaultMaxAttempts attempts of at most
-// DefaultWriteTimeout when they fit, else fewer and shorter ones, down to
-// one attempt of budget (at least 100ms). Values the caller set are kept.
-// The relay passes half its lease as the budget.
-func FitAttempts(attempts int, writeTimeout, budget time.Duration) (int, time.Duration) {
-	if attempts == 0 {
-		attempts = DefaultMaxAttempts
-		if writeTimeout == 0 && attemptBudget(attempts, 100*time.Millisecond) > budget {
-			attempts = 1
-		}
-	}
-	if writeTimeout == 0 {
-		backoffs := attemptBudget(attempts, 0)
-		writeTimeout = min(DefaultWriteTimeout, max(100*time.Millisecond, (budget-backoffs)/time.Duration(attempts)))
-		writeTimeout = writeTimeout.Truncate(time.Millisecond)
-	}
-	return attempts, writeTimeout
-}
-
-func attemptBudget(attempts int, writeTimeout time.Duration) time.Duration {
-	d := time.Duration(attempts) * writeTimeout
-	for a := 1; a < attempts; a++ {
-		d += min(time.Duration(a*a)*writeBackoffMin, writeBackoffMax)
-	}
-	return d
 }
 
 // explain makes an error of a call on topic ("" if none) say what it
@@ -240,53 +186,6 @@ func (p *Publisher) explain(topic string, err error) error {
 	return err
 }
 
-func (c *Config) tlsConfig() (*tls.Config, error) {
-	if !c.TLSEnabled {
-		return nil, nil
-	}
-	t := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: c.TLSInsecureSkipVerify, //nolint:gosec // opt-in by config
-	}
-	if c.TLSCAFile != "" {
-		pem, err := os.ReadFile(c.TLSCAFile)
-		if err != nil {
-			return nil, fieldErr("TLSCAFile", "%v", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fieldErr("TLSCAFile", "%s: no PEM certificates", c.TLSCAFile)
-		}
-		t.RootCAs = pool
-	}
-	if c.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
-		if err != nil {
-			return nil, fieldErr("TLSCertFile", "%v", err)
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
-	return t, nil
-}
-
-func (c *Config) saslMechanism() (sasl.Mechanism, error) {
-	switch c.SASLMechanism {
-	case SASLPlain:
-		return plain.Mechanism{Username: c.SASLUsername, Password: c.SASLPassword}, nil
-	case SASLScramSHA256, SASLScramSHA512:
-		algo := scram.SHA256
-		if c.SASLMechanism == SASLScramSHA512 {
-			algo = scram.SHA512
-		}
-		m, err := scram.Mechanism(algo, c.SASLUsername, c.SASLPassword)
-		if err != nil {
-			return nil, fieldErr("SASLUsername/SASLPassword", "%v", err)
-		}
-		return m, nil
-	}
-	return nil, nil
-}
-
 // MaxBatchBytes returns Config.BatchBytes (after defaults): the most bytes,
 // as counted by MessageSize, that one Publish call may carry and still be
 // sent as a single produce request per partition. The relay should chunk its
@@ -297,32 +196,6 @@ func (p *Publisher) MaxBatchBytes() int64 { return p.cfg.BatchBytes }
 // messages one Publish call may carry and still be sent as a single produce
 // request per partition.
 func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
-
-// MessageSize returns the size of m as kafka-go accounts it against
-// Config.BatchBytes (key, value and headers plus a fixed per-record overhead
-// of the legacy message format). It approximates, and slightly
-// overestimates, the bytes the record adds to a produce request.
-func MessageSize(m *Message) int64 {
-	// Mirrors kafka-go v0.4.51 Message.totalSize: size() + headerSize().
-	n := int64(4+1+1+8) + int64(4+len(m.Key)) + int64(4+len(m.Value))
-	n += int64(varIntLen(int64(len(m.Headers))))
-	for i := range m.Headers {
-		h := &m.Headers[i]
-		n += int64(varIntLen(int64(len(h.Key))) + len(h.Key))
-		n += int64(varIntLen(int64(len(h.Value))) + len(h.Value))
-	}
-	return n
-}
-
-func varIntLen(i int64) int {
-	u := uint64((i << 1) ^ (i >> 63)) // zig-zag
-	n := 1
-	for u >= 0x80 {
-		u >>= 7
-		n++
-	}
-	return n
-}
 
 // Publish writes msgs synchronously. It returns nil if every message was
 // acknowledged by all in-sync replicas. Otherwise it returns either
@@ -446,7 +319,68 @@ func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
+	f := &failures{n: len(msgs)}
+	km, sizes, err := p.toKafkaGo(msgs, f)
+	if err != nil {
+		return err
+	}
+	for start := 0; start < len(km); {
+		end, total := start, int64(0)
+		for end < len(km) && end-start < p.cfg.BatchSize {
+			if end > start && total+sizes[end] > p.cfg.BatchBytes {
+				break
+			}
+			total += sizes[end]
+			end++
+		}
+		failed, err := p.write(ctx, km[start:end], f.fail)
+		if err != nil {
+			err = p.explain(km[start].Topic, err)
+			if start == 0 && f.errs == nil {
+				return fmt.Errorf("publish: %w", err) // nothing delivered
+			}
+			for j := start; j < end; j++ {
+				f.fail(km[j].WriterData.(int), err)
+			}
+			failed = true
+		}
+		start = end
+		if failed {
+			for j := start; j < len(km); j++ {
+				f.fail(km[j].WriterData.(int), ErrNotAttempted)
+			}
+			break
+		}
+	}
+	if f.errs == nil {
+		return nil
+	}
+	pe := &PublishError{Errs: f.errs}
+	if ce := p.log.Check(zap.DebugLevel, "publish failed"); ce != nil {
+		ce.Write(zap.Int("failed", pe.Failed()), zap.Int("messages", len(msgs)), zap.Error(pe))
+	}
+	return pe
+}
 
+// failures collects per-message errors of one call, allocated on the
+// first failure.
+type failures struct {
+	n    int
+	errs []error
+}
+
+func (f *failures) fail(i int, err error) {
+	if f.errs == nil {
+		f.errs = make([]error, f.n)
+	}
+	f.errs[i] = err
+}
+
+// toKafkaGo turns msgs (all for one topic) into kafka-go messages with
+// their sizes, failing at once (f) those that can never be sent: an
+// illegal topic name, a message over Config.BatchBytes. It returns an
+// error for the whole call when no topic applies.
+func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, []int64, error) {
 	now := time.Now() // kafka-go would send a zero time as timestamp 0 (1970)
 	nh := 0
 	for i := range msgs {
@@ -455,13 +389,6 @@ func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 	hdrs := make([]kafkago.Header, 0, nh)
 	km := make([]kafkago.Message, 0, len(msgs))
 	sizes := make([]int64, 0, len(msgs))
-	var errs []error // allocated on first failure
-	fail := func(i int, err error) {
-		if errs == nil {
-			errs = make([]error, len(msgs))
-		}
-		errs[i] = err
-	}
 	var checkedTopic string // the last topic name validated, and the verdict
 	var topicErr error
 	for i := range msgs {
@@ -470,19 +397,19 @@ func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 		if topic == "" {
 			topic = p.cfg.Topic
 			if topic == "" {
-				return fmt.Errorf("publish: message %d: %w", i, ErrNoTopic)
+				return nil, nil, fmt.Errorf("publish: message %d: %w", i, ErrNoTopic)
 			}
 		}
 		if topic != checkedTopic {
 			checkedTopic, topicErr = topic, ValidateTopic(topic)
 		}
 		if topicErr != nil {
-			fail(i, topicErr) // a broker would answer INVALID_TOPIC_EXCEPTION
+			f.fail(i, topicErr) // a broker would answer INVALID_TOPIC_EXCEPTION
 			continue
 		}
 		size := MessageSize(m)
 		if size > p.cfg.BatchBytes {
-			fail(i, fmt.Errorf("message of %d bytes exceeds Config.BatchBytes %d: %w",
+			f.fail(i, fmt.Errorf("message of %d bytes exceeds Config.BatchBytes %d: %w",
 				size, p.cfg.BatchBytes, kafkago.MessageSizeTooLarge))
 			continue
 		}
@@ -500,43 +427,7 @@ func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 		})
 		sizes = append(sizes, size)
 	}
-
-	for start := 0; start < len(km); {
-		end, total := start, int64(0)
-		for end < len(km) && end-start < p.cfg.BatchSize {
-			if end > start && total+sizes[end] > p.cfg.BatchBytes {
-				break
-			}
-			total += sizes[end]
-			end++
-		}
-		failed, err := p.write(ctx, km[start:end], fail)
-		if err != nil {
-			err = p.explain(km[start].Topic, err)
-			if start == 0 && errs == nil {
-				return fmt.Errorf("publish: %w", err) // nothing delivered
-			}
-			for j := start; j < end; j++ {
-				fail(km[j].WriterData.(int), err)
-			}
-			failed = true
-		}
-		start = end
-		if failed {
-			for j := start; j < len(km); j++ {
-				fail(km[j].WriterData.(int), ErrNotAttempted)
-			}
-			break
-		}
-	}
-	if errs == nil {
-		return nil
-	}
-	pe := &PublishError{Errs: errs}
-	if ce := p.log.Check(zap.DebugLevel, "publish failed"); ce != nil {
-		ce.Write(zap.Int("failed", pe.Failed()), zap.Int("messages", len(msgs)), zap.Error(pe))
-	}
-	return pe
+	return km, sizes, nil
 }
 
 // write sends one chunk with kafka-go and records per-message failures via

@@ -1,0 +1,184 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+func TestSASL(t *testing.T) {
+	if externalBrokers() != nil {
+		t.Skip("uses kfake's SASL")
+	}
+	for _, mech := range []SASLMechanism{SASLPlain, SASLScramSHA256, SASLScramSHA512} {
+		t.Run(string(mech), func(t *testing.T) {
+			b, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(mech), "relay", "s3cr=t,pw"),
+				kfake.SeedTopics(2, "sasl"))
+			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: "sasl",
+				SASLMechanism: mech, SASLUsername: "relay", SASLPassword: "s3cr=t,pw"})
+			if err := p.Ping(context.Background()); err != nil {
+				t.Fatalf("Ping: %v", err)
+			}
+			if err := p.Publish(context.Background(), testMessages(5, []string{"a", "b"})); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			bad := newTestPublisher(t, Config{Brokers: b.addrs, Topic: "sasl",
+				SASLMechanism: mech, SASLUsername: "relay", SASLPassword: "wrong"})
+			if err := bad.Ping(context.Background()); err == nil {
+				t.Error("Ping with a wrong password succeeded")
+			}
+		})
+	}
+}
+
+func TestIsRetriable(t *testing.T) {
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{kafkago.NotLeaderForPartition, true},
+		{kafkago.LeaderNotAvailable, true},
+		{kafkago.RequestTimedOut, true},
+		{kafkago.NotEnoughReplicas, true},
+		{kafkago.NotEnoughReplicasAfterAppend, true},
+		{kafkago.UnknownTopicOrPartition, true},
+		{fmt.Errorf("publish: %w", kafkago.NotLeaderForPartition), true},
+		{kafkago.MessageSizeTooLarge, false},
+		{kafkago.MessageTooLargeError{}, false},
+		{kafkago.InvalidRecord, false},
+		{kafkago.InvalidMessage, false},
+		{kafkago.TopicAuthorizationFailed, false},
+		{kafkago.ClusterAuthorizationFailed, false},
+		{kafkago.InvalidTopic, false},
+		{kafkago.RecordListTooLarge, false},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), true},
+		{context.Canceled, false},
+		{errors.New("unexpected EOF: %w"), false},
+		{ErrClosed, false},
+		{ErrNotAttempted, true},
+		{&PublishError{Errs: []error{nil, kafkago.NotLeaderForPartition}}, true},
+		{&PublishError{Errs: []error{kafkago.MessageSizeTooLarge, kafkago.NotLeaderForPartition}}, false},
+	}
+	for _, c := range cases {
+		if got := IsRetriable(c.err); got != c.want {
+			t.Errorf("IsRetriable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Brokers: []string{"localhost:9092"}}
+	cases := []struct {
+		field string
+		mod   func(*Config)
+	}{
+		{"Brokers", func(c *Config) { c.Brokers = nil }},
+		{"Brokers", func(c *Config) { c.Brokers = []string{"localhost"} }},
+		{"Topic", func(c *Config) { c.Topic = " t" }},
+		{"BatchTimeout", func(c *Config) { c.BatchTimeout = -1 }},
+		{"BatchSize", func(c *Config) { c.BatchSize = -1 }},
+		{"BatchBytes", func(c *Config) { c.BatchBytes = -1 }},
+		{"WriteTimeout", func(c *Config) { c.WriteTimeout = -1 }},
+		{"DialTimeout", func(c *Config) { c.DialTimeout = -1 }},
+		{"MetadataTTL", func(c *Config) { c.MetadataTTL = -1 }},
+		{"MaxAttempts", func(c *Config) { c.MaxAttempts = -1 }},
+		{"Compression", func(c *Config) { c.Compression = "brotli" }},
+		{"TLSCAFile", func(c *Config) { c.TLSCAFile = "ca.pem" }},
+		{"TLSInsecureSkipVerify", func(c *Config) { c.TLSInsecureSkipVerify = true }},
+		{"TLSKeyFile", func(c *Config) { c.TLSEnabled, c.TLSCertFile = true, "c.pem" }},
+		{"SASLMechanism", func(c *Config) { c.SASLMechanism = "GSSAPI" }},
+		{"SASLMechanism", func(c *Config) { c.SASLUsername = "u" }},
+		{"SASLUsername", func(c *Config) { c.SASLMechanism = "PLAIN" }},
+	}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for _, c := range cases {
+		cfg := ok
+		c.mod(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), "kafka: Config."+c.field+": ") {
+			t.Errorf("%s: Validate() = %v", c.field, err)
+		}
+		if _, nerr := NewPublisher(cfg, nil); nerr == nil || nerr.Error() != err.Error() {
+			t.Errorf("%s: NewPublisher error %v, want %v", c.field, nerr, err)
+		}
+	}
+	if err := (&Config{}).Validate(); err == nil || err.Error() != "kafka: Config.Brokers: empty" {
+		t.Errorf("empty config: %v", err)
+	}
+	for _, comp := range []Compression{"", "none", "gzip", "snappy", "lz4", "zstd", "ZSTD"} {
+		cfg := ok
+		cfg.Compression = comp
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("Compression %q: %v", comp, err)
+		}
+	}
+	d := ok.WithDefaults()
+	if d.ClientID != "pgoutbox" || d.BatchTimeout != DefaultBatchTimeout || d.BatchBytes != 1048576 ||
+		d.WriteTimeout != DefaultWriteTimeout || d.MaxAttempts != 3 || d.Compression != "none" || d.BatchSize != DefaultBatchSize {
+		t.Errorf("defaults: %+v", d)
+	}
+	_, err := NewPublisher(Config{Brokers: []string{"h:1"}, TLSEnabled: true, TLSCAFile: "/nonexistent.pem"}, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "kafka: Config.TLSCAFile: ") {
+		t.Errorf("missing CA file: %v", err)
+	}
+}
+
+func TestCompression(t *testing.T) {
+	b, topic := newBroker(t, 1)
+	for _, comp := range []Compression{CompressionGzip, CompressionSnappy, CompressionLz4, CompressionZstd} {
+		p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, Compression: comp})
+		if err := p.Publish(context.Background(), testMessages(3, []string{string(comp)})); err != nil {
+			t.Fatalf("%s: %v", comp, err)
+		}
+	}
+	for _, r := range consume(t, b.addrs, topic, 12) {
+		if !bytes.Contains(r.Value, []byte("日本語")) {
+			t.Errorf("value %q", r.Value)
+		}
+	}
+}
+
+func BenchmarkPublishOne(b *testing.B) {
+	br, topic := newBroker(b, 3)
+	p := newTestPublisher(b, Config{Brokers: br.addrs, Topic: topic})
+	ctx := context.Background()
+	msg := testMessages(1, []string{"order-1"})
+	if err := p.Publish(ctx, msg); err != nil { // warm up connections and metadata
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := p.Publish(ctx, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPublish100(b *testing.B) {
+	br, topic := newBroker(b, 3)
+	p := newTestPublisher(b, Config{Brokers: br.addrs, Topic: topic})
+	ctx := context.Background()
+	msgs := testMessages(100, []string{"a", "b", "c", "d", "e", "f", "g"})
+	if err := p.Publish(ctx, msgs); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := p.Publish(ctx, msgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

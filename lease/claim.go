@@ -1,0 +1,237 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// rescanEvery is how often a claim ignores the floor and scans from the
+// start, so that nothing the floor passed by mistake waits longer.
+const rescanEvery = 10 * time.Second
+
+// marker says: every row with seq <= seq got its seq from a transaction
+// that had ended or was one of vxids (the virtual transaction IDs running
+// in this database, read after the sequence). Once none of vxids runs any
+// more (phase 1) and, after that, every transaction whose xid is below
+// xmax has ended (phase 2: a transaction that PREPAREd gives up its vxid
+// lock but keeps its xid, which is below the xmax read after the vxids),
+// every row with seq <= seq is final: committed or rolled back.
+type marker struct {
+	seq   int64
+	vxids []string
+	// xmax is 0 in phase 1; in phase 2, the snapshot xmax read after the
+	// vxids were all gone.
+	xmax int64
+}
+
+// advanceEvery is how often Claim moves the floor.
+const advanceEvery = 20 * time.Millisecond
+
+// maxMarkers bounds the pending markers (about 20 s of them) while a long
+// transaction holds them back; meanwhile the floor stays where it is.
+const maxMarkers = 1024
+
+// Claim leases up to Config.BatchSize claimable rows for Config.Lease and
+// returns them ordered by seq. An empty batch (no rows) is not an error.
+// Errors are wrapped as "claim batch: ...": see IsMissingTable.
+func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
+	token := uuid.Must(uuid.NewV7())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	began := time.Now()
+	q := c.queueClaim(began, token)
+	// The statements run in one implicit transaction, in one round trip;
+	// it commits when the batch completes, releasing the advisory lock.
+	br := c.pool.SendBatch(ctx, q.batch)
+	defer br.Close()
+	n := 1
+	if q.beat {
+		n = 3
+	}
+	for i := 0; i < n; i++ {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("claim batch: %w", err)
+		}
+	}
+	batch, err := readClaimed(br, token)
+	if err != nil {
+		return nil, err
+	}
+	if q.advance {
+		if err := c.readAdvance(br); err != nil {
+			return nil, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("claim batch: commit: %w", err)
+	}
+	if q.beat {
+		c.lastBeat = began
+	}
+	if q.floor == 0 {
+		c.lastRescan = began
+	}
+	batch.Claimed = time.Now()
+	// RETURNING is not ordered; the relay needs seq order.
+	slices.SortFunc(batch.Rows, func(a, b Row) int { return cmp.Compare(a.Seq, b.Seq) })
+	return batch, nil
+}
+
+// claimQueue is one claim's statements and what they do besides claiming.
+type claimQueue struct {
+	batch   *pgx.Batch
+	beat    bool  // the relay's order-guard registration is written
+	advance bool  // the floor's statements follow the claim
+	floor   int64 // the seq the claim scans from
+}
+
+// queueClaim queues one claim's statements: the lock (and the order-guard
+// registration every half lease), the claim, and the floor's reads every
+// advanceEvery.
+func (c *Claimer) queueClaim(began time.Time, token uuid.UUID) claimQueue {
+	q := claimQueue{batch: &pgx.Batch{}, floor: c.floor}
+	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
+	if q.beat {
+		q.batch.Queue(c.lockSyncSQL)
+		q.batch.Queue(c.beatSQL, c.holder, c.cfg.Lease.Milliseconds())
+		// Dead relays' entries are swept as rarely as this relay beats.
+		q.batch.Queue(c.sweepSQL)
+	} else {
+		q.batch.Queue(c.lockSQL)
+	}
+	// Now and then a claim scans from the start instead of the floor, so a
+	// row the floor passed by mistake waits at most rescanEvery (see
+	// advance for how that can happen).
+	if began.Sub(c.lastRescan) >= rescanEvery {
+		q.floor = 0
+	}
+	q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder, token, q.floor)
+	q.advance = time.Since(c.lastAdvance) >= advanceEvery
+	if q.advance {
+		// In this order: the sequence before the transactions running
+		// (a transaction that took a seq before the first read has
+		// ended or is among them), the snapshot after both.
+		q.batch.Queue(c.advanceSeqSQL)
+		q.batch.Queue(c.advanceVXIDSQL)
+		q.batch.Queue(c.advanceSQL, c.floor)
+	}
+	return q
+}
+
+// readClaimed reads the claim statement's rows.
+func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	defer rows.Close()
+	batch := &Batch{Token: token}
+	var headers []byte
+	var topic, aggType *string
+	for rows.Next() {
+		var r Row
+		// Payload scans straight into a fresh []byte (nil for SQL NULL).
+		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil, &aggType, &batch.TakenOver); err != nil {
+			return nil, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		if topic != nil {
+			r.Topic = *topic
+		}
+		if aggType != nil {
+			r.AggregateType = *aggType
+		}
+		if len(headers) > 0 && string(headers) != "null" {
+			if r.Headers, err = decodeHeaderJSON(headers); err != nil {
+				// Written by plain SQL before the headers CHECK constraint
+				// (or on an adopted table): this row alone is parked.
+				r.DecodeErr = fmt.Errorf("headers %.64s: %w", headers, err)
+			}
+		}
+		batch.Rows = append(batch.Rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	return batch, nil
+}
+
+// readAdvance reads the floor's statements and moves the floor.
+func (c *Claimer) readAdvance(br pgx.BatchResults) error {
+	var seq, xmin, xmax int64
+	var cache *int64
+	var vxids []string
+	var minUnpublished *int64
+	if err := br.QueryRow().Scan(&seq, &cache); err != nil {
+		return fmt.Errorf("claim batch: advance floor: sequence: %w", err)
+	}
+	if err := br.QueryRow().Scan(&vxids); err != nil {
+		return fmt.Errorf("claim batch: advance floor: transactions: %w", err)
+	}
+	if err := br.QueryRow().Scan(&xmin, &xmax, &minUnpublished); err != nil {
+		return fmt.Errorf("claim batch: advance floor: %w", err)
+	}
+	if cache == nil || *cache == 1 {
+		c.advance(seq, vxids, xmin, xmax, minUnpublished)
+	}
+	c.lastAdvance = time.Now()
+	return nil
+}
+
+// advance records a new marker (seq and the running transactions' vxids),
+// moves pending markers along their phases given the transactions running
+// now (vxids) and the snapshot's xmin and xmax, and moves the floor up to
+// the highest settled marker, but never past an unpublished row.
+func (c *Claimer) advance(seq int64, vxids []string, xmin, xmax int64, minUnpublished *int64) {
+	running := make(map[string]struct{}, len(vxids))
+	for _, v := range vxids {
+		running[v] = struct{}{}
+	}
+	settled := int64(-1)
+	i := 0
+markers:
+	for ; i < len(c.markers); i++ {
+		m := &c.markers[i]
+		if m.xmax == 0 {
+			for _, v := range m.vxids {
+				if _, ok := running[v]; ok {
+					break markers
+				}
+			}
+			// Phase 2: wait for the xids below the current xmax (a
+			// prepared transaction among the vxids keeps its xid).
+			m.vxids, m.xmax = nil, xmax
+		}
+		if m.xmax > xmin {
+			break
+		}
+		settled = m.seq
+	}
+	c.markers = c.markers[i:]
+	if len(c.markers) < maxMarkers && seq > 0 {
+		c.markers = append(c.markers, marker{seq: seq, vxids: vxids})
+	}
+	if settled < 0 {
+		return
+	}
+	next := settled + 1
+	if minUnpublished != nil && *minUnpublished < next {
+		next = *minUnpublished
+	}
+	if next > c.floor {
+		c.floor = next
+	}
+}
+
+// Floor returns the seq below which this Claimer knows every row is
+// published; its claims scan from there.
+func (c *Claimer) Floor() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.floor
+}

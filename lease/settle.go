@@ -1,0 +1,210 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Settle says what happens to rows a claim still holds and that were not
+// published: Release gives them back, DeadLetter parks them.
+type Settle struct {
+	// Token is the claim that leased the rows (Batch.Token): rows whose
+	// lease passed to another claim since are left alone.
+	Token uuid.UUID
+	// Seqs names the rows (Row.Seq).
+	Seqs []int64
+	// RetryIn, for Release: > 0 keeps the rows, and every later event of
+	// their aggregates, unclaimable for this long (a failed publish backs
+	// off); 0 makes them claimable at once. Milliseconds are kept.
+	RetryIn time.Duration
+	// Hold, for DeadLetter: the rows keep every later event of their
+	// aggregates back until they are requeued (locked_until 'infinity';
+	// relay.DeadLetterHold). Without it, later events go on.
+	Hold bool
+	// CountAttempt adds one to the rows' attempts (a publish the broker
+	// answered with an error; an outage does not count).
+	CountAttempt bool
+	// LastError, if not empty, replaces last_error (DeadLetter always sets
+	// it).
+	LastError string
+}
+
+// DeadLetter parks the rows of s still held by s.Token: they stay in the
+// table, unpublished, with dead_lettered_at set, attempts increased by
+// s.CountAttempt and last_error set to s.LastError, and are not claimed
+// again until Requeue. With s.Hold, their locked_until becomes 'infinity',
+// which also holds back every later event of their aggregates (order is
+// kept); without it, later events go on. It returns how many rows it
+// parked. Errors are wrapped as "dead-letter: ...".
+func (c *Claimer) DeadLetter(ctx context.Context, s Settle) (int64, error) {
+	if len(s.Seqs) == 0 {
+		return 0, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(c.deadSQL, s.Seqs, s.Token, s.Hold, attemptInc(s.CountAttempt), s.LastError)
+	if s.Hold {
+		b.Queue(c.holdSQL, nil)
+	}
+	n, err := c.execBatch(ctx, b)
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter: %w", err)
+	}
+	return n, nil
+}
+
+func attemptInc(count bool) int {
+	if count {
+		return 1
+	}
+	return 0
+}
+
+// Requeue makes dead-lettered events claimable again with attempts reset
+// to 0 (last_error is kept for the record): the events whose ID, as text,
+// is one of ids, or every dead letter when ids is nil. Held-back later events of their aggregates
+// follow them in order. It returns how many events it requeued. Errors are
+// wrapped as "requeue: ...".
+func (c *Claimer) Requeue(ctx context.Context, ids []string) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		// Serialize with releases and dead-letterings, which extend
+		// 'holds' in their own transactions.
+		if _, err := tx.Exec(ctx, c.holdSQL, nil); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, c.requeueSQL, ids)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		// 'holds' now only needs to cover what still backs off or is held.
+		_, err = tx.Exec(ctx, `UPDATE `+c.guard+` SET until = coalesce((
+  SELECT max(locked_until) FROM `+c.table()+`
+  WHERE published_at IS NULL AND locked_by IS NULL AND locked_until > now()), '-infinity')
+WHERE key = 'holds'`)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("requeue: %w", err)
+	}
+	return n, nil
+}
+
+// execBatch runs b in one implicit transaction and returns the rows
+// affected by its first statement.
+func (c *Claimer) execBatch(ctx context.Context, b *pgx.Batch) (int64, error) {
+	br := c.pool.SendBatch(ctx, b)
+	defer br.Close()
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, err
+	}
+	for i := 1; i < b.Len(); i++ {
+		if _, err := br.Exec(); err != nil {
+			return 0, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// MarkPublished sets published_at on the rows seqs that are still held by
+// token, and returns how many it marked. Rows whose lease passed to
+// another claim are left alone (fewer than len(seqs) are marked; not an
+// error: those events will be published again, which at-least-once allows).
+// Errors are wrapped as "mark published: ...".
+func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int64) (int64, error) {
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(asyncCommitSQL)
+	b.Queue(c.markSQL, seqs, token)
+	br := c.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return 0, fmt.Errorf("mark published: %w", err)
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, fmt.Errorf("mark published: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return 0, fmt.Errorf("mark published: commit: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Extend renews the lease of the rows seqs still held by token to
+// Config.Lease from now (database clock), and returns the seqs it renewed:
+// rows whose lease passed to another claim meanwhile are missing, and must
+// not be published by this claim's holder any more. The relay extends a
+// batch that waited behind a slow publish before it publishes it. Errors
+// are wrapped as "extend lease: ...".
+func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, error) {
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(asyncCommitSQL)
+	b.Queue(c.extendSQL, seqs, token, c.cfg.Lease.Milliseconds())
+	br := c.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("extend lease: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("extend lease: %w", err)
+	}
+	kept, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("extend lease: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("extend lease: commit: %w", err)
+	}
+	return kept, nil
+}
+
+// asyncCommitSQL turns off synchronous_commit for the rest of the
+// (implicit) transaction. Claims and marks commit without waiting for
+// their WAL flush: they become visible at once, and a database crash can
+// only lose the last few hundred milliseconds of them, which returns those
+// rows to "unclaimed" or "unpublished" — they are published again, which
+// at-least-once delivery allows. It takes a WAL flush (about 1ms here) off
+// every claim, which is on the path of every event's commit-to-publish
+// latency. The writer's transactions are untouched: they commit with the
+// application's own setting.
+const asyncCommitSQL = "SELECT set_config('synchronous_commit', 'off', true)"
+
+// Release gives the rows of s still held by s.Token back: claimable at
+// once, or after s.RetryIn, during which every later event of their
+// aggregates waits too (a failed publish backs off); attempts grow by
+// s.CountAttempt and s.LastError, if not empty, replaces last_error. It
+// returns how many rows it released. Errors are wrapped as "release: ...".
+func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
+	if len(s.Seqs) == 0 {
+		return 0, nil
+	}
+	var le *string
+	if s.LastError != "" {
+		le = &s.LastError
+	}
+	b := &pgx.Batch{}
+	b.Queue(c.releaseSQL, s.Seqs, s.Token, s.RetryIn.Milliseconds(), attemptInc(s.CountAttempt), le)
+	if s.RetryIn > 0 {
+		b.Queue(c.holdSQL, s.RetryIn.Milliseconds())
+	}
+	n, err := c.execBatch(ctx, b)
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
+	}
+	return n, nil
+}

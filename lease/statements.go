@@ -1,0 +1,157 @@
+package lease
+
+import (
+	"strings"
+
+	"github.com/pgoutbox/outbox/internal/sqlname"
+)
+
+// The Claimer's SQL, written once per Claimer by New.
+
+// prepareGuard writes the order-guard statements and the claim's lock.
+func (c *Claimer) prepareGuard() {
+	guard := c.guard
+	// The relay records, in a claim's own transaction, a time by which all
+	// its leases will have ended; other relays' claims read it to know
+	// whether they need the order guard. It writes now() + 3 leases, and
+	// writes again in the first claim after half a lease has passed (by the
+	// monotonic clock), so every lease of a claim in between — which ends at
+	// most half a lease plus that claim's own duration later — is covered
+	// with more than a lease to spare, without an extra write per claim.
+	c.beatSQL = `INSERT INTO ` + guard + ` (key, until) VALUES ('relay:' || $1, now() + 3 * $2 * interval '1 millisecond')
+ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until`
+	// A release with a delay ($1 ms) or a held dead letter ($1 NULL:
+	// forever) extends 'holds', by the database clock.
+	c.holdSQL = `INSERT INTO ` + guard + ` (key, until)
+VALUES ('holds', CASE WHEN $1::bigint IS NULL THEN 'infinity'::timestamptz ELSE now() + $1 * interval '1 millisecond' END)
+ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.until)`
+	c.sweepSQL = `DELETE FROM ` + guard + ` WHERE key LIKE 'relay:%' AND until < now() - interval '1 hour'`
+	// Claims of all relays on one table serialize on a transaction-level
+	// advisory lock keyed by the table's OID. Without it, two concurrent
+	// claims could split one aggregate's consecutive events between two
+	// relays (the second one skips the rows the first has locked but not
+	// yet leased), which would let them be published out of order. The
+	// lock lasts only the claim statement, a few milliseconds.
+	c.lockSQL = `SELECT ` + sqlname.XactLock(sqlname.LockClaim, c.cfg.Table) + `, set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`
+	// A claim that registers the relay in the order guard commits
+	// synchronously: other relays skip the guard on the strength of that
+	// row, so a database crash must not lose it while its leases survive.
+	c.lockSyncSQL = `SELECT ` + sqlname.XactLock(sqlname.LockClaim, c.cfg.Table) + `, set_config('jit', 'off', true)`
+}
+
+// prepareClaim writes the claim statement.
+func (c *Claimer) prepareClaim() {
+	cfg, t, guard := c.cfg, sqlname.Quote(c.cfg.Table), c.guard
+	col := sqlname.Column
+	id, agg, typ, payload := col(cfg.Columns.ID), col(cfg.Columns.AggregateID), col(cfg.Columns.EventType), col(cfg.Columns.Payload)
+	aggType := "NULL::text"
+	if cfg.Columns.AggregateType != "" {
+		aggType = "o." + col(cfg.Columns.AggregateType) + "::text"
+	}
+	// One statement: a CTE picks and row-locks the candidates, the UPDATE
+	// leases exactly those. Never `UPDATE ... WHERE id IN (SELECT ... LIMIT
+	// n FOR UPDATE SKIP LOCKED)`: the planner may run that subquery more
+	// than once and lease more than n rows (PostgreSQL bug #15715). The
+	// UPDATE finds the locked rows by ctid (a TID scan, no index lookup);
+	// the row lock guarantees the ctid does not change in between.
+	//
+	// The guard keeps per-aggregate order across relays and across retries:
+	// a row is not claimable while an earlier unpublished row of its
+	// aggregate is leased by another relay, or is backing off after a
+	// failed publish (locked_by NULL, locked_until in the future). This
+	// relay's own leases do not block it: it publishes its batches one after
+	// the other, in seq order. The guard is a scalar subquery on purpose:
+	// written as NOT EXISTS the planner turns it into an anti-join that
+	// reads the whole table once per claim; as a correlated SubPlan it is
+	// one probe of outbox_unpublished_aggregate_idx per candidate, which
+	// stops at the first blocking row. JIT is off for the claim
+	// (set_config above): the SubPlan's pessimistic cost estimate would
+	// otherwise trigger JIT compilation, about 20ms per claim for nothing.
+	st := NewStates(cfg.Table, cfg.Columns)
+	c.claimSQL = `WITH candidates AS (
+  SELECT o.ctid, o.locked_by IS NOT NULL AS taken_over FROM ` + t + ` o
+  WHERE ` + st.Live("o") + `
+    AND o.seq >= $5
+    AND ` + st.LeaseFree("o") + `
+    AND (NOT (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.until > now() AND g.key <> 'relay:' || $3))
+      OR NOT ` + st.Waiting("o", "$3", "$5") + `)
+  ORDER BY o.seq
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), claimed AS (
+UPDATE ` + t + ` o
+SET locked_until = now() + $2 * interval '1 millisecond', locked_by = $3, claim_token = $4
+WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
+RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `
+)
+SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) FROM claimed`
+}
+
+// prepareFloor writes the floor's statements.
+func (c *Claimer) prepareFloor() {
+	t := sqlname.Quote(c.cfg.Table)
+	// The floor: a seq below which every row is published. Published rows
+	// leave the partial indexes only when VACUUM cleans them (and a large
+	// table's autovacuum may skip index cleanup for a long time: PG 14+'s
+	// INDEX_CLEANUP auto bypass), so an index scan from the start would
+	// walk over every published row's dead entry, and each claim would get
+	// slower as events are published. Claims start at the floor instead.
+	// It moves only over published rows and over seqs that are final: a
+	// marker records the identity's last value and then the virtual
+	// transaction IDs of every transaction running in this database, and
+	// counts once they have all ended (see marker). Transaction IDs alone
+	// would not do: nextval does not give a transaction an xid, and a COPY
+	// takes the seqs of up to 1,000 buffered rows before its first write,
+	// a slow expression in an INSERT runs after its nextval; the floor
+	// then passed rows that committed later, and later events of their
+	// aggregates went out before them. Every virtual transaction ID is
+	// visible in pg_locks (each transaction holds an exclusive lock on its
+	// own, as CREATE INDEX CONCURRENTLY relies on), to any role;
+	// autovacuum workers (which insert nothing, and may run for minutes)
+	// and WAL senders are left out where the role may see backend_type
+	// (pg_read_all_stats; to other roles it is NULL and they count). A
+	// sequence with CACHE > 1 hands out values long after it took them
+	// from the sequence, in later transactions: then the floor stays at 0.
+	// Every rescanEvery a claim scans from seq 0 all the same.
+	seqName := `pg_get_serial_sequence('` + strings.ReplaceAll(t, `'`, `''`) + `', 'seq')::regclass`
+	c.advanceSeqSQL = `SELECT coalesce(pg_sequence_last_value(` + seqName + `), 0),
+  (SELECT seqcache FROM pg_sequence WHERE seqrelid = ` + seqName + `)`
+	c.advanceVXIDSQL = `SELECT coalesce(array_agg(l.virtualxid ORDER BY l.virtualxid), '{}')
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+  AND l.pid <> pg_backend_pid() AND a.datname = current_database()
+  AND coalesce(a.backend_type, '') NOT IN ('autovacuum worker', 'autovacuum launcher', 'walsender')`
+	c.advanceSQL = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+  pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+  (SELECT min(seq) FROM ` + t + ` WHERE published_at IS NULL AND seq >= $1)`
+}
+
+// prepareSettle writes the statements that end a lease: mark, extend,
+// release, dead-letter, requeue.
+func (c *Claimer) prepareSettle() {
+	t, id := sqlname.Quote(c.cfg.Table), sqlname.Column(c.cfg.Columns.ID)
+	// Rows are named by seq, whatever the type of the event ID column
+	// (uuid, text, bigint): bigint[] travels in every pgx query exec mode,
+	// and outbox_unpublished_seq_idx finds them.
+	c.markSQL = `UPDATE ` + t + `
+SET published_at = now(), locked_until = NULL, last_error = NULL
+WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL`
+	c.extendSQL = `UPDATE ` + t + `
+SET locked_until = now() + $3 * interval '1 millisecond'
+WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL
+RETURNING seq`
+	c.releaseSQL = `UPDATE ` + t + `
+SET locked_until = CASE WHEN $3::bigint > 0 THEN now() + $3::bigint * interval '1 millisecond' END,
+    locked_by = NULL, claim_token = NULL,
+    attempts = attempts + $4::int, last_error = COALESCE($5::text, last_error)
+WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL`
+	c.deadSQL = `UPDATE ` + t + `
+SET dead_lettered_at = now(),
+    locked_until = CASE WHEN $3::bool THEN 'infinity'::timestamptz END,
+    locked_by = NULL, claim_token = NULL,
+    attempts = attempts + $4::int, last_error = $5::text
+WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL`
+	c.requeueSQL = `UPDATE ` + t + `
+SET dead_lettered_at = NULL, locked_until = NULL, attempts = 0
+WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL AND ($1::text[] IS NULL OR ` + id + `::text = ANY($1::text[]))`
+}
