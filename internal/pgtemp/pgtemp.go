@@ -347,7 +347,10 @@ func serverArgs(dataDir, sockDir string, port int, opts Options) []string {
 		"port":                    strconv.Itoa(port),
 		"unix_socket_directories": sockDir,
 		"max_connections":         "200",
-		"fsync":                   boolConf(opts.Fsync),
+		// Tests of two-phase commit (the claim floor waits for a prepared
+		// transaction that took seqs).
+		"max_prepared_transactions": "10",
+		"fsync":                     boolConf(opts.Fsync),
 	}
 	for k, v := range opts.ExtraConf {
 		conf[k] = v
