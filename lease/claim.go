@@ -12,29 +12,27 @@ import (
 )
 
 // rescanEvery is how often a claim ignores the floor and scans from the
-// start, so that nothing the floor passed by mistake waits longer.
-const rescanEvery = 10 * time.Second
+// start, so that nothing the floor passed by mistake waits longer. Such a
+// claim walks every dead index entry below the floor (many, while a long
+// transaction keeps VACUUM from removing them), so it is rare.
+const rescanEvery = time.Minute
 
 // marker says: every row with seq <= seq got its seq from a transaction
-// that had ended or was one of vxids (the virtual transaction IDs running
-// in this database, read after the sequence). Once none of vxids runs any
-// more (phase 1) and, after that, every transaction whose xid is below
-// xmax has ended (phase 2: a transaction that PREPAREd gives up its vxid
-// lock but keeps its xid, which is below the xmax read after the vxids),
-// every row with seq <= seq is final: committed or rolled back.
+// that had ended or was one of holders (the transactions holding a lock on
+// the outbox's sequence, by pg_locks.virtualtransaction, read after the
+// sequence). Once none of holders holds it any more, every row with seq <=
+// seq is final: committed or rolled back.
 type marker struct {
-	seq   int64
-	vxids []string
-	// xmax is 0 in phase 1; in phase 2, the snapshot xmax read after the
-	// vxids were all gone.
-	xmax int64
+	seq     int64
+	holders []string
 }
 
 // advanceEvery is how often Claim moves the floor.
 const advanceEvery = 20 * time.Millisecond
 
 // maxMarkers bounds the pending markers (about 20 s of them) while a long
-// transaction holds them back; meanwhile the floor stays where it is.
+// writing transaction holds them back; meanwhile the floor stays where it
+// is.
 const maxMarkers = 1024
 
 // Claim leases up to Config.BatchSize claimable rows for Config.Lease and
@@ -163,58 +161,49 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
 
 // readAdvance reads the floor's statements and moves the floor.
 func (c *Claimer) readAdvance(br pgx.BatchResults) error {
-	var seq, xmin, xmax int64
+	var seq int64
 	var cache *int64
-	var vxids []string
+	var holders []string
 	var minUnpublished *int64
 	if err := br.QueryRow().Scan(&seq, &cache); err != nil {
 		return fmt.Errorf("claim batch: advance floor: sequence: %w", err)
 	}
-	if err := br.QueryRow().Scan(&vxids); err != nil {
+	if err := br.QueryRow().Scan(&holders); err != nil {
 		return fmt.Errorf("claim batch: advance floor: transactions: %w", err)
 	}
-	if err := br.QueryRow().Scan(&xmin, &xmax, &minUnpublished); err != nil {
+	if err := br.QueryRow().Scan(&minUnpublished); err != nil {
 		return fmt.Errorf("claim batch: advance floor: %w", err)
 	}
 	if cache == nil || *cache == 1 {
-		c.advance(seq, vxids, xmin, xmax, minUnpublished)
+		c.advance(seq, holders, minUnpublished)
 	}
 	c.lastAdvance = time.Now()
 	return nil
 }
 
-// advance records a new marker (seq and the running transactions' vxids),
-// moves pending markers along their phases given the transactions running
-// now (vxids) and the snapshot's xmin and xmax, and moves the floor up to
-// the highest settled marker, but never past an unpublished row.
-func (c *Claimer) advance(seq int64, vxids []string, xmin, xmax int64, minUnpublished *int64) {
-	running := make(map[string]struct{}, len(vxids))
-	for _, v := range vxids {
-		running[v] = struct{}{}
+// advance records a new marker (seq and the transactions holding the
+// sequence's lock), settles the pending markers none of whose holders is
+// among the holders now, and moves the floor up to the highest settled
+// marker, but never past an unpublished row.
+func (c *Claimer) advance(seq int64, holders []string, minUnpublished *int64) {
+	now := make(map[string]struct{}, len(holders))
+	for _, h := range holders {
+		now[h] = struct{}{}
 	}
 	settled := int64(-1)
 	i := 0
 markers:
 	for ; i < len(c.markers); i++ {
-		m := &c.markers[i]
-		if m.xmax == 0 {
-			for _, v := range m.vxids {
-				if _, ok := running[v]; ok {
-					break markers
-				}
+		for _, h := range c.markers[i].holders {
+			if _, ok := now[h]; ok {
+				break markers
 			}
-			// Phase 2: wait for the xids below the current xmax (a
-			// prepared transaction among the vxids keeps its xid).
-			m.vxids, m.xmax = nil, xmax
 		}
-		if m.xmax > xmin {
-			break
-		}
-		settled = m.seq
+		settled = c.markers[i].seq
 	}
 	c.markers = c.markers[i:]
 	if len(c.markers) < maxMarkers && seq > 0 {
-		c.markers = append(c.markers, marker{seq: seq, vxids: vxids})
+		c.markers = append(c.markers, marker{seq: seq, holders: holders})
 	}
 	if settled < 0 {
 		return

@@ -1,8 +1,6 @@
 package lease
 
 import (
-	"strings"
-
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
 
@@ -93,37 +91,38 @@ func (c *Claimer) prepareFloor() {
 	// The floor: a seq below which every row is published. Published rows
 	// leave the partial indexes only when VACUUM cleans them (and a large
 	// table's autovacuum may skip index cleanup for a long time: PG 14+'s
-	// INDEX_CLEANUP auto bypass), so an index scan from the start would
-	// walk over every published row's dead entry, and each claim would get
-	// slower as events are published. Claims start at the floor instead.
-	// It moves only over published rows and over seqs that are final: a
-	// marker records the identity's last value and then the virtual
-	// transaction IDs of every transaction running in this database, and
-	// counts once they have all ended (see marker). Transaction IDs alone
-	// would not do: nextval does not give a transaction an xid, and a COPY
-	// takes the seqs of up to 1,000 buffered rows before its first write,
-	// a slow expression in an INSERT runs after its nextval; the floor
-	// then passed rows that committed later, and later events of their
-	// aggregates went out before them. Every virtual transaction ID is
-	// visible in pg_locks (each transaction holds an exclusive lock on its
-	// own, as CREATE INDEX CONCURRENTLY relies on), to any role;
-	// autovacuum workers (which insert nothing, and may run for minutes)
-	// and WAL senders are left out where the role may see backend_type
-	// (pg_read_all_stats; to other roles it is NULL and they count). A
-	// sequence with CACHE > 1 hands out values long after it took them
-	// from the sequence, in later transactions: then the floor stays at 0.
-	// Every rescanEvery a claim scans from seq 0 all the same.
-	seqName := `pg_get_serial_sequence('` + strings.ReplaceAll(t, `'`, `''`) + `', 'seq')::regclass`
+	// INDEX_CLEANUP auto bypass; a transaction holding an old snapshot
+	// stops it altogether), so an index scan from the start would walk over
+	// every published row's dead entry, and each claim would get slower as
+	// events are published. Claims start at the floor instead. It moves
+	// only over published rows and over seqs that are final: a marker
+	// records the sequence's last value and then the transactions holding a
+	// lock on the sequence, and counts once they have all ended (see
+	// marker). A transaction that calls nextval on a sequence takes a
+	// RowExclusiveLock on it and keeps it until it ends
+	// (src/backend/commands/sequence.c, lock_and_open_sequence: "owned by
+	// the top transaction"), before it takes a value, so every transaction
+	// that may still commit a row with a seq at or below the marker's is
+	// among them: a COPY buffering rows it has taken seqs for, an INSERT
+	// with a slow expression after its nextval, a transaction PREPAREd
+	// after it (prepared transactions keep their locks; pg_locks shows
+	// them without a pid). A transaction that took no seq — an idle
+	// session holding a REPEATABLE READ snapshot, a long report — does not
+	// hold the floor back (it used to: the floor waited for every
+	// transaction in the database, and claims slowed down linearly while
+	// one was open). A sequence with CACHE > 1 hands out values a session
+	// cached in earlier transactions without taking the lock again: then
+	// the floor stays at 0. Every rescanEvery a claim scans from seq 0 all
+	// the same.
+	seqName := `pg_get_serial_sequence(` + sqlname.Literal(t) + `, 'seq')::regclass`
 	c.advanceSeqSQL = `SELECT coalesce(pg_sequence_last_value(` + seqName + `), 0),
   (SELECT seqcache FROM pg_sequence WHERE seqrelid = ` + seqName + `)`
-	c.advanceVXIDSQL = `SELECT coalesce(array_agg(l.virtualxid ORDER BY l.virtualxid), '{}')
-FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
-  AND l.pid <> pg_backend_pid() AND a.datname = current_database()
-  AND coalesce(a.backend_type, '') NOT IN ('autovacuum worker', 'autovacuum launcher', 'walsender')`
-	c.advanceSQL = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-  pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-  (SELECT min(seq) FROM ` + t + ` WHERE published_at IS NULL AND seq >= $1)`
+	c.advanceVXIDSQL = `SELECT coalesce(array_agg(DISTINCT l.virtualtransaction), '{}')
+FROM pg_locks l
+WHERE l.locktype = 'relation' AND l.relation = ` + seqName + `
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()`
+	c.advanceSQL = `SELECT (SELECT min(seq) FROM ` + t + ` WHERE published_at IS NULL AND seq >= $1)`
 }
 
 // prepareSettle writes the statements that end a lease: mark, extend,

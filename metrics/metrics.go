@@ -81,6 +81,12 @@ type Config struct {
 	// waiting behind an earlier event of its aggregate) is older than
 	// this, by the table gauges' last refresh. Defaults to 0 (off).
 	ReadyMaxAge time.Duration
+	// SnapshotWarnAfter: while another transaction in the database has held
+	// a snapshot for longer than this, the refresher logs a warning naming
+	// it (pid, application_name, age) every 5 minutes. Defaults to
+	// DefaultSnapshotWarnAfter (5m); negative disables the warning (the
+	// gauge outbox_oldest_snapshot_age_seconds stays).
+	SnapshotWarnAfter time.Duration
 	// Topics are checked to exist by the "broker" readiness check when the
 	// attached broker can (Components.Broker implements TopicChecker):
 	// the relay's --topic. Defaults to none.
@@ -97,6 +103,8 @@ const (
 	DefaultCheckTimeout = time.Second
 	// DefaultReadyCacheTTL is Config.ReadyCacheTTL's default.
 	DefaultReadyCacheTTL = 2 * time.Second
+	// DefaultSnapshotWarnAfter is Config.SnapshotWarnAfter's default.
+	DefaultSnapshotWarnAfter = 5 * time.Minute
 	// DefaultAddr is the run command's default --metrics-addr.
 	DefaultAddr = ":9090"
 )
@@ -121,6 +129,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReadyCacheTTL == 0 {
 		c.ReadyCacheTTL = DefaultReadyCacheTTL
+	}
+	if c.SnapshotWarnAfter == 0 {
+		c.SnapshotWarnAfter = DefaultSnapshotWarnAfter
 	}
 	return c
 }
@@ -222,6 +233,7 @@ type Metrics struct {
 	markErrors    prometheus.Counter
 
 	refreshFailing atomic.Bool
+	snap           snapshotWatch
 	// oldest is the last refresh's view of the oldest events, from which
 	// the age gauges are computed at scrape time.
 	oldest atomic.Pointer[oldestSnapshot]
@@ -358,6 +370,7 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		Help: "Failed mark statements (retried; events are published again if the lease ends first).",
 	})
 	m.reg.MustRegister(m.publishErrors, m.claimDur, m.batchSize, m.markDur, m.takeovers, m.leaseLost, m.markErrors)
+	m.reg.MustRegister(m.snapshotGauge())
 	m.reg.MustRegister(oldestAge, oldestClaimableAge, oldestCreated, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&componentCollector{m: m})
@@ -518,6 +531,11 @@ func (m *Metrics) RunRefresher(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		_, err := m.Refresh(ctx)
+		if err == nil {
+			sctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
+			_, err = m.OldestSnapshot(sctx)
+			cancel()
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			if !m.refreshFailing.Swap(true) {
@@ -607,3 +625,5 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descReconnects, l.Reconnects())
 	}
 }
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

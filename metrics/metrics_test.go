@@ -19,6 +19,9 @@ import (
 	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -511,4 +514,51 @@ VALUES (gen_random_uuid(), 'free', 't', '{}', now() - interval '2 minutes')`); e
 	if r.code != 503 || strings.Join(r.body.Failed, ",") != "backlog" || !strings.Contains(r.body.Checks["backlog"].Detail, "over 1m0s") {
 		t.Fatalf("claimable event 2 minutes old: %d %+v", r.code, r.body)
 	}
+}
+
+// A session holding an old snapshot is found and named, its age exported,
+// and a warning logged once (the database is shared with the other tests:
+// the oldest holder may be another test's, at least as old as ours).
+func TestOldestSnapshotHolderIsNamed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, "ROLLBACK") //nolint:errcheck
+	if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	core, logs := observer.New(zapcore.WarnLevel)
+	m, err := metrics.New(metrics.Config{SnapshotWarnAfter: 200 * time.Millisecond}, db.Pool, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *metrics.SnapshotHolder
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		h, err = m.OldestSnapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h != nil && h.Age >= 300*time.Millisecond && time.Since(began) >= 300*time.Millisecond
+	}, "no snapshot holder older than 300ms found: %+v", h)
+	if _, err := m.OldestSnapshot(ctx); err != nil { // a second call: no second warning
+		t.Fatal(err)
+	}
+	if n := logs.FilterMessageSnippet("holds an old snapshot").Len(); n != 1 {
+		t.Errorf("%d warnings, want 1 (at most one per 5 minutes)", n)
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	if age := scrape(t, srv.URL+"/metrics")["outbox_oldest_snapshot_age_seconds"]; age < 0.3 {
+		t.Errorf("outbox_oldest_snapshot_age_seconds = %v, want at least 0.3", age)
+	}
+	t.Logf("oldest snapshot holder: %s", h)
 }

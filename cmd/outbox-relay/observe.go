@@ -27,6 +27,7 @@ type observeFlags struct {
 	metricsAddr       string
 	metricsInterval   time.Duration
 	readyMaxAge       time.Duration
+	snapshotWarnAfter time.Duration
 	retention         time.Duration
 	retentionBatch    int
 	retentionInterval time.Duration
@@ -37,6 +38,8 @@ func (o *observeFlags) register(fs *flag.FlagSet) {
 		"listen address, [host]:port, of the HTTP server for /metrics, /healthz and /readyz; an address in use stops the relay at start (exit 2): several relays on one host need one port each; --metrics-addr '' turns it off (an empty OUTBOX_METRICS_ADDR is ignored like every empty variable)")
 	fs.DurationVar(&o.metricsInterval, "metrics-interval", metrics.DefaultInterval,
 		"how often the outbox_* table gauges (oldest unpublished age, counts) are computed from SQL")
+	fs.DurationVar(&o.snapshotWarnAfter, "snapshot-warn-after", metrics.DefaultSnapshotWarnAfter,
+		"warn (every 5m, naming its pid and application_name) while a transaction in the database has held a snapshot this long: VACUUM cannot clean the outbox table meanwhile (negative: off)")
 	fs.DurationVar(&o.readyMaxAge, "ready-max-age", 0,
 		"/readyz fails while the oldest claimable event (unpublished, not leased, not backing off, not behind an earlier event of its aggregate) is older than this (0: off)")
 	fs.DurationVar(&o.retention, "retention", retention.DefaultRetention,
@@ -120,7 +123,7 @@ type observer struct {
 // ("stopping") while the relay drains.
 func startObserve(ctx context.Context, o *observeFlags, pool *pgxpool.Pool, table, aggregateColumn, topic string, log *zap.Logger) (*observer, error) {
 	m, err := metrics.New(metrics.Config{Table: table, AggregateColumn: aggregateColumn, DefaultTopic: topic, Topics: []string{topic},
-		Interval: o.metricsInterval, ReadyMaxAge: o.readyMaxAge}, pool, log)
+		Interval: o.metricsInterval, ReadyMaxAge: o.readyMaxAge, SnapshotWarnAfter: o.snapshotWarnAfter}, pool, log)
 	if err != nil {
 		return nil, usageError{err}
 	}
