@@ -11,13 +11,31 @@
 // the relay's pool and expects it back on the listening connection within
 // Config.PingTimeout; otherwise it drops the connection and reconnects, so a
 // half-open TCP connection cannot silently stop the wake-ups.
+//
+// Every new connection is checked before it counts as listening:
+//
+//   - pg_is_in_recovery() first: a hot standby cannot LISTEN, so the
+//     listener reports StateStandby (one log line, Reason names the server)
+//     and retries with backoff until the server is promoted;
+//   - with the watchdog on, a probe ping right after LISTEN must come back
+//     within Config.PingTimeout. A connection that LISTENs without error but
+//     never hears its probe is deaf: a transaction pooler such as PgBouncer
+//     (pool_mode=transaction) ran the LISTEN on a server connection that it
+//     then gave to other clients. The listener reports StateDeaf (one log
+//     line; Reason says why and what to do) at once when the session shows a
+//     pooler (the backend's PID is not the one announced at connect, or it
+//     changes between statements), or after Config.DeafAfter such
+//     connections in a row otherwise, and then tries a new connection every
+//     Config.DeafRetry. The relay finds events by polling meanwhile.
 package notify
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,10 +63,24 @@ type Config struct {
 	// arrive. Defaults to 5s. Negative disables the watchdog.
 	PingInterval time.Duration
 	// PingTimeout is how long the watchdog waits for its ping to come back
-	// before it reconnects. Defaults to 5s. With the watchdog on, connecting
-	// and LISTEN together must also finish within PingInterval+PingTimeout,
-	// or the attempt is abandoned and retried.
+	// before it reconnects, and how long a new connection waits for its
+	// probe ping. Defaults to 5s. With the watchdog on, connecting, LISTEN
+	// and the probe together must also finish within
+	// PingInterval+2*PingTimeout, or the attempt is abandoned and retried.
 	PingTimeout time.Duration
+	// DeafAfter is how many connections in a row may LISTEN without error
+	// and still not receive their probe ping before the listener reports
+	// StateDeaf, when nothing shows a pooler in between (with a pooler,
+	// the first such connection is enough). Defaults to 3. Needs the
+	// watchdog.
+	DeafAfter int
+	// DeafRetry is how often a deaf listener tries a new connection to see
+	// whether notifications arrive again. Defaults to 30s.
+	DeafRetry time.Duration
+	// DeafHint is the advice of the deaf report (the log line and Reason),
+	// after "LISTEN is not receiving notifications: ". Defaults to
+	// DefaultDeafHint; the outbox-relay command names its flags instead.
+	DeafHint string
 }
 
 // DefaultChannel is Config.Channel's default.
@@ -63,6 +95,9 @@ const (
 	DefaultReconnectMax = 5 * time.Second
 	DefaultPingInterval = 5 * time.Second
 	DefaultPingTimeout  = 5 * time.Second
+	DefaultDeafAfter    = 3
+	DefaultDeafRetry    = 30 * time.Second
+	DefaultDeafHint     = "does the listener's connection go through a transaction pooler (PgBouncer pool_mode=transaction)? connect the listener directly to PostgreSQL"
 )
 
 // WithDefaults returns a copy of c with every zero field set to its
@@ -83,6 +118,15 @@ func (c Config) WithDefaults() Config {
 	if c.PingTimeout == 0 {
 		c.PingTimeout = DefaultPingTimeout
 	}
+	if c.DeafAfter == 0 {
+		c.DeafAfter = DefaultDeafAfter
+	}
+	if c.DeafRetry == 0 {
+		c.DeafRetry = DefaultDeafRetry
+	}
+	if c.DeafHint == "" {
+		c.DeafHint = DefaultDeafHint
+	}
 	return c
 }
 
@@ -99,6 +143,10 @@ func (c Config) Validate() error {
 		return config.Invalid("notify", "ReconnectMax", "%s is less than Config.ReconnectMin %s", c.ReconnectMax, c.ReconnectMin)
 	case c.PingTimeout < 0:
 		return config.Invalid("notify", "PingTimeout", "must be positive, got %s", c.PingTimeout)
+	case c.DeafAfter < 0:
+		return config.Invalid("notify", "DeafAfter", "must be positive, got %d", c.DeafAfter)
+	case c.DeafRetry < 0:
+		return config.Invalid("notify", "DeafRetry", "must be positive, got %s", c.DeafRetry)
 	}
 	return nil
 }
@@ -119,8 +167,21 @@ const (
 	StateListening
 	// StateStopped: Run returned.
 	StateStopped
+	// StateDeaf: connections LISTEN without error but do not receive the
+	// notifications sent through the pinger (see the package
+	// documentation); Reason says why. The listener tries a new connection
+	// every Config.DeafRetry and is listening again once one hears its
+	// probe.
+	StateDeaf
+	// StateStandby: the listener's server is a hot standby
+	// (pg_is_in_recovery()), where LISTEN cannot run; Reason names the
+	// server. The listener retries with backoff until it is promoted (or
+	// the connection leads to a primary).
+	StateStandby
 )
 
+// String returns the state's name: "connecting", "listening", "stopped",
+// "deaf" or "standby".
 func (s State) String() string {
 	switch s {
 	case StateConnecting:
@@ -129,6 +190,10 @@ func (s State) String() string {
 		return "listening"
 	case StateStopped:
 		return "stopped"
+	case StateDeaf:
+		return "deaf"
+	case StateStandby:
+		return "standby"
 	}
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }
@@ -149,6 +214,12 @@ type Listener struct {
 
 	notifications atomic.Int64
 	reconnects    atomic.Int64
+	// silent counts the connections in a row that LISTENed but did not
+	// hear their probe; only Run's goroutine (where pgxlisten calls the
+	// handler) touches it.
+	silent int
+	// reason says why the state is deaf or standby ("" otherwise).
+	reason atomic.Pointer[string]
 	// OnStateChange, if set before Run, is called (synchronously, from the
 	// listener's goroutine) on every state change. For metrics and tests.
 	OnStateChange func(State)
@@ -190,8 +261,21 @@ func (l *Listener) State() State { return State(l.state.Load()) }
 // excluded).
 func (l *Listener) Notifications() int64 { return l.notifications.Load() }
 
-// Reconnects returns how many times the listener (re)established LISTEN.
+// Reconnects returns how many times the listener (re)established LISTEN,
+// deaf connections included.
 func (l *Listener) Reconnects() int64 { return l.reconnects.Load() }
+
+// Reason says why the listener does not listen, in StateDeaf ("LISTEN is
+// not receiving notifications: <Config.DeafHint> (<evidence>)") and in
+// StateStandby (the StandbyError's text); "" in the other states.
+func (l *Listener) Reason() string {
+	if r := l.reason.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
+
+func (l *Listener) setReason(r string) { l.reason.Store(&r) }
 
 func (l *Listener) setState(s State) {
 	if State(l.state.Swap(int32(s))) != s && l.OnStateChange != nil {
@@ -206,6 +290,34 @@ func (l *Listener) signal() {
 	}
 }
 
+// StandbyError is the error of a connection whose server is a hot standby
+// (pg_is_in_recovery() is true): LISTEN cannot run during recovery. The
+// listener reports it as StateStandby.
+type StandbyError struct {
+	// Addr is the server's address as the connection reached it
+	// (host:port, or the unix socket's path).
+	Addr string
+}
+
+// Error says "connected to a standby (in recovery) at <Addr>".
+func (e *StandbyError) Error() string {
+	return "connected to a standby (in recovery) at " + e.Addr + ": LISTEN cannot run there until it is promoted"
+}
+
+// ServerAddr returns the address conn reached: the remote host:port, or
+// the unix socket's path.
+func ServerAddr(conn *pgconn.PgConn) string {
+	if nc := conn.Conn(); nc != nil && nc.RemoteAddr() != nil {
+		if a := nc.RemoteAddr().String(); a != "" {
+			return a
+		}
+	}
+	return "unknown address"
+}
+
+// errDeaf ends a session whose probe did not come back.
+var errDeaf = errors.New("probe notification not received")
+
 // Run listens until ctx is done, reconnecting with backoff after any
 // failure, and returns ctx.Err().
 func (l *Listener) Run(ctx context.Context) error {
@@ -214,19 +326,20 @@ func (l *Listener) Run(ctx context.Context) error {
 	for {
 		sessionCtx, cancel := context.WithCancel(ctx)
 		established := make(chan struct{})
+		h := &handler{l: l, established: established}
 		pl := &pgxlisten.Listener{
-			Connect: l.connect,
+			Connect: h.connect,
 			LogError: func(_ context.Context, err error) {
-				if ctx.Err() == nil {
+				var se *StandbyError
+				if ctx.Err() == nil && !errors.As(err, &se) && !errors.Is(err, errDeaf) {
 					l.log.Warn("listener error", zap.Error(err))
 				}
 			},
 		}
-		h := &handler{l: l, established: established}
 		pl.Handle(l.cfg.Channel, h)
 
 		var wg sync.WaitGroup
-		if l.pinger != nil && l.cfg.PingInterval > 0 {
+		if l.probing() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -242,15 +355,13 @@ func (l *Listener) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err() // deferred: listening -> stopped, no connecting in between
 		}
-		l.setState(StateConnecting)
 		select {
 		case <-established:
 			failures = 0
 		default:
 			failures++
 		}
-		delay := backoff(l.cfg.ReconnectMin, l.cfg.ReconnectMax, failures)
-		l.log.Warn("listener disconnected; reconnecting", zap.Error(err), zap.Duration("delay", delay), zap.Int("failures", failures))
+		delay := l.afterSession(err, failures)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -258,6 +369,38 @@ func (l *Listener) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// afterSession sets the state after a session ended with err, logs the
+// change, and returns the delay before the next connection.
+func (l *Listener) afterSession(err error, failures int) time.Duration {
+	delay := backoff(l.cfg.ReconnectMin, l.cfg.ReconnectMax, failures)
+	var se *StandbyError
+	switch {
+	case errors.As(err, &se):
+		if l.State() != StateStandby || l.Reason() != se.Error() {
+			l.setReason(se.Error())
+			l.setState(StateStandby)
+			l.log.Error("the listener's server is a standby (in recovery): LISTEN cannot run there; retrying until it is promoted",
+				zap.String("server", se.Addr))
+		}
+		l.log.Debug("listener still on a standby; retrying", zap.String("server", se.Addr), zap.Duration("delay", delay))
+		return delay
+	case errors.Is(err, errDeaf) && l.State() == StateDeaf:
+		l.log.Debug("listener still deaf; retrying", zap.Duration("delay", l.cfg.DeafRetry))
+		return l.cfg.DeafRetry
+	case errors.Is(err, errDeaf):
+		l.log.Warn("listener did not receive its probe notification; reconnecting",
+			zap.Duration("ping_timeout", l.cfg.PingTimeout), zap.Int("connections_in_a_row", l.silent), zap.Int("deaf_after", l.cfg.DeafAfter),
+			zap.Duration("delay", delay))
+		return delay
+	}
+	l.setState(StateConnecting)
+	l.log.Warn("listener disconnected; reconnecting", zap.Error(err), zap.Duration("delay", delay), zap.Int("failures", failures))
+	return delay
+}
+
+// probing reports whether new connections are probed and watched.
+func (l *Listener) probing() bool { return l.pinger != nil && l.cfg.PingInterval > 0 }
 
 // listenOnce runs pgxlisten for a single connection: the first error ends
 // it (pgxlisten logs it through LogError, and its own loop would retry).
@@ -268,9 +411,10 @@ func listenOnce(ctx context.Context, pl *pgxlisten.Listener) error {
 	var once sync.Once
 	logErr := pl.LogError
 	pl.LogError = func(c context.Context, err error) {
-		once.Do(func() { firstErr = err })
-		if logErr != nil {
-			logErr(c, err)
+		first := false
+		once.Do(func() { firstErr, first = err, true })
+		if first && logErr != nil {
+			logErr(c, err) // later errors follow from it (the cancel below)
 		}
 		cancel() // end this session; Run reconnects with backoff
 	}
@@ -282,14 +426,30 @@ func listenOnce(ctx context.Context, pl *pgxlisten.Listener) error {
 	return ctx.Err()
 }
 
+// nextPing returns the sequence number of a new ping.
+func (l *Listener) nextPing() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pingSeq++
+	return l.pingSeq
+}
+
+// sendPing notifies the channel with ping seq through the pinger.
+func (l *Listener) sendPing(ctx context.Context, seq uint64) error {
+	_, err := l.pinger.Exec(ctx, "SELECT pg_notify($1, $2)", l.cfg.Channel, pingPrefix+strconv.FormatUint(seq, 10))
+	return err
+}
+
 // watchdog pings the listener through the pool; if a ping does not come
 // back within PingTimeout, it cancels the session so Run reconnects.
 func (l *Listener) watchdog(ctx context.Context, cancel context.CancelFunc, established <-chan struct{}) {
 	// Connecting and LISTEN can hang on a half-open connection too (the
 	// reconnect after a missed ping often meets the same dead route), and
 	// pgx has no connect timeout unless connect_timeout is set: give them
-	// as long as the first ping would have to come back, then start over.
-	setup := time.NewTimer(l.cfg.PingInterval + l.cfg.PingTimeout)
+	// as long as the first ping would have to come back, plus the probe,
+	// then start over.
+	limit := l.cfg.PingInterval + 2*l.cfg.PingTimeout
+	setup := time.NewTimer(limit)
 	select {
 	case <-ctx.Done():
 		setup.Stop()
@@ -300,7 +460,7 @@ func (l *Listener) watchdog(ctx context.Context, cancel context.CancelFunc, esta
 		select {
 		case <-established: // just in time
 		default:
-			l.log.Warn("listener not connected in time; reconnecting", zap.Duration("timeout", l.cfg.PingInterval+l.cfg.PingTimeout))
+			l.log.Warn("listener not connected in time; reconnecting", zap.Duration("timeout", limit))
 			cancel()
 			return
 		}
@@ -313,13 +473,9 @@ func (l *Listener) watchdog(ctx context.Context, cancel context.CancelFunc, esta
 			return
 		case <-t.C:
 		}
-		l.mu.Lock()
-		l.pingSeq++
-		seq := l.pingSeq
-		l.mu.Unlock()
+		seq := l.nextPing()
 		pctx, pcancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
-		_, err := l.pinger.Exec(pctx, "SELECT pg_notify($1, $2)", l.cfg.Channel, pingPrefix+strconv.FormatUint(seq, 10))
-		if err != nil {
+		if err := l.sendPing(pctx, seq); err != nil {
 			pcancel()
 			if ctx.Err() != nil {
 				return
@@ -354,40 +510,177 @@ func (l *Listener) watchdog(ctx context.Context, cancel context.CancelFunc, esta
 	}
 }
 
+// handler is one session's: it checks the new connection (connect), probes
+// it once LISTEN runs (HandleBacklog) and handles its notifications.
 type handler struct {
 	l           *Listener
 	established chan struct{}
+	// pidBefore is pg_backend_pid() before LISTEN, set by connect.
+	pidBefore uint32
 }
 
-// HandleBacklog runs once LISTEN is active on a new connection: wake the
-// relay, because notifications sent while disconnected are lost.
+// connect opens the session's connection and refuses a server in
+// recovery, where LISTEN cannot run (*StandbyError).
+func (h *handler) connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := h.l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rec bool
+	// The simple protocol: no prepared statement, whatever the
+	// connection's exec mode and whatever pooler is in between.
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&rec, &h.pidBefore); err != nil {
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("check recovery: %w", err)
+	}
+	if rec {
+		addr := ServerAddr(conn.PgConn())
+		_ = conn.Close(ctx)
+		return nil, &StandbyError{Addr: addr}
+	}
+	return conn, nil
+}
+
+// HandleBacklog runs once LISTEN is active on a new connection: with the
+// watchdog on, it probes the connection first (a deaf one ends the session
+// with errDeaf); then it wakes the relay, because notifications sent while
+// disconnected are lost.
 func (h *handler) HandleBacklog(ctx context.Context, channel string, conn *pgx.Conn) error {
 	h.l.reconnects.Add(1)
+	verified := false
+	if h.l.probing() {
+		heard, err := h.probe(ctx, conn)
+		if err != nil {
+			return err
+		}
+		verified = heard
+	}
+	h.l.silent = 0
+	was := h.l.State()
 	close(h.established)
+	h.l.setReason("")
 	h.l.setState(StateListening)
-	h.l.log.Info("listening", zap.String("channel", channel), zap.Uint32("backend_pid", conn.PgConn().PID()))
+	fields := []zap.Field{zap.String("channel", channel), zap.Uint32("backend_pid", conn.PgConn().PID()), zap.Bool("probe_received", verified)}
+	if was == StateDeaf || was == StateStandby {
+		fields = append(fields, zap.Stringer("was", was))
+	}
+	h.l.log.Info("listening", fields...)
 	h.l.signal()
 	return nil
 }
 
+// probe sends a ping through the pinger and waits for it on conn, handling
+// the other notifications that arrive meanwhile. heard is true when it came
+// back, or when the ping could not be sent (nothing is known then; the
+// watchdog checks again later). A ping that was sent and did not come back
+// within PingTimeout makes the connection deaf: probe records it and
+// returns errDeaf. Other errors are conn's failures.
+func (h *handler) probe(ctx context.Context, conn *pgx.Conn) (heard bool, err error) {
+	l := h.l
+	pidAfter, err := backendPID(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	seq := l.nextPing()
+	pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+	defer cancel()
+	if err := l.sendPing(pctx, seq); err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		l.log.Debug("probe ping not sent; listening unverified", zap.Error(err))
+		return false, nil
+	}
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		if err != nil {
+			if ctx.Err() != nil || pctx.Err() == nil {
+				return false, err
+			}
+			break // timed out: the connection is still usable
+		}
+		if got, ok := pingSeq(n.Payload); ok {
+			if got >= seq {
+				return true, nil
+			}
+			continue
+		}
+		l.notifications.Add(1)
+		l.signal()
+	}
+	pidLater, err := backendPID(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	l.deafConnection(h.pidBefore, pidAfter, pidLater, conn.PgConn().PID())
+	return false, errDeaf
+}
+
+// backendPID returns pg_backend_pid() of the server connection that runs
+// the statement.
+func backendPID(ctx context.Context, conn *pgx.Conn) (uint32, error) {
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return 0, fmt.Errorf("backend pid: %w", err)
+	}
+	return pid, nil
+}
+
+// deafConnection records a connection that did not hear its probe, given
+// the backend PIDs seen before LISTEN, after it and after the probe, and
+// the PID announced at connect, and enters StateDeaf (one log line) when
+// that is enough evidence.
+func (l *Listener) deafConnection(before, after, later, announced uint32) {
+	l.silent++
+	var evidence string
+	switch {
+	case before != after || after != later:
+		evidence = fmt.Sprintf("the session moved between server connections (backend PIDs %d, %d, %d in three statements): a transaction pooler", before, after, later)
+	case after != announced:
+		evidence = fmt.Sprintf("a pooler answers for the server (backend PID %d, but %d was announced at connect), and the probe notification sent through the relay's pool did not come back within %s", after, announced, l.cfg.PingTimeout)
+	case l.silent >= l.cfg.DeafAfter:
+		evidence = fmt.Sprintf("%d connections in a row received none of the probe notifications sent through the relay's pool within %s (a pooler, or another database than the pool's?)", l.silent, l.cfg.PingTimeout)
+	default:
+		return
+	}
+	if l.State() == StateDeaf {
+		return
+	}
+	reason := "LISTEN is not receiving notifications: " + l.cfg.DeafHint + " (" + evidence + ")"
+	l.setReason(reason)
+	l.setState(StateDeaf)
+	l.log.Error("LISTEN is not receiving notifications: "+l.cfg.DeafHint+"; wake-ups come from polling only meanwhile",
+		zap.String("evidence", evidence), zap.String("channel", l.cfg.Channel), zap.Duration("retry_every", l.cfg.DeafRetry))
+}
+
+// pingSeq parses a watchdog ping's payload.
+func pingSeq(payload string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(payload, pingPrefix)
+	if !ok || rest == "" {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(rest, 10, 64)
+	return seq, err == nil
+}
+
+// HandleNotification counts a notification and wakes the relay; a
+// watchdog ping goes to the watchdog instead.
 func (h *handler) HandleNotification(ctx context.Context, n *pgconn.Notification, conn *pgx.Conn) error {
-	if len(n.Payload) > len(pingPrefix) && n.Payload[:len(pingPrefix)] == pingPrefix {
-		if seq, err := strconv.ParseUint(n.Payload[len(pingPrefix):], 10, 64); err == nil {
+	if seq, ok := pingSeq(n.Payload); ok {
+		select {
+		case h.l.pingBack <- seq:
+		default:
+			// an older ping is pending: replace it with the newer one
+			select {
+			case <-h.l.pingBack:
+			default:
+			}
 			select {
 			case h.l.pingBack <- seq:
 			default:
-				// an older ping is pending: replace it with the newer one
-				select {
-				case <-h.l.pingBack:
-				default:
-				}
-				select {
-				case h.l.pingBack <- seq:
-				default:
-				}
 			}
-			return nil
 		}
+		return nil
 	}
 	h.l.notifications.Add(1)
 	h.l.signal()

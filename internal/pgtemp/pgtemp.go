@@ -15,6 +15,11 @@
 //
 // The postmaster is a child of the calling process, started with
 // PR_SET_PDEATHSIG on Linux so that it does not outlive a crashed caller.
+//
+// Cluster.StartReplica makes a streaming hot standby of a cluster
+// (pg_basebackup -R), which Cluster.Promote promotes; StartPgBouncer puts a
+// pgbouncer (Debian package pgbouncer) in front of a cluster, in
+// transaction pooling mode by default.
 package pgtemp
 
 import (
@@ -131,9 +136,17 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.initdb(ctx); err != nil {
 		return nil, err
 	}
+	if err := c.startOnPort(ctx, opts); err != nil {
+		return nil, err
+	}
+	ok = true
+	return c, nil
+}
 
-	// A port picked by binding :0 may be taken by someone else before the
-	// postmaster binds it; retry a few times with a fresh port.
+// startOnPort starts the postmaster on opts.Port, or on a free port: a port
+// picked by binding :0 may be taken by someone else before the postmaster
+// binds it, so it retries a few times with a fresh port.
+func (c *Cluster) startOnPort(ctx context.Context, opts Options) error {
 	attempts := 1
 	if opts.Port == 0 {
 		attempts = 5
@@ -141,22 +154,21 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	for i := 0; ; i++ {
 		port := opts.Port
 		if port == 0 {
+			var err error
 			if port, err = freePort(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		c.port = port
-		c.args = serverArgs(c.dataDir, dir, port, opts)
-		err = c.start(ctx)
+		c.args = serverArgs(c.dataDir, c.dir, port, opts)
+		err := c.start(ctx)
 		if err == nil {
-			break
+			return nil
 		}
 		if i+1 >= attempts || ctx.Err() != nil || !strings.Contains(err.Error(), "already in use") {
-			return nil, err
+			return err
 		}
 	}
-	ok = true
-	return c, nil
 }
 
 // DSN returns the connection URL of the cluster's "postgres" database as the
@@ -290,8 +302,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 }
 
-// ready reports whether postmaster.pid belongs to pid and says "ready"
-// (line 8, PM_STATUS, written since PostgreSQL 10; pg_ctl -w uses the same).
+// ready reports whether postmaster.pid belongs to pid and says "ready", or
+// "standby" for a hot standby that accepts read-only connections (line 8,
+// PM_STATUS, written since PostgreSQL 10; pg_ctl -w uses the same).
 func ready(pidFile string, pid int) bool {
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
@@ -301,7 +314,8 @@ func ready(pidFile string, pid int) bool {
 	if len(lines) < 8 || strings.TrimSpace(lines[0]) != strconv.Itoa(pid) {
 		return false
 	}
-	return strings.TrimSpace(lines[7]) == "ready"
+	s := strings.TrimSpace(lines[7])
+	return s == "ready" || s == "standby"
 }
 
 // logSince returns the server log written since offset, trimmed to its last
