@@ -79,7 +79,9 @@ func mustParse(t *testing.T, dsn string) *pgx.ConnConfig {
 }
 
 // switchable connects through whichever config was set last.
-type switchable struct{ cfg atomic.Pointer[pgx.ConnConfig] }
+type switchable struct {
+	cfg atomic.Pointer[pgx.ConnConfig]
+}
 
 func (s *switchable) connect(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(ctx, s.cfg.Load().Copy())

@@ -57,8 +57,8 @@ func (c *Cluster) StartReplica(ctx context.Context, opts Options) (*Cluster, err
 	cmd := exec.CommandContext(ctx, filepath.Join(r.binDir, "pg_basebackup"),
 		"-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres",
 		"-D", r.dataDir,
-		"-R",                   // standby.signal and primary_conninfo
-		"-X", "stream",         // the WAL written during the copy comes along
+		"-R",           // standby.signal and primary_conninfo
+		"-X", "stream", // the WAL written during the copy comes along
 		"--checkpoint", "fast", // do not wait for the next scheduled checkpoint
 		"--no-sync",
 	)
