@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -52,8 +53,15 @@ type Readiness struct {
 //     of which is published, e.g. a broker that accepts connections but
 //     never answers; every mark failing); the detail names the step and
 //     the last error;
-//   - "database": DB.Ping;
+//   - "database": one query (it pings) that fails on a hot standby
+//     (pg_is_in_recovery(): "connected to a standby (in recovery) at
+//     host:port"), where every claim would fail with SQLSTATE 25006 — the
+//     relay pointed at a replica, or left on a demoted node after a
+//     failover;
 //   - "listener": listening, or poll-only when Components.Listener is nil;
+//     otherwise the state, and the reason when the listener gives one
+//     (ListenerReasoner: a deaf listener behind a transaction pooler, a
+//     listener on a standby);
 //   - "broker": Components.Broker.Ping, and, when it implements
 //     TopicChecker, that Config.Topics exist (a missing topic is named);
 //   - "backlog": with Config.ReadyMaxAge, the oldest claimable event is
@@ -94,7 +102,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		set("database", ping(m.db.Ping), "ok")
+		set("database", ping(m.checkDatabase), "ok")
 	}()
 	if comps == nil || comps.Relay == nil {
 		set("relay", errors.New("starting: waiting for the database and the broker"), "")
@@ -129,7 +137,11 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 		if comps.Listener == nil {
 			set("listener", nil, "poll-only (--no-notify)")
 		} else if st := comps.Listener.State(); st != notify.StateListening {
-			set("listener", errors.New("listener is "+st.String()), "")
+			detail := "listener is " + st.String()
+			if lr, ok := comps.Listener.(ListenerReasoner); ok && lr.Reason() != "" {
+				detail += ": " + lr.Reason()
+			}
+			set("listener", errors.New(detail), "")
 		} else {
 			set("listener", nil, st.String())
 		}
@@ -146,6 +158,37 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 		}
 	}
 	return r
+}
+
+// ListenerReasoner is implemented by a Components.Listener that can say why
+// it does not listen (*notify.Listener: Reason, in its deaf and standby
+// states); the "listener" readiness check adds the reason to its detail.
+type ListenerReasoner interface {
+	// Reason is "" when there is nothing to add to the state.
+	Reason() string
+}
+
+// recoverySQL is the database readiness check: whether the server is in
+// recovery, and its address.
+const recoverySQL = "SELECT pg_is_in_recovery(), host(inet_server_addr()), inet_server_port()"
+
+// checkDatabase runs the "database" readiness check: the server answers and
+// is not a standby.
+func (m *Metrics) checkDatabase(ctx context.Context) error {
+	var rec bool
+	var host *string
+	var port *int32
+	if err := m.db.QueryRow(ctx, recoverySQL).Scan(&rec, &host, &port); err != nil {
+		return err
+	}
+	if !rec {
+		return nil
+	}
+	addr := "a unix socket"
+	if host != nil && port != nil {
+		addr = net.JoinHostPort(*host, strconv.Itoa(int(*port)))
+	}
+	return fmt.Errorf("connected to a standby (in recovery) at %s: claims cannot write there until it is promoted; point --database-url at the primary", addr)
 }
 
 // Handler returns the HTTP handler: GET /metrics (Prometheus text or
