@@ -29,6 +29,9 @@ type tracker struct {
 	duplicates atomic.Int64
 	unknown    atomic.Int64
 	lastRecv   atomic.Int64 // unix nanos of the latest first reception
+	// firstRecv is the unix nanos of the first first-reception since
+	// resetFirst (0: none yet).
+	firstRecv atomic.Int64
 
 	cl     *kgo.Client
 	cancel context.CancelFunc
@@ -98,9 +101,23 @@ func (t *tracker) run(ctx context.Context) {
 			}
 			t.recv[i] = now
 			t.lastRecv.Store(now.UnixNano())
+			t.firstRecv.CompareAndSwap(0, now.UnixNano())
 			t.distinct.Add(1)
 		})
 	}
+}
+
+// resetFirst starts watching for the next first reception of an event
+// (firstSinceReset).
+func (t *tracker) resetFirst() { t.firstRecv.Store(0) }
+
+// firstSinceReset returns when the first event received since resetFirst
+// arrived (the zero time if none did).
+func (t *tracker) firstSinceReset() time.Time {
+	if v := t.firstRecv.Load(); v > 0 {
+		return time.Unix(0, v)
+	}
+	return time.Time{}
 }
 
 // Distinct returns how many distinct known events were received so far.

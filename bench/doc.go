@@ -23,14 +23,25 @@
 //     writers at a constant rate, the in-process broker refusing
 //     connections for a while: the relay's RSS before, during and after
 //     the outage, the recovery time, lost events.
+//   - burst: a relay process idles for a minute (the idle cost: database
+//     transactions/s, relay and database CPU per 10 s), then drains one
+//     transaction of 100,000 events, and again after a second of idling.
+//   - backlog: one relay process drains a preloaded million-row backlog.
+//
+// What a run costs (Cost): the CPU time of the PostgreSQL cluster's
+// processes (from /proc, when the server runs on this machine), of the
+// relay process, the database's transactions (pg_stat_database) and WAL
+// over the run, per event, and the relay's share: the run's per-event
+// figures minus those of a writers-only run at the same load (scenario
+// "baseline"). EvaluateGoals checks a report against the relay's targets.
 //
 // Modes: "notify" (the product: listener, relay and the writer's default
 // debounced wake-ups), "poll" (the product without notifications, writer
 // WakeupNone), "naive" (a hand-written polling relay: one transaction that
 // selects FOR UPDATE SKIP LOCKED, publishes, marks and commits) and "floor"
 // (the same Kafka client and broker without a database: produce, consume).
-// Drain also has "notify-proc": the notify relay as a child process
-// (Env.RelayBin, see BuildRelay), whose own RSS is sampled from /proc.
+// "notify-proc" is the notify relay as a child process (Env.RelayBin, see
+// BuildRelay), whose own RSS and CPU time are read from /proc.
 //
 // Each run gets a fresh schema (its own outbox table) and a fresh topic, one
 // run after the other against the same Postgres and broker.

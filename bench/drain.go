@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -40,6 +41,14 @@ type DrainConfig struct {
 	Aggregates int
 	// Timeout bounds the drain itself. Defaults to 10m.
 	Timeout time.Duration
+	// Scenario is the run's "scenario" key. Defaults to ScenarioDrain.
+	Scenario string
+	// SQLPreload preloads with INSERT ... SELECT FROM generate_series
+	// (PreloadBatch rows per statement, default 100000 then) instead of
+	// the writer API: how a large backlog is built fast. Defaults to false.
+	SQLPreload bool
+	// NoCost skips the cost measurement (Run.Cost). Defaults to false.
+	NoCost bool
 }
 
 func (c *DrainConfig) validate() error {
@@ -51,6 +60,12 @@ func (c *DrainConfig) validate() error {
 	}
 	if c.PreloadBatch == 0 {
 		c.PreloadBatch = 5000
+		if c.SQLPreload {
+			c.PreloadBatch = 100000
+		}
+	}
+	if c.Scenario == "" {
+		c.Scenario = ScenarioDrain
 	}
 	if c.PayloadBytes == 0 {
 		c.PayloadBytes = 100
@@ -79,7 +94,7 @@ func (c *DrainConfig) validate() error {
 	case ModeSQLCeiling:
 		c.Relay.Mode = ModePoll // only to apply defaults
 	case ModeNotifyProc:
-		c.Relay.Mode = ModeNotify
+		c.Relay.Mode = ModeNotifyProc
 	default:
 		c.Relay.Mode = c.Mode
 	}
@@ -98,7 +113,9 @@ func (c *DrainConfig) validate() error {
 // the statements of package lease without Kafka, finds no more rows). With
 // notify-proc the relays are `outbox-relay run` processes (Env.RelayBin)
 // whose VmRSS is sampled every 100ms; their start-up is inside the
-// measured time.
+// measured time. Unless cfg.NoCost, Run.Cost covers the relays from
+// before they start until they stopped, over cfg.Events events, all of it
+// the relays' (no writer runs meanwhile).
 func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 	if err := e.validate(); err != nil {
 		return Run{}, err
@@ -107,20 +124,31 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 		return Run{}, err
 	}
 	log := e.Log.Named("drain").Named(cfg.Mode)
-	run := Run{Scenario: ScenarioDrain, Mode: cfg.Mode, Drain: &Drain{Relays: cfg.Relays, Events: int64(cfg.Events)}}
+	run := Run{Scenario: cfg.Scenario, Mode: cfg.Mode, Drain: &Drain{Relays: cfg.Relays, Events: int64(cfg.Events)}}
 	db, err := e.freshDB(ctx, 4)
 	if err != nil {
 		return run, err
 	}
 	defer db.Close()
 
-	ids := make([]uuid.UUID, cfg.Events)
-	for i := range ids {
-		ids[i] = outbox.NewID()
+	var ids []uuid.UUID
+	prefix := randHex(4)
+	if cfg.SQLPreload {
+		ids = burstIDs(prefix, 1, cfg.Events)
+	} else {
+		ids = make([]uuid.UUID, cfg.Events)
+		for i := range ids {
+			ids[i] = outbox.NewID()
+		}
 	}
-	label := fmt.Sprintf("drain %s x%d", cfg.Mode, cfg.Relays)
+	label := fmt.Sprintf("%s %s x%d", cfg.Scenario, cfg.Mode, cfg.Relays)
 	t0 := time.Now()
-	if err := preload(ctx, db, ids, cfg, e.Progress, label); err != nil {
+	if cfg.SQLPreload {
+		err = preloadSQL(ctx, db, prefix, cfg, e.Progress, label)
+	} else {
+		err = preload(ctx, db, ids, cfg, e.Progress, label)
+	}
+	if err != nil {
 		return run, err
 	}
 	run.PreloadEventsPerS = float64(cfg.Events) / time.Since(t0).Seconds()
@@ -167,6 +195,22 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 		}
 	}()
 
+	var probe *costProbe
+	var c0 costSample
+	if !cfg.NoCost {
+		if probe, err = newCostProbe(ctx, e.DSN); err != nil {
+			return run, err
+		}
+		defer probe.Close()
+		// The preload's and VACUUM's statistics are counted before c0.
+		if _, err := probe.flushPool(ctx, db.Pool); err != nil {
+			return run, err
+		}
+		if c0, err = probe.Sample(ctx, 0); err != nil {
+			return run, err
+		}
+	}
+	var relayCPU float64 // relay processes' CPU seconds (notify-proc)
 	var marked, claims atomic.Int64
 	e.Progress.Begin(label, func() string {
 		if tr != nil {
@@ -182,7 +226,8 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 	if cfg.Mode == ModeSQLCeiling {
 		end, runErr = sqlCeiling(dctx, db, cfg, &marked, &claims)
 	} else if cfg.Mode == ModeNotifyProc {
-		end, runErr = e.drainProc(dctx, db, topic, tr, cfg, &run, log)
+		end, relayCPU, runErr = e.drainProc(dctx, db, topic, tr, cfg, &run, probe, log)
+		claims.Store(run.Claims)
 		tr.Stop()
 		run.Received = tr.Distinct()
 		run.DuplicateReceptions = tr.duplicates.Load()
@@ -204,7 +249,13 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 		}
 		for _, r := range rels {
 			claims.Add(r.Stats().Claims)
-			r.Stop()
+		}
+		if err := stopAndWait(ctx, probe, db.relayApp, func() {
+			for _, r := range rels {
+				r.Stop()
+			}
+		}); err != nil && runErr == nil {
+			runErr = err
 		}
 		tr.Stop()
 		run.Received = tr.Distinct()
@@ -225,6 +276,22 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 	if runErr != nil {
 		return run, runErr
 	}
+	if probe != nil {
+		flushed, err := probe.flushPool(ctx, db.Pool) // sql-ceiling's claim loops
+		if err != nil {
+			return run, err
+		}
+		c1, err := probe.Sample(ctx, 0)
+		if err != nil {
+			return run, err
+		}
+		d := probe.delta(c0, c1, flushed)
+		if cfg.Mode == ModeNotifyProc {
+			d.relayCPU = relayCPU
+		}
+		run.Cost = d.cost(int64(cfg.Events))
+		run.Cost.Attribute(nil, BaselineNone)
+	}
 	run.DurationS = end.Sub(start).Seconds()
 	if run.DurationS > 0 {
 		run.EventsPerS = float64(cfg.Events) / run.DurationS
@@ -234,21 +301,32 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 }
 
 // drainProc runs the drain with cfg.Relays relay processes and fills the
-// relay_* figures of run; it returns when the last event arrived.
-func (e *Env) drainProc(ctx context.Context, db *runDB, topic string, tr *tracker, cfg DrainConfig, run *Run, log *zap.Logger) (time.Time, error) {
+// relay_* figures of run (and its Claims); it returns when the last event
+// arrived, with the processes' CPU time in seconds (read before they were
+// stopped). The processes are stopped, and with probe their server
+// processes gone, when it returns.
+func (e *Env) drainProc(ctx context.Context, db *runDB, topic string, tr *tracker, cfg DrainConfig, run *Run, probe *costProbe, log *zap.Logger) (time.Time, float64, error) {
 	start := time.Now()
 	var procs []*relayProc
 	var samplers []*rssSampler
-	defer func() {
-		for i, p := range procs {
-			samplers[i].Stop()
-			p.Stop()
+	stopped := false
+	stopAll := func() error {
+		if stopped {
+			return nil
 		}
-	}()
+		stopped = true
+		return stopAndWait(context.WithoutCancel(ctx), probe, db.relayApp, func() {
+			for i, p := range procs {
+				samplers[i].Stop()
+				p.Stop()
+			}
+		})
+	}
+	defer func() { _ = stopAll() }()
 	for i := range cfg.Relays {
 		p, err := e.startRelayProc(db, topic, db.Schema, cfg.Relay, log.Named(fmt.Sprint(i)))
 		if err != nil {
-			return time.Time{}, err
+			return time.Time{}, 0, err
 		}
 		procs = append(procs, p)
 		samplers = append(samplers, startRSSSampler(p.Pid(), 1, 100*time.Millisecond))
@@ -261,11 +339,11 @@ func (e *Env) drainProc(ctx context.Context, db *runDB, topic string, tr *tracke
 		}
 		for _, p := range procs {
 			if err := p.Exited(); err != nil {
-				return time.Time{}, err
+				return time.Time{}, 0, err
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return time.Time{}, fmt.Errorf("bench: drain: %d of %d events arrived within %s", tr.Distinct(), cfg.Events, cfg.Timeout)
+			return time.Time{}, 0, fmt.Errorf("bench: drain: %d of %d events arrived within %s", tr.Distinct(), cfg.Events, cfg.Timeout)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -274,13 +352,66 @@ func (e *Env) drainProc(ctx context.Context, db *runDB, topic string, tr *tracke
 		first = end
 	}
 	run.RelayStartS = first.Sub(start).Seconds()
+	cpu := 0.0
 	for i, p := range procs {
 		samplers[i].Stop()
 		run.RelayRSSMaxMiB = max(run.RelayRSSMaxMiB, samplers[i].Max(0))
 		_, hwm := procMemMiB(p.Pid())
 		run.RelayVmHWMMiB = max(run.RelayVmHWMMiB, hwm)
+		run.Claims += p.Stats().Claims
+		if v, err := p.CPUSeconds(); err == nil {
+			cpu += v
+		}
 	}
-	return end, nil
+	return end, cpu, stopAll()
+}
+
+// stopAndWait runs stop (which closes the connections of the relays
+// named app) and, with a probe, waits until their server processes have
+// exited, so that their statistics are counted.
+func stopAndWait(ctx context.Context, probe *costProbe, app string, stop func()) error {
+	if probe == nil {
+		stop()
+		return nil
+	}
+	pids, err := probe.backends(ctx, app)
+	if err != nil {
+		stop()
+		return err
+	}
+	stop()
+	return probe.waitGone(ctx, pids, 20*time.Second)
+}
+
+// preloadSQL inserts cfg.Events rows with INSERT ... SELECT FROM
+// generate_series (burstInsertSQL's IDs with prefix), cfg.PreloadBatch rows
+// per statement, from two connections.
+func preloadSQL(ctx context.Context, db *runDB, prefix string, cfg DrainConfig, p *Progress, label string) error {
+	var next, done atomic.Int64
+	p.Begin(label+" preload", func() string { return fmt.Sprintf("inserted %d/%d", done.Load(), cfg.Events) })
+	defer p.End()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for g := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(int64(cfg.PreloadBatch))) - cfg.PreloadBatch + 1
+				if lo > cfg.Events {
+					return
+				}
+				hi := min(lo+cfg.PreloadBatch-1, cfg.Events)
+				if _, err := db.Pool.Exec(ctx, burstInsertSQL, prefix, lo, hi, cfg.Aggregates, padFor(cfg.PayloadBytes)); err != nil {
+					errs[g] = fmt.Errorf("bench: preload: %w", err)
+					return
+				}
+				done.Add(int64(hi - lo + 1))
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // preload inserts ids through outbox.Writer (WakeupNone) in transactions of

@@ -158,11 +158,16 @@ func (l *Local) Close() error {
 // runDB is one run's schema.
 type runDB struct {
 	Schema string
-	// Config is a pool config whose connections use only Schema.
+	// Config is a pool config whose connections use only Schema, named
+	// writersApp.
 	Config *pgxpool.Config
 	// Pool is for the writers (MaxConns as asked).
 	Pool *pgxpool.Pool
-	env  *Env
+	// writersApp and relayApp are the application_name of the writers'
+	// connections and of the relays' (in-process pools and relay
+	// processes), so that the cost probe can find their server processes.
+	writersApp, relayApp string
+	env                  *Env
 }
 
 func randHex(n int) string {
@@ -184,13 +189,14 @@ func (e *Env) freshDB(ctx context.Context, maxConns int32) (*runDB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: create schema: %w", err)
 	}
-	db := &runDB{Schema: schema, env: e}
+	db := &runDB{Schema: schema, env: e, writersApp: "outbox-bench-writers-" + schema, relayApp: "outbox-bench-relay-" + schema}
 	cfg, err := pgxpool.ParseConfig(e.DSN)
 	if err != nil {
 		db.drop()
 		return nil, fmt.Errorf("bench: parse database URL: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = db.writersApp
 	delete(cfg.ConnConfig.RuntimeParams, "options")
 	db.Config = cfg
 	if db.Pool, err = db.NewPool(ctx, maxConns); err != nil {
@@ -204,9 +210,17 @@ func (e *Env) freshDB(ctx context.Context, maxConns int32) (*runDB, error) {
 	return db, nil
 }
 
-// NewPool opens another pool on the run's schema.
+// NewPool opens another pool on the run's schema (connections named
+// writersApp).
 func (db *runDB) NewPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	return db.newPoolApp(ctx, maxConns, db.writersApp)
+}
+
+// newPoolApp opens a pool on the run's schema whose connections are named
+// app.
+func (db *runDB) newPoolApp(ctx context.Context, maxConns int32, app string) (*pgxpool.Pool, error) {
 	cfg := db.Config.Copy()
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	cfg.MaxConns = maxConns
 	cfg.MinConns = 0
 	p, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -17,13 +17,23 @@ import (
 	"github.com/pgoutbox/outbox/kafka"
 )
 
-// LatencyConfig configures a latency (or sweep) run.
+// LatencyConfig configures a latency (or sweep, or baseline) run.
 type LatencyConfig struct {
-	// Mode is ModeNotify, ModePoll, ModeNaive or ModeFloor. Required.
+	// Mode is ModeNotify, ModePoll, ModeNaive, ModeNotifyProc (the notify
+	// relay as a process, Env.RelayBin: its CPU time is measured),
+	// ModeFloor or ModeWritersOnly (the writers alone, no relay: the
+	// baseline of the cost figures). Required.
 	Mode string
 	// Relay configures the relay (Relay.Mode is set from Mode). Ignored
-	// for floor.
+	// for floor and writers-only.
 	Relay RelayConfig
+	// Wakeups is for ModeWritersOnly: the writers queue the product's
+	// debounced wake-ups (outbox.WakeupDebounced, as in the notify modes)
+	// instead of none (as in poll and naive). Defaults to false.
+	Wakeups bool
+	// NoCost skips the cost measurement (DB and relay CPU, transactions,
+	// WAL; see Cost). Defaults to false: measured, except for floor.
+	NoCost bool
 	// Scenario is the run's "scenario" key. Defaults to ScenarioLatency.
 	Scenario string
 	// Rate is the arrival rate in events per second, spread evenly over
@@ -46,9 +56,10 @@ type LatencyConfig struct {
 	// Grace is how long, after the last commit, an event may take to
 	// arrive before it counts as lost. Defaults to 10s.
 	Grace time.Duration
-	// IdleWindow is how long the relay is watched with no traffic, from
-	// 250ms after the last event arrived (past the relay's linger), to
-	// measure its idle claim rate. Defaults to 0: not measured.
+	// IdleWindow is how long the relay is watched with no traffic before
+	// the measured events, from 250ms after the warm-up's last event
+	// arrived (past the relay's linger), to measure its idle claim rate.
+	// Defaults to 0: not measured.
 	IdleWindow time.Duration
 	// Warmup is the number of events sent, one per transaction, and
 	// received before the measurement starts, so that connections and
@@ -59,9 +70,9 @@ type LatencyConfig struct {
 
 func (c *LatencyConfig) validate() error {
 	switch c.Mode {
-	case ModeNotify, ModePoll, ModeNaive, ModeFloor:
+	case ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc, ModeWritersOnly:
 	default:
-		return fmt.Errorf("bench: LatencyConfig.Mode: %q is not notify, poll, naive or floor", c.Mode)
+		return fmt.Errorf("bench: LatencyConfig.Mode: %q is not notify, poll, naive, floor, notify-proc or writers-only", c.Mode)
 	}
 	if c.Scenario == "" {
 		c.Scenario = ScenarioLatency
@@ -112,13 +123,28 @@ func (c *LatencyConfig) validate() error {
 	case c.Rate*c.Duration.Seconds() > 50e6:
 		return fmt.Errorf("bench: LatencyConfig.Duration: %s at %v events/s is over 50 million events", c.Duration, c.Rate)
 	}
-	if c.Mode != ModeFloor {
+	if c.hasRelay() {
 		c.Relay.Mode = c.Mode
 		if err := c.Relay.validate(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// hasRelay reports whether the run has a relay (not floor, not
+// writers-only).
+func (c *LatencyConfig) hasRelay() bool { return c.Mode != ModeFloor && c.Mode != ModeWritersOnly }
+
+// wakeups reports whether the run's writers queue debounced wake-ups.
+func (c *LatencyConfig) wakeups() bool {
+	switch c.Mode {
+	case ModeNotify, ModeNotifyProc:
+		return true
+	case ModeWritersOnly:
+		return c.Wakeups
+	}
+	return false
 }
 
 // payload returns a JSON object of about n bytes.
@@ -169,7 +195,12 @@ func (s *kafkaSender) send(ctx context.Context, evs []outbox.Event) error {
 }
 
 // Latency runs the latency scenario for one mode and returns its Run. The
-// run has its own schema and topic.
+// run has its own schema and topic. Unless cfg.NoCost (or floor), it also
+// measures what the run cost (Run.Cost): from just before the first
+// measured transaction until every event arrived and the relay stopped
+// (its connections closed, so that their statistics are flushed). A
+// writers-only run has no relay and no consumer: its window ends with the
+// last commit.
 func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	if err := e.validate(); err != nil {
 		return Run{}, err
@@ -198,20 +229,32 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	run := Run{Scenario: cfg.Scenario, Mode: cfg.Mode, Latency: &Latency{
 		Rate: cfg.Rate, WriterCount: cfg.Writers, EventsPerTx: k,
 	}}
-	if cfg.Mode != ModeFloor {
+	if cfg.hasRelay() {
 		run.PollIntervalMS = ms(cfg.Relay.PollInterval)
 		if cfg.Mode != ModeNaive {
 			run.LeaseMS = ms(cfg.Relay.Lease)
 		}
+		run.RelayDefaults = cfg.Relay.ProcDefaults && cfg.Mode == ModeNotifyProc
+	}
+	if cfg.Mode == ModeWritersOnly {
+		run.WritersWakeup = outbox.WakeupNone.String()
+		if cfg.Wakeups {
+			run.WritersWakeup = outbox.WakeupDebounced.String()
+		}
 	}
 
-	topic, err := e.freshTopic(ctx, cfg.Mode)
-	if err != nil {
-		return run, err
+	var topic string
+	if cfg.Mode != ModeWritersOnly {
+		var err error
+		if topic, err = e.freshTopic(ctx, cfg.Mode); err != nil {
+			return run, err
+		}
+		defer e.dropTopic(topic)
 	}
-	defer e.dropTopic(topic)
 	var snd sender
 	var rel runningRelay
+	var db *runDB
+	var probe *costProbe
 	if cfg.Mode == ModeFloor {
 		pub, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
 		if err != nil {
@@ -220,14 +263,15 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		defer pub.Close()
 		snd = &kafkaSender{pub: pub}
 	} else {
-		db, err := e.freshDB(ctx, int32(cfg.Writers+2))
+		var err error
+		db, err = e.freshDB(ctx, int32(cfg.Writers+2))
 		if err != nil {
 			return run, err
 		}
 		defer db.Close()
 		channel := db.Schema
 		wcfg := outbox.WriterConfig{Channel: channel, Wakeup: outbox.WakeupNone}
-		if cfg.Mode == ModeNotify {
+		if cfg.wakeups() {
 			wcfg.Wakeup = outbox.WakeupDebounced // the writer's default
 		}
 		w, err := outbox.NewWriter(wcfg)
@@ -238,21 +282,74 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		if err := warmPool(ctx, db, cfg.Writers); err != nil {
 			return run, err
 		}
-		rel, err = e.startRelay(ctx, db, topic, channel, cfg.Relay, log)
-		if err != nil {
+		if !cfg.NoCost {
+			if probe, err = newCostProbe(ctx, e.DSN); err != nil {
+				return run, err
+			}
+			defer probe.Close()
+		}
+		if cfg.hasRelay() {
+			rel, err = e.startRelay(ctx, db, topic, channel, cfg.Relay, log)
+			if err != nil {
+				return run, err
+			}
+			defer rel.Stop()
+		}
+	}
+	var tr *tracker
+	if cfg.Mode != ModeWritersOnly {
+		var err error
+		if tr, err = startTracker(ctx, e.Brokers, topic, ids, log); err != nil {
 			return run, err
 		}
-		defer rel.Stop()
+		defer tr.Stop()
 	}
-	tr, err := startTracker(ctx, e.Brokers, topic, ids, log)
-	if err != nil {
-		return run, err
-	}
-	defer tr.Stop()
 
 	// Warm-up: a few events through the whole path, not measured.
-	if err := warmUp(ctx, snd, tr, event, n, warm, 30*time.Second+2*cfg.Relay.PollInterval); err != nil {
+	if tr == nil {
+		for j := n; j < n+warm; j++ {
+			if err := snd.send(ctx, []outbox.Event{event(j)}); err != nil {
+				return run, fmt.Errorf("bench: warm-up: %w", err)
+			}
+		}
+	} else if err := warmUp(ctx, snd, tr, event, n, warm, 30*time.Second+2*cfg.Relay.PollInterval); err != nil {
+		if p, ok := rel.(*relayProc); ok {
+			if perr := p.Exited(); perr != nil {
+				return run, perr
+			}
+		}
 		return run, err
+	}
+	if rel != nil && cfg.IdleWindow > 0 {
+		// Skip the relay's linger tail after the warm-up (claims every
+		// few ms for relay.Config.Linger): idle means no recent traffic.
+		if err := waitCtx(ctx, idleSettle); err != nil {
+			return run, err
+		}
+		s0 := rel.Stats()
+		if err := waitCtx(ctx, cfg.IdleWindow); err != nil {
+			return run, err
+		}
+		idle := rel.Stats().sub(s0)
+		run.IdleClaimsPerS = float64(idle.Claims) / cfg.IdleWindow.Seconds()
+		log.Info("idle", zap.Int64("claims", idle.Claims), zap.Int64("empty", idle.EmptyClaims), zap.Int64("published", idle.Published), zap.Int64("wake_notify", idle.WakeNotify), zap.Int64("wake_poll", idle.WakePoll), zap.Int64("wake_linger", idle.WakeLinger), zap.Int64("wake_backlog", idle.WakeBacklog))
+		run.IdleWindowS = cfg.IdleWindow.Seconds()
+	}
+
+	relayPid := 0
+	if p, ok := rel.(*relayProc); ok {
+		relayPid = p.Pid()
+	}
+	var c0 costSample
+	if probe != nil {
+		// Everything the writers did so far is counted before c0.
+		if _, err := probe.flushPool(ctx, db.Pool); err != nil {
+			return run, err
+		}
+		var err error
+		if c0, err = probe.Sample(ctx, relayPid); err != nil {
+			return run, err
+		}
 	}
 
 	commitAt := make([]time.Time, n)
@@ -265,9 +362,13 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		before = rel.Stats()
 	}
 	start := time.Now().Add(5 * time.Millisecond)
-	e.Progress.Begin(fmt.Sprintf("%s %s", cfg.Scenario, label(cfg)), func() string {
+	e.Progress.Begin(fmt.Sprintf("%s %s %g/s", cfg.Scenario, label(cfg), cfg.Rate), func() string {
+		received := int64(0)
+		if tr != nil {
+			received = tr.Distinct() - int64(warm)
+		}
 		return fmt.Sprintf("sent %d/%d committed %d received %d errors %d",
-			min(next.Load()*int64(k), int64(n)), n, committed.Load(), tr.Distinct()-int64(warm), txErrors.Load())
+			min(next.Load()*int64(k), int64(n)), n, committed.Load(), received, txErrors.Load())
 	})
 	defer e.Progress.End()
 	var wg sync.WaitGroup
@@ -317,37 +418,32 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 	wg.Wait()
 	sendEnd := time.Now()
-	tr.waitFor(ctx, committed.Load()+int64(warm), cfg.Grace)
-	measured := time.Now()
-	if last := tr.lastRecv.Load(); last > 0 && time.Unix(0, last).After(sendEnd) {
-		measured = time.Unix(0, last)
+	measured := sendEnd
+	if tr != nil {
+		tr.waitFor(ctx, committed.Load()+int64(warm), cfg.Grace)
+		measured = time.Now()
+		if last := tr.lastRecv.Load(); last > 0 && time.Unix(0, last).After(sendEnd) {
+			measured = time.Unix(0, last)
+		}
 	}
 	var during relayStats
 	if rel != nil {
 		during = rel.Stats().sub(before)
 	}
-	if rel != nil && cfg.IdleWindow > 0 {
-		// Skip the relay's linger tail after the last event (claims every
-		// few ms for relay.Config.Linger): idle means no recent traffic.
-		select {
-		case <-ctx.Done():
-		case <-time.After(idleSettle):
-		}
-		s0 := rel.Stats()
-		select {
-		case <-ctx.Done():
-		case <-time.After(cfg.IdleWindow):
-		}
-		idle := rel.Stats().sub(s0)
-		run.IdleClaimsPerS = float64(idle.Claims) / cfg.IdleWindow.Seconds()
-		log.Info("idle", zap.Int64("claims", idle.Claims), zap.Int64("empty", idle.EmptyClaims), zap.Int64("published", idle.Published), zap.Int64("wake_notify", idle.WakeNotify), zap.Int64("wake_poll", idle.WakePoll), zap.Int64("wake_linger", idle.WakeLinger), zap.Int64("wake_backlog", idle.WakeBacklog))
-		run.IdleWindowS = cfg.IdleWindow.Seconds()
-	}
 	e.Progress.End()
+	var costErr error
+	if probe != nil {
+		var d costDelta
+		if d, costErr = e.closeCostWindow(ctx, probe, c0, db, rel); costErr == nil {
+			run.Cost = d.cost(committed.Load())
+		}
+	}
 	if rel != nil {
 		rel.Stop()
 	}
-	tr.Stop()
+	if tr != nil {
+		tr.Stop()
+	}
 	if err := ctx.Err(); err != nil {
 		return run, err
 	}
@@ -363,6 +459,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			continue
 		}
 		run.Committed++
+		if tr == nil {
+			continue
+		}
 		if tr.recv[j].IsZero() {
 			run.Lost++
 			continue
@@ -371,7 +470,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 	s := Summarize(lat)
 	run.Count = s.Count
-	run.Duplicates = tr.duplicates.Load()
+	if tr != nil {
+		run.Duplicates = tr.duplicates.Load()
+	}
 	run.Errors = txErrors.Load()
 	run.MeanMS, run.P50MS, run.P90MS, run.P99MS, run.P999MS, run.MaxMS = s.Mean, s.P50, s.P90, s.P99, s.P999, s.Max
 	ls, cs := Summarize(lag), Summarize(commit)
@@ -387,12 +488,47 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		run.EmptyClaimsPerS = float64(during.EmptyClaims) / span
 		run.WakeNotify, run.WakePoll, run.WakeLinger, run.WakeBacklog = during.WakeNotify, during.WakePoll, during.WakeLinger, during.WakeBacklog
 	}
-	run.CDF = CDF(lat, 200)
-	run.hist = lat
+	if tr != nil {
+		run.CDF = CDF(lat, 200)
+		run.hist = lat
+	}
 	if run.Lost > 0 {
 		log.Warn("events lost", zap.Int64("lost", run.Lost), zap.Duration("grace", cfg.Grace))
 	}
-	return run, nil
+	return run, costErr
+}
+
+// closeCostWindow ends a cost window opened with c0: it reads the relay
+// process's CPU time (if rel is one), stops rel and waits until its
+// server processes have exited (they flush their statistics then),
+// flushes the writers' pool, samples, and returns the window's figures.
+func (e *Env) closeCostWindow(ctx context.Context, probe *costProbe, c0 costSample, db *runDB, rel runningRelay) (costDelta, error) {
+	relaySec := math.NaN()
+	if p, ok := rel.(*relayProc); ok {
+		if v, err := p.CPUSeconds(); err == nil {
+			relaySec = v
+		}
+	}
+	if rel != nil {
+		pids, err := probe.backends(ctx, db.relayApp)
+		if err != nil {
+			return costDelta{}, err
+		}
+		rel.Stop()
+		if err := probe.waitGone(ctx, pids, 20*time.Second); err != nil {
+			return costDelta{}, err
+		}
+	}
+	flushed, err := probe.flushPool(ctx, db.Pool)
+	if err != nil {
+		return costDelta{}, err
+	}
+	c1, err := probe.Sample(ctx, 0)
+	if err != nil {
+		return costDelta{}, err
+	}
+	c1.relaySec = relaySec
+	return probe.delta(c0, c1, flushed), nil
 }
 
 // idleSettle is how long after the last event the idle claim rate starts
@@ -423,6 +559,11 @@ func label(cfg LatencyConfig) string {
 	switch cfg.Mode {
 	case ModePoll, ModeNaive:
 		return fmt.Sprintf("%s(%s)", cfg.Mode, cfg.Relay.PollInterval)
+	case ModeWritersOnly:
+		if cfg.Wakeups {
+			return cfg.Mode + "(" + outbox.WakeupDebounced.String() + ")"
+		}
+		return cfg.Mode + "(" + outbox.WakeupNone.String() + ")"
 	}
 	return cfg.Mode
 }

@@ -35,6 +35,10 @@ type Machine struct {
 	PostgresSource string `json:"postgres_source"`
 	// Broker is "kfake" (in-process) or "external".
 	Broker string `json:"broker"`
+	// DBCPUSource says where the database's CPU time comes from (the
+	// postmaster's PID and /proc), or why it is unavailable (a server
+	// whose processes this machine's /proc does not show).
+	DBCPUSource string `json:"db_cpu_source,omitempty"`
 	// Hostname of the machine.
 	Hostname string `json:"hostname"`
 }
@@ -63,6 +67,12 @@ func DescribeMachine(ctx context.Context, dsn string) Machine {
 			_ = conn.QueryRow(ctx, "SELECT version(), current_setting('fsync'), current_setting('synchronous_commit')").
 				Scan(&m.Postgres, &m.PostgresFsync, &m.PostgresSynchronousCommit)
 			conn.Close(ctx)
+		}
+		if p, err := newCostProbe(ctx, dsn); err == nil {
+			m.DBCPUSource = p.cpuNote
+			p.Close()
+		} else {
+			m.DBCPUSource = "unavailable: " + err.Error()
 		}
 	}
 	return m

@@ -39,9 +39,10 @@ func BuildRelay(ctx context.Context, dir string) (string, error) {
 }
 
 // schemaURL returns dsn with search_path set to schema, so that a relay
-// process finds the run's outbox table as "outbox". dsn is a postgres://
-// URL or a keyword/value DSN.
-func schemaURL(dsn, schema string) (string, error) {
+// process finds the run's outbox table as "outbox", and application_name
+// set to app (empty: left alone), so that the bench can find its server
+// processes. dsn is a postgres:// URL or a keyword/value DSN.
+func schemaURL(dsn, schema, app string) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -50,32 +51,47 @@ func schemaURL(dsn, schema string) (string, error) {
 		q := u.Query()
 		q.Set("search_path", schema)
 		q.Del("options") // as freshDB: the run's schema only
+		if app != "" {
+			q.Set("application_name", app)
+		}
 		u.RawQuery = q.Encode()
 		return u.String(), nil
 	}
 	// keyword/value: a later keyword wins in pgx's parser.
-	return dsn + " search_path=" + schema, nil
+	s := dsn + " search_path=" + schema
+	if app != "" {
+		s += " application_name=" + app
+	}
+	return s, nil
 }
 
 // relayArgs are the `outbox-relay run` flags equivalent to the in-process
 // product relay of startRelay (relay.Config, lease.Config, notify channel;
-// no metrics server, no retention cleaner).
-func relayArgs(brokers []string, topic, channel string, cfg RelayConfig) []string {
+// no retention cleaner), with the metrics server on metricsAddr (the bench
+// reads the relay's counters there). With cfg.ProcDefaults only what
+// connects it to the run is given (brokers, topic, channel, metrics
+// address, logging, start-up wait): every other setting is the relay's
+// default, retention included.
+func relayArgs(brokers []string, topic, channel, metricsAddr string, cfg RelayConfig) []string {
 	args := []string{"run",
 		"--brokers", strings.Join(brokers, ","),
 		"--topic", topic,
 		"--channel", channel,
-		"--poll-interval", cfg.PollInterval.String(),
-		"--lease", cfg.Lease.String(),
-		"--batch-size", strconv.Itoa(cfg.BatchSize),
 		"--log-level", "warn",
 		"--log-format", "console",
-		"--metrics-addr=",
-		"--retention=-1s",
+		"--metrics-addr=" + metricsAddr,
 		"--startup-wait", "30s",
 	}
-	if cfg.Linger != 0 {
-		args = append(args, "--linger="+cfg.Linger.String())
+	if !cfg.ProcDefaults {
+		args = append(args,
+			"--poll-interval", cfg.PollInterval.String(),
+			"--lease", cfg.Lease.String(),
+			"--batch-size", strconv.Itoa(cfg.BatchSize),
+			"--retention=-1s",
+		)
+		if cfg.Linger != 0 {
+			args = append(args, "--linger="+cfg.Linger.String())
+		}
 	}
 	if cfg.Mode == ModePoll {
 		args = append(args, "--no-notify")
@@ -86,7 +102,14 @@ func relayArgs(brokers []string, topic, channel string, cfg RelayConfig) []strin
 // relayProc is `outbox-relay run` running as a child process, so that its
 // memory can be measured apart from the bench's consumer and broker.
 type relayProc struct {
-	cmd    *exec.Cmd
+	cmd *exec.Cmd
+	// metricsAddr is the relay's --metrics-addr (host:port).
+	metricsAddr string
+	// app is the application_name of its database connections.
+	app    string
+	notify bool
+	last   relayStats // the last counters scraped
+	lastMu sync.Mutex
 	stderr *tailBuffer
 	done   chan struct{}
 	err    error // set before done is closed
@@ -94,10 +117,12 @@ type relayProc struct {
 	log    *zap.Logger
 }
 
-// startRelayProc starts e.RelayBin as a relay of cfg (notify or poll) on
-// the run's schema. The database URL goes through the environment
+// startRelayProc starts e.RelayBin as a relay of cfg (notify, notify-proc
+// or poll) on the run's schema, its database connections named
+// db.relayApp. The database URL goes through the environment
 // (OUTBOX_DATABASE_URL), not the command line, so that a password does not
-// show in ps; other OUTBOX_* variables of the bench are not passed on.
+// show in ps; other OUTBOX_* variables of the bench are not passed on. It
+// returns once the process started; see waitReady.
 func (e *Env) startRelayProc(db *runDB, topic, channel string, cfg RelayConfig, log *zap.Logger) (*relayProc, error) {
 	if e.RelayBin == "" {
 		return nil, errors.New("bench: Env.RelayBin: required for a relay subprocess (see BuildRelay)")
@@ -108,11 +133,15 @@ func (e *Env) startRelayProc(db *runDB, topic, channel string, cfg RelayConfig, 
 	if cfg.Mode == ModeNaive {
 		return nil, errors.New("bench: the naive relay cannot run as a subprocess")
 	}
-	dsn, err := schemaURL(e.DSN, db.Schema)
+	dsn, err := schemaURL(e.DSN, db.Schema, db.relayApp)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.RelayBin, relayArgs(e.Brokers, topic, channel, cfg)...)
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(e.RelayBin, relayArgs(e.Brokers, topic, channel, addr, cfg)...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "OUTBOX_") || strings.HasPrefix(kv, "DATABASE_URL=") {
@@ -121,7 +150,8 @@ func (e *Env) startRelayProc(db *runDB, topic, channel string, cfg RelayConfig, 
 		env = append(env, kv)
 	}
 	cmd.Env = append(env, "OUTBOX_DATABASE_URL="+dsn)
-	p := &relayProc{cmd: cmd, stderr: &tailBuffer{max: 16 << 10}, done: make(chan struct{}), log: log}
+	p := &relayProc{cmd: cmd, metricsAddr: addr, app: db.relayApp, notify: cfg.Mode != ModePoll,
+		stderr: &tailBuffer{max: 16 << 10}, done: make(chan struct{}), log: log}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
 	setChildAttrs(cmd)
 	if err := cmd.Start(); err != nil {
@@ -136,6 +166,60 @@ func (e *Env) startRelayProc(db *runDB, topic, channel string, cfg RelayConfig, 
 
 // Pid returns the process ID.
 func (p *relayProc) Pid() int { return p.cmd.Process.Pid }
+
+// waitReady waits up to timeout until the relay's metrics server answers
+// and says the relay runs (outbox_relay_up 1) and, in notify mode, listens
+// (outbox_listener_connected 1), as a production relay does long before
+// the first event.
+func (p *relayProc) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		if err := p.Exited(); err != nil {
+			return err
+		}
+		s, err := scrape(ctx, p.metricsAddr)
+		if err == nil {
+			up, okUp := promSum(s, "outbox_relay_up", "")
+			conn, okConn := promSum(s, "outbox_listener_connected", "")
+			if (!okUp || up == 1) && (!p.notify || !okConn || conn == 1) {
+				return nil
+			}
+			last = fmt.Errorf("outbox_relay_up %v, outbox_listener_connected %v", up, conn)
+		} else {
+			last = err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: relay process not ready within %s: %w", timeout, last)
+		}
+		if err := waitCtx(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// Stats returns the relay's counters from its /metrics; after a failed
+// scrape (or once it stopped) the last ones read.
+func (p *relayProc) Stats() relayStats {
+	p.lastMu.Lock()
+	defer p.lastMu.Unlock()
+	select {
+	case <-p.done:
+		return p.last
+	default:
+	}
+	s, err := scrape(context.Background(), p.metricsAddr)
+	if err != nil {
+		p.log.Warn("relay process: scrape failed", zap.Error(err))
+		return p.last
+	}
+	p.last = relayStatsFromProm(s)
+	return p.last
+}
+
+// CPUSeconds returns the relay process's CPU time so far (user + system),
+// in seconds.
+func (p *relayProc) CPUSeconds() (float64, error) { return processCPUSeconds(p.Pid()) }
 
 // Exited reports an error if the process has already exited.
 func (p *relayProc) Exited() error {

@@ -112,3 +112,96 @@ func TestRelayProcess(t *testing.T) {
 	}
 	t.Logf("\n%s", out.String())
 }
+
+// TestRelayProcessCost runs the relay as a process (its own defaults) in a
+// short latency run, a small burst run and a small backlog drain, and
+// checks the figures that only a relay process gives: its CPU time, its
+// claims (scraped from its /metrics), the idle cost, the burst rates and
+// their ratio. It asserts no speed target.
+func TestRelayProcessCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/outbox-relay")
+	}
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bin, err := BuildRelay(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{DSN: db.ConnString, Brokers: k.Brokers, Log: testenv.Logger(t), RelayBin: bin}
+	rep := &Report{Machine: DescribeMachine(ctx, db.ConnString)}
+	cpuVisible := !strings.HasPrefix(rep.Machine.DBCPUSource, "unavailable")
+
+	run, err := env.Latency(ctx, LatencyConfig{Mode: ModeNotifyProc, Rate: 200, Duration: time.Second, Writers: 4, Warmup: 3,
+		IdleWindow: 500 * time.Millisecond, Relay: RelayConfig{ProcDefaults: true}})
+	if err != nil {
+		t.Fatalf("latency notify-proc: %v", err)
+	}
+	c := run.Cost
+	if run.Count != 200 || run.Lost != 0 || c == nil {
+		t.Fatalf("latency notify-proc: count %d lost %d cost %+v", run.Count, run.Lost, c)
+	}
+	t.Logf("latency notify-proc: p50 %.2fms claims/s %.1f idle claims/s %.1f; relay CPU %v s, DB CPU %v s, %d xacts, %d WAL bytes",
+		run.P50MS, run.ClaimsPerS, run.IdleClaimsPerS, optF(c.RelayCPUS, "%.3f"), optF(c.DBCPUS, "%.3f"), c.DBXacts, c.WALBytes)
+	if c.RelayCPUS == nil || *c.RelayCPUS <= 0 || c.RelayCPUMSPerEvent == nil {
+		t.Errorf("relay CPU not measured: %v", c.RelayCPUS)
+	}
+	if cpuVisible && (c.DBCPUS == nil || *c.DBCPUS <= 0) {
+		t.Errorf("DB CPU not measured: %v", c.DBCPUS)
+	}
+	if run.ClaimsPerS <= 0 || run.WakeNotify <= 0 {
+		t.Errorf("relay counters not scraped: claims/s %v, notify wake-ups %d", run.ClaimsPerS, run.WakeNotify)
+	}
+	// The writers' 200 transactions, the relay's claims and marks.
+	if c.DBXacts < 200 || c.WALBytes <= 0 || c.CostEvents != 200 || !run.RelayDefaults {
+		t.Errorf("xacts %d, WAL %d, events %d, relay defaults %v", c.DBXacts, c.WALBytes, c.CostEvents, run.RelayDefaults)
+	}
+	rep.Runs = append(rep.Runs, run)
+
+	run, err = env.Burst(ctx, BurstConfig{Events: 3000, Idle: 3 * time.Second, IdleSettle: time.Second, ShortIdle: 200 * time.Millisecond,
+		Relay: RelayConfig{ProcDefaults: true}})
+	if err != nil {
+		t.Fatalf("burst: %v", err)
+	}
+	b := run.Burst
+	t.Logf("burst: idle %.2f xacts/s, relay %v CPU-s/10s, DB %v CPU-s/10s, %.1f claims/s; %.0f events/s after %gs idle, %.0f after %gs; ratio %.2f; insert %.3fs",
+		b.IdleDBXactsPerS, optF(b.IdleRelayCPUSPer10S, "%.4f"), optF(b.IdleDBCPUSPer10S, "%.4f"), b.IdleCostClaimsPerS,
+		b.AfterIdleEventsPerS, b.IdleS, b.AfterShortIdleEventsPerS, b.ShortIdleS, b.BurstRatio, b.InsertS)
+	if b.BurstReceived != 6000 || b.AfterIdleEventsPerS <= 0 || b.AfterShortIdleEventsPerS <= 0 || b.BurstRatio <= 0 {
+		t.Errorf("burst: received %d of 6000, rates %v %v ratio %v", b.BurstReceived, b.AfterIdleEventsPerS, b.AfterShortIdleEventsPerS, b.BurstRatio)
+	}
+	if b.IdleCostWindowS < 1.5 || b.IdleRelayCPUSPer10S == nil || b.IdleCostClaimsPerS <= 0 {
+		t.Errorf("idle cost: window %vs, relay CPU %v, claims/s %v", b.IdleCostWindowS, b.IdleRelayCPUSPer10S, b.IdleCostClaimsPerS)
+	}
+	if cpuVisible && b.IdleDBCPUSPer10S == nil {
+		t.Error("idle DB CPU not measured")
+	}
+	if run.Cost == nil || run.Cost.CostEvents != 6000 || run.RelayXactsPerEvent == nil || *run.RelayXactsPerEvent <= 0 {
+		t.Errorf("burst cost: %+v", run.Cost)
+	}
+	rep.Runs = append(rep.Runs, run)
+
+	run, err = env.Drain(ctx, DrainConfig{Scenario: ScenarioBacklog, Mode: ModeNotifyProc, Events: 5000, SQLPreload: true, PreloadBatch: 2000,
+		Timeout: time.Minute, Relay: RelayConfig{ProcDefaults: true}})
+	if err != nil {
+		t.Fatalf("backlog: %v", err)
+	}
+	t.Logf("backlog: %.0f events/s, claims %d, relay CPU %v s, relay xacts/event %v", run.EventsPerS, run.Claims,
+		optF(run.RelayCPUS, "%.3f"), optF(run.RelayXactsPerEvent, "%.3f"))
+	if run.Received != 5000 || run.EventsPerS <= 0 || run.Claims <= 0 || run.Cost == nil || run.RelayCPUS == nil || run.RelayXactsPerEvent == nil {
+		t.Errorf("backlog: received %d events/s %v claims %d cost %+v", run.Received, run.EventsPerS, run.Claims, run.Cost)
+	}
+	rep.Runs = append(rep.Runs, run)
+	rep.Goals = EvaluateGoals(rep.Runs)
+
+	var out bytes.Buffer
+	rep.WriteTable(&out)
+	for _, want := range []string{"idle cost", "burst (one transaction)", "backlog notify-proc x1", "latency notify-proc 200/s", "relay CPU ms/ev", "backlog drain"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table has no %q:\n%s", want, out.String())
+		}
+	}
+	t.Logf("\n%s", out.String())
+}

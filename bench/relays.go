@@ -20,7 +20,9 @@ import (
 
 // RelayConfig configures the relay under test in one run.
 type RelayConfig struct {
-	// Mode is ModeNotify, ModePoll or ModeNaive. Required.
+	// Mode is ModeNotify, ModePoll, ModeNaive or ModeNotifyProc (the
+	// notify relay as an `outbox-relay run` process, Env.RelayBin).
+	// Required.
 	Mode string
 	// PollInterval is the relay's poll interval (notify: the fallback
 	// poll). Defaults to 500ms.
@@ -34,13 +36,22 @@ type RelayConfig struct {
 	// Linger is relay.Config.Linger (notify and poll): 0 keeps the
 	// relay's default (relay.DefaultLinger), negative disables it.
 	Linger time.Duration
+	// ProcDefaults runs a relay process (ModeNotifyProc) with the
+	// relay's own defaults: PollInterval, Lease, BatchSize and Linger are
+	// not passed on, and the retention cleaner runs with its default.
+	// Defaults to false: the process gets the same settings as the
+	// in-process relay, retention off.
+	ProcDefaults bool
 }
 
 func (c *RelayConfig) validate() error {
 	switch c.Mode {
-	case ModeNotify, ModePoll, ModeNaive:
+	case ModeNotify, ModePoll, ModeNaive, ModeNotifyProc:
 	default:
-		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll or naive", c.Mode)
+		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll, naive or notify-proc", c.Mode)
+	}
+	if c.ProcDefaults {
+		c.PollInterval, c.Lease, c.BatchSize, c.Linger = relay.DefaultPollInterval, lease.DefaultLease, lease.DefaultBatchSize, 0
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 500 * time.Millisecond
@@ -84,20 +95,35 @@ func (a relayStats) sub(b relayStats) relayStats {
 	}
 }
 
-// runningRelay is a relay running in this process.
+// runningRelay is a relay under test: in this process, or a relay process
+// (*relayProc).
 type runningRelay interface {
 	Stats() relayStats
-	// Stop stops the relay gracefully and releases its resources.
+	// Stop stops the relay gracefully and releases its resources; its
+	// database connections are closed when it returns.
 	Stop()
 }
 
-// startRelay starts one relay of cfg.Mode on db, publishing to topic.
-// channel is the NOTIFY channel (notify mode).
+// startRelay starts one relay of cfg.Mode on db, publishing to topic;
+// its database connections are named db.relayApp. channel is the NOTIFY
+// channel (notify modes). A notify-proc relay is an `outbox-relay run`
+// process (Env.RelayBin); startRelay returns once it runs and listens.
 func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, cfg RelayConfig, log *zap.Logger) (runningRelay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	pool, err := db.NewPool(ctx, 4)
+	if cfg.Mode == ModeNotifyProc {
+		p, err := e.startRelayProc(db, topic, channel, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.waitReady(ctx, 60*time.Second); err != nil {
+			p.Stop()
+			return nil, err
+		}
+		return p, nil
+	}
+	pool, err := db.newPoolApp(ctx, 4, db.relayApp)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,17 @@ const (
 	// as writers go on; the relay (a subprocess) must stay bounded in
 	// memory and lose nothing.
 	ScenarioBrokerDown = "broker-down"
+	// ScenarioBaseline is a writers-only run (ModeWritersOnly) at the load
+	// of latency runs, run by the suite before them: what the writers
+	// alone cost the database.
+	ScenarioBaseline = "baseline"
+	// ScenarioBurst: the idle cost of a relay process over a long idle
+	// period, then one large transaction of events (a burst) drained
+	// after that idle period and again after a short one.
+	ScenarioBurst = "burst"
+	// ScenarioBacklog is the drain of a large preloaded backlog
+	// (INSERT ... SELECT FROM generate_series) by one relay process.
+	ScenarioBacklog = "backlog"
 )
 
 // Mode names, the "mode" key of a Run.
@@ -27,10 +38,13 @@ const (
 	ModeNaive      = "naive"
 	ModeFloor      = "floor"
 	ModeSQLCeiling = "sql-ceiling"
-	// ModeNotifyProc is the drain of notify with the relay as a child
-	// process (the cmd/outbox-relay binary, `run`), so that the relay's own
-	// RSS is measured apart from the bench's consumer and broker.
+	// ModeNotifyProc is the notify relay as a child process (the
+	// cmd/outbox-relay binary, `run`), so that the relay's own RSS and CPU
+	// time are measured apart from the bench's consumer and broker.
 	ModeNotifyProc = "notify-proc"
+	// ModeWritersOnly is the latency scenario's writers with no relay: the
+	// baseline that the relay's share of the cost figures subtracts.
+	ModeWritersOnly = "writers-only"
 )
 
 // Report is the whole output: the machine and every run, in order.
@@ -43,6 +57,8 @@ type Report struct {
 	// ElapsedS is the suite's wall time in seconds.
 	ElapsedS float64 `json:"elapsed_s"`
 	Runs     []Run   `json:"runs"`
+	// Goals are the relay's targets checked against Runs (EvaluateGoals).
+	Goals []Goal `json:"goals,omitempty"`
 }
 
 // Run is one measurement. Scenario and Mode are always set; exactly one of
@@ -65,6 +81,12 @@ type Run struct {
 	// lost, ...) would clash with Latency's under encoding/json's
 	// embedding rules, so MarshalJSON adds them to the top level.
 	BrokerDown *BrokerDown `json:"-"`
+	// Burst is set for the burst scenario (idle cost and burst drains).
+	*Burst
+	// Cost is what the run cost the database and the relay (latency,
+	// sweep, baseline, drain, backlog and burst runs); nil when not
+	// measured.
+	*Cost
 
 	// hist is the latency histogram (microseconds), for the plot.
 	hist *hdrhistogram.Histogram
@@ -80,6 +102,14 @@ type Latency struct {
 	PollIntervalMS float64 `json:"poll_interval_ms"`
 	// LeaseMS is the lease, in ms; 0 for naive and floor.
 	LeaseMS float64 `json:"lease_ms"`
+	// RelayDefaults is true when the relay process ran with its own
+	// defaults (notify-proc with RelayConfig.ProcDefaults): poll interval,
+	// lease, batch size, linger and retention; PollIntervalMS and LeaseMS
+	// are then the relay's defaults.
+	RelayDefaults bool `json:"relay_defaults,omitempty"`
+	// WritersWakeup is the writers' wake-up mode of a writers-only
+	// (baseline) run.
+	WritersWakeup string `json:"writers_wakeup,omitempty"`
 	// Rate is the target arrival rate, events/s.
 	Rate float64 `json:"rate"`
 	// WriterCount is the number of writer goroutines (one connection each).
@@ -119,7 +149,7 @@ type Latency struct {
 	ClaimsPerS      float64 `json:"claims_per_s"`
 	EmptyClaimsPerS float64 `json:"empty_claims_per_s"`
 	// IdleClaimsPerS is the claim rate with no traffic, measured over
-	// IdleWindowS seconds after the last event arrived.
+	// IdleWindowS seconds after the warm-up, before the measured events.
 	IdleClaimsPerS float64 `json:"idle_claims_per_s"`
 	IdleWindowS    float64 `json:"idle_window_s"`
 	// Relay wake-ups during the send phase by cause.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -12,15 +13,17 @@ import (
 
 // SuiteConfig selects what RunSuite runs.
 type SuiteConfig struct {
-	// Scenarios to run, in this order of preference: latency, drain,
-	// writers, sweep, broker-down. Defaults to latency, drain, writers.
+	// Scenarios to run: latency, drain, writers, sweep, broker-down, burst
+	// and backlog; they run in the order burst, latency, drain, backlog,
+	// writers, sweep, broker-down (burst first: its idle cost is measured
+	// on a quiet cluster). Defaults to latency, drain, writers.
 	Scenarios []string
-	// Modes for the latency scenario (notify, poll, naive, floor); drain
-	// uses notify (with each of DrainRelays), notify-proc and naive (one
-	// relay) among them, plus sql-ceiling; sweep uses notify and poll.
-	// notify-proc (drain only) runs the relay as a child process
-	// (Env.RelayBin) to measure its own RSS. Defaults to notify, poll,
-	// naive and floor.
+	// Modes for the latency scenario (notify, poll, naive, floor,
+	// notify-proc); drain uses notify (with each of DrainRelays),
+	// notify-proc and naive (one relay) among them, plus sql-ceiling; sweep
+	// uses notify and poll. notify-proc runs the relay as a child process
+	// (Env.RelayBin) to measure its own RSS and CPU time. Defaults to
+	// notify, poll, naive and floor.
 	Modes []string
 	// PollIntervals are the poll intervals of the poll and naive modes
 	// (one run each) and the sweep's first axis. Defaults to [500ms].
@@ -55,6 +58,41 @@ type SuiteConfig struct {
 	// BrokerDown is the template of the broker-down run (its Relay is
 	// set from FallbackPoll, the first lease, BatchSize and Linger).
 	BrokerDown BrokerDownConfig
+	// ExtraRates are further arrival rates, events/s, of the latency
+	// scenario for the product relay only (notify-proc if in Modes, else
+	// notify), e.g. [10000, 10]. Each such run has at least
+	// max(Latency.Writers, rate/400) writers. Defaults to none.
+	ExtraRates []float64
+	// MinEvents makes every latency run last at least MinEvents/rate, so
+	// that a low rate still gives percentiles (200 events at 10/s: 20s).
+	// Defaults to 0: Latency.Duration only.
+	MinEvents int
+	// BaselineDuration is how long each writers-only baseline run writes
+	// (one per rate, wake-up mode and writer count of the latency and
+	// sweep runs). Defaults to Latency.Duration; negative: no baselines
+	// (the relay's share of the cost is then not computed).
+	BaselineDuration time.Duration
+	// NoCost turns the cost measurement off (DB and relay CPU,
+	// transactions, WAL) and with it the baselines. Defaults to false.
+	NoCost bool
+	// ProcFlags gives the relay processes of the latency (notify-proc),
+	// burst and backlog runs the suite's relay settings (FallbackPoll,
+	// first lease, BatchSize, Linger; retention off) instead of the
+	// relay's own defaults. Defaults to false: the product's defaults.
+	ProcFlags bool
+	// Burst is the template of the burst run (idle cost and bursts).
+	Burst BurstConfig
+	// Backlog is the template of the backlog run: its Events (default
+	// 1000000) are preloaded with INSERT ... SELECT and drained by one
+	// relay process.
+	Backlog DrainConfig
+}
+
+// writersFor returns the writer count of a latency run at rate: at least
+// one per 400 events/s (a one-event transaction commits in a few ms with
+// fsync), and never fewer than min.
+func writersFor(rate float64, min int) int {
+	return max(min, int(math.Ceil(rate/400)))
 }
 
 func (c *SuiteConfig) setDefaults() {
@@ -79,16 +117,39 @@ func (c *SuiteConfig) setDefaults() {
 	if len(c.Connections) == 0 {
 		c.Connections = []int{16, 32, 64}
 	}
+	if c.Backlog.Events == 0 {
+		c.Backlog.Events = 1000000
+	}
 }
+
+// allScenarios is every scenario in the order RunSuite runs them.
+var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDrain, ScenarioBacklog, ScenarioWriters, ScenarioSweep, ScenarioBrokerDown}
 
 // Validate applies defaults and returns an error naming the first invalid
 // field.
 func (c *SuiteConfig) Validate() error {
 	c.setDefaults()
 	for _, s := range c.Scenarios {
-		if !slices.Contains([]string{ScenarioLatency, ScenarioDrain, ScenarioWriters, ScenarioSweep, ScenarioBrokerDown}, s) {
-			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, sweep or broker-down", s)
+		if !slices.Contains(allScenarios, s) {
+			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, sweep, broker-down, burst or backlog", s)
 		}
+	}
+	for _, r := range c.ExtraRates {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return fmt.Errorf("bench: SuiteConfig.ExtraRates: must be positive, got %v", r)
+		}
+	}
+	if c.MinEvents < 0 {
+		return fmt.Errorf("bench: SuiteConfig.MinEvents: must not be negative, got %d", c.MinEvents)
+	}
+	if slices.Contains(c.Scenarios, ScenarioBurst) {
+		bc := c.Burst
+		if err := bc.validate(); err != nil {
+			return err
+		}
+	}
+	if c.Backlog.Events < 0 {
+		return fmt.Errorf("bench: SuiteConfig.Backlog.Events: must be positive, got %d", c.Backlog.Events)
 	}
 	for _, m := range c.Modes {
 		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc}, m) {
@@ -130,16 +191,26 @@ func (c *SuiteConfig) Validate() error {
 }
 
 // NeedsRelayBin reports whether cfg runs a relay process (Env.RelayBin):
-// the broker-down scenario, or drain with the notify-proc mode.
-func (c *SuiteConfig) NeedsRelayBin() bool {
-	return slices.Contains(c.Scenarios, ScenarioBrokerDown) ||
-		(slices.Contains(c.Scenarios, ScenarioDrain) && slices.Contains(c.Modes, ModeNotifyProc))
+// the burst and backlog scenarios, latency or drain with the notify-proc
+// mode, or broker-down when the broker is the in-process one (kfake; with
+// external brokers broker-down is skipped).
+func (c *SuiteConfig) NeedsRelayBin(kfake bool) bool {
+	has := func(s string) bool { return slices.Contains(c.Scenarios, s) }
+	proc := slices.Contains(c.Modes, ModeNotifyProc)
+	return has(ScenarioBurst) || has(ScenarioBacklog) || (kfake && has(ScenarioBrokerDown)) ||
+		(proc && (has(ScenarioLatency) || has(ScenarioDrain)))
 }
 
 // RunSuite runs cfg's scenarios one run after the other and appends each
-// Run to rep as it completes (then calls onRun, if not nil). A failed run is
-// recorded with its Error and the suite goes on; RunSuite returns an error
-// only for an invalid cfg or a done ctx.
+// Run to rep as it completes (then calls onRun, if not nil), and keeps
+// rep.Goals up to date. A failed run is recorded with its Error and the
+// suite goes on; RunSuite returns an error only for an invalid cfg or a
+// done ctx.
+//
+// Unless cfg.NoCost, each latency and sweep run with a relay is preceded
+// (once per rate, writer count and wake-up mode) by a writers-only
+// baseline run at the same load, and its Cost gets the relay's share:
+// its per-event figures minus the baseline's.
 func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun func(Run)) error {
 	if err := e.validate(); err != nil {
 		return err
@@ -153,25 +224,83 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 			e.Log.Error("run failed", zap.String("scenario", r.Scenario), zap.String("mode", r.Mode), zap.Error(err))
 		}
 		rep.Runs = append(rep.Runs, r)
+		rep.Goals = EvaluateGoals(rep.Runs)
 		if onRun != nil {
 			onRun(r)
 		}
 	}
 	relayCfg := func(mode string, poll, lease time.Duration) RelayConfig {
-		return RelayConfig{Mode: mode, PollInterval: poll, Lease: lease, BatchSize: cfg.BatchSize, Linger: cfg.Linger}
+		return RelayConfig{Mode: mode, PollInterval: poll, Lease: lease, BatchSize: cfg.BatchSize, Linger: cfg.Linger,
+			ProcDefaults: mode == ModeNotifyProc && !cfg.ProcFlags}
 	}
 	has := func(m string) bool { return slices.Contains(cfg.Modes, m) }
 	lease0 := cfg.Leases[0]
-	for _, sc := range []string{ScenarioLatency, ScenarioDrain, ScenarioWriters, ScenarioSweep, ScenarioBrokerDown} {
+	product := ModeNotify
+	if has(ModeNotifyProc) {
+		product = ModeNotifyProc
+	}
+
+	// Writers-only baselines, by load.
+	baselines := map[string]*Cost{}
+	baselineFor := func(lc LatencyConfig) (*Cost, string, error) {
+		if cfg.NoCost || cfg.BaselineDuration < 0 || !lc.hasRelay() {
+			return nil, "", nil
+		}
+		wake := lc.wakeups()
+		key := fmt.Sprintf("%g/s %d writers %d/tx wakeups=%v", lc.Rate, lc.Writers, max(lc.EventsPerTx, 1), wake)
+		bl := LatencyConfig{Mode: ModeWritersOnly, Scenario: ScenarioBaseline, Wakeups: wake, Rate: lc.Rate, Duration: lc.Duration,
+			Writers: lc.Writers, EventsPerTx: lc.EventsPerTx, PayloadBytes: lc.PayloadBytes, Aggregates: lc.Aggregates, Warmup: lc.Warmup}
+		label := fmt.Sprintf("%s %g/s", label(bl), lc.Rate)
+		if c, ok := baselines[key]; ok {
+			return c, label, nil
+		}
+		if cfg.BaselineDuration > 0 {
+			bl.Duration = cfg.BaselineDuration
+		}
+		r, err := e.Latency(ctx, bl)
+		if r.Scenario == "" {
+			r = Run{Scenario: ScenarioBaseline, Mode: ModeWritersOnly}
+		}
+		add(r, err)
+		if err != nil || r.Cost == nil {
+			return nil, "", err
+		}
+		baselines[key] = r.Cost
+		return r.Cost, label, nil
+	}
+	// latency runs one latency or sweep run, after its baseline.
+	latency := func(lc LatencyConfig) {
+		lc.NoCost = cfg.NoCost
+		if cfg.MinEvents > 0 && lc.Rate > 0 {
+			lc.Duration = max(lc.Duration, time.Duration(float64(cfg.MinEvents)/lc.Rate*float64(time.Second)))
+		}
+		if lc.Writers == 0 {
+			lc.Writers = 8
+		}
+		base, baseLabel, baseErr := baselineFor(lc)
+		if ctx.Err() != nil {
+			return
+		}
+		r, err := e.Latency(ctx, lc)
+		if r.Scenario == "" {
+			r = Run{Scenario: lc.Scenario, Mode: lc.Mode}
+		}
+		if r.Cost != nil {
+			if base != nil {
+				r.Cost.Attribute(base, baseLabel)
+			} else if baseErr != nil {
+				r.Note = "no baseline: " + baseErr.Error()
+			}
+		}
+		add(r, err)
+	}
+	for _, sc := range allScenarios {
 		if !slices.Contains(cfg.Scenarios, sc) {
 			continue
 		}
 		switch sc {
 		case ScenarioLatency:
 			for _, m := range cfg.Modes {
-				if m == ModeNotifyProc {
-					continue // drain only
-				}
 				polls := []time.Duration{cfg.FallbackPoll}
 				if m == ModePoll || m == ModeNaive {
 					polls = cfg.PollIntervals
@@ -182,12 +311,18 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					}
 					lc := cfg.Latency
 					lc.Mode, lc.Scenario, lc.Relay = m, ScenarioLatency, relayCfg(m, p, lease0)
-					r, err := e.Latency(ctx, lc)
-					if r.Scenario == "" {
-						r = Run{Scenario: ScenarioLatency, Mode: m}
-					}
-					add(r, err)
+					latency(lc)
 				}
+			}
+			for _, rate := range cfg.ExtraRates {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				lc := cfg.Latency
+				lc.Mode, lc.Scenario, lc.Relay = product, ScenarioLatency, relayCfg(product, cfg.FallbackPoll, lease0)
+				lc.Rate = rate
+				lc.Writers = writersFor(rate, cfg.Latency.Writers)
+				latency(lc)
 			}
 		case ScenarioDrain:
 			// poll drains exactly like notify (a full claim is followed by
@@ -209,8 +344,9 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 						return ctx.Err()
 					}
 					dc := cfg.Drain
-					dc.Mode, dc.Relays = m, n
+					dc.Mode, dc.Relays, dc.NoCost = m, n, cfg.NoCost
 					dc.Relay = relayCfg(m, cfg.FallbackPoll, lease0)
+					dc.Relay.ProcDefaults = false // as the in-process drains
 					if m == ModeNaive {
 						dc.Relay.PollInterval = cfg.PollIntervals[0]
 					}
@@ -221,6 +357,36 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					add(r, err)
 				}
 			}
+		case ScenarioBacklog:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			dc := cfg.Backlog
+			dc.Scenario, dc.Mode, dc.Relays, dc.SQLPreload, dc.NoCost = ScenarioBacklog, ModeNotifyProc, 1, true, cfg.NoCost
+			dc.PayloadBytes, dc.Aggregates = cfg.Drain.PayloadBytes, cfg.Drain.Aggregates
+			dc.Relay = relayCfg(ModeNotifyProc, cfg.FallbackPoll, lease0)
+			r, err := e.Drain(ctx, dc)
+			if r.Scenario == "" {
+				r = Run{Scenario: ScenarioBacklog, Mode: ModeNotifyProc, Drain: &Drain{Relays: 1, Events: int64(dc.Events)}}
+			}
+			add(r, err)
+		case ScenarioBurst:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			bc := cfg.Burst
+			bc.Relay = relayCfg(ModeNotifyProc, cfg.FallbackPoll, lease0)
+			if bc.PayloadBytes == 0 {
+				bc.PayloadBytes = cfg.Latency.PayloadBytes
+			}
+			if bc.Aggregates == 0 {
+				bc.Aggregates = cfg.Latency.Aggregates
+			}
+			r, err := e.Burst(ctx, bc)
+			if r.Scenario == "" {
+				r = Run{Scenario: ScenarioBurst, Mode: ModeNotifyProc}
+			}
+			add(r, err)
 		case ScenarioWriters:
 			// Each configuration runs four times, in A-B-B-A-B-A-A-B order
 			// (A: no wake-ups, B: wake-ups), a quarter of the duration
@@ -271,11 +437,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 						if cfg.SweepDuration > 0 {
 							lc.Duration = cfg.SweepDuration
 						}
-						r, err := e.Latency(ctx, lc)
-						if r.Scenario == "" {
-							r = Run{Scenario: ScenarioSweep, Mode: m}
-						}
-						add(r, err)
+						latency(lc)
 					}
 				}
 			}

@@ -19,6 +19,9 @@ func RunLabel(r *Run) string {
 		if r.Scenario == ScenarioSweep {
 			s = fmt.Sprintf("%s poll=%s lease=%s", r.Mode, fmtMS(r.PollIntervalMS), fmtMS(r.LeaseMS))
 		}
+		if r.Mode == ModeWritersOnly && r.WritersWakeup != "" {
+			s = fmt.Sprintf("%s(%s)", r.Mode, r.WritersWakeup)
+		}
 		return s
 	case r.Drain != nil:
 		return fmt.Sprintf("%s x%d", r.Mode, r.Relays)
@@ -28,6 +31,17 @@ func RunLabel(r *Run) string {
 		return fmt.Sprintf("%s outage=%gs", r.Mode, r.BrokerDown.OutageS)
 	}
 	return r.Mode
+}
+
+// costLabel names a run in the cost table, the goals and the cost plot:
+// its scenario, RunLabel and, for latency-type runs, the rate, e.g.
+// "latency notify-proc 1000/s".
+func costLabel(r *Run) string {
+	s := r.Scenario + " " + RunLabel(r)
+	if r.Latency != nil && r.Drain == nil {
+		s += fmt.Sprintf(" %g/s", r.Rate)
+	}
+	return s
 }
 
 // fmtMS formats a millisecond figure as a Go-style duration ("500ms", "30s").
@@ -45,14 +59,27 @@ func fmtMS(v float64) string {
 func (r *Report) WriteTable(w io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(w, "machine: %s, %d cores, %d MiB, %s, kernel %s\n", m.CPU, m.Cores, m.MemoryMB, m.GoVersion, m.Kernel)
-	fmt.Fprintf(w, "postgres: %s (fsync=%s, synchronous_commit=%s, %s); broker: %s\n\n",
+	fmt.Fprintf(w, "postgres: %s (fsync=%s, synchronous_commit=%s, %s); broker: %s\n",
 		firstWords(m.Postgres, 2), m.PostgresFsync, m.PostgresSynchronousCommit, m.PostgresSource, m.Broker)
-	var lat, drain, writers, down []*Run
+	if m.DBCPUSource != "" {
+		fmt.Fprintf(w, "DB CPU: %s\n", m.DBCPUSource)
+	}
+	fmt.Fprintln(w)
+	var lat, drain, writers, down, bursts, costs []*Run
 	for i := range r.Runs {
 		run := &r.Runs[i]
+		if run.Cost != nil {
+			costs = append(costs, run)
+		}
 		switch {
 		case run.BrokerDown != nil:
 			down = append(down, run)
+		case run.Burst != nil:
+			bursts = append(bursts, run)
+		case run.Scenario == ScenarioBaseline:
+			if run.Cost == nil {
+				fmt.Fprintf(w, "%s %s: error: %s\n", run.Scenario, run.Mode, run.Error)
+			}
 		case run.Latency != nil:
 			lat = append(lat, run)
 		case run.Drain != nil:
@@ -67,8 +94,8 @@ func (r *Report) WriteTable(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "latency (ms)\trate/s\tcount\tlost\tdup\tmean\tp50\tp90\tp99\tp99.9\tmax\tlag p99\tclaims/s\tempty/s\tidle claims/s\t")
 		for _, run := range lat {
-			fmt.Fprintf(tw, "%s %s\t%.0f\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.2f\t%s\n",
-				run.Scenario, RunLabel(run), run.AchievedRate, run.Count, run.Lost, run.Duplicates,
+			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.2f\t%s\n",
+				costLabel(run), run.AchievedRate, run.Count, run.Lost, run.Duplicates,
 				run.MeanMS, run.P50MS, run.P90MS, run.P99MS, run.P999MS, run.MaxMS, run.LagP99MS,
 				run.ClaimsPerS, run.EmptyClaimsPerS, run.IdleClaimsPerS, errNote(run))
 		}
@@ -84,11 +111,12 @@ func (r *Report) WriteTable(w io.Writer) {
 				relayRSS, relayHWM = fmt.Sprintf("%.1f", run.RelayRSSMaxMiB), fmt.Sprintf("%.1f", run.RelayVmHWMMiB)
 			}
 			claims := fmt.Sprint(run.Claims)
-			if run.Mode == ModeNotifyProc {
-				claims = "-" // not counted in another process
+			name := RunLabel(run)
+			if run.Scenario != ScenarioDrain {
+				name = run.Scenario + " " + name
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%d\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\n",
-				RunLabel(run), run.Events, run.DurationS, run.EventsPerS, run.Received, run.DuplicateReceptions,
+				name, run.Events, run.DurationS, run.EventsPerS, run.Received, run.DuplicateReceptions,
 				claims, run.RSSMaxMB, run.VmHWMMB, relayRSS, relayHWM, errNote(run))
 		}
 		tw.Flush()
@@ -110,6 +138,12 @@ func (r *Report) WriteTable(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintln(w)
 	}
+	if len(bursts) > 0 {
+		writeBursts(w, bursts)
+	}
+	if len(costs) > 0 {
+		writeCosts(w, costs)
+	}
 	if len(down) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "broker-down (relay process)\toutage s\trate/s\twritten in outage\tRSS before MiB\tmax in outage\tmax in recovery\tpeak MiB\trecovery s\tcount\tlost\tdup\t")
@@ -122,6 +156,65 @@ func (r *Report) WriteTable(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintln(w)
 	}
+	writeGoals(w, r.Goals)
+}
+
+// writeBursts writes the burst runs: the idle cost, then the bursts.
+func writeBursts(w io.Writer, runs []*Run) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "idle cost (relay process)\tidle window s\tDB xact/s\tDB CPU s/10s\trelay CPU s/10s\tWAL B/s\tclaims/s\t")
+	for _, run := range runs {
+		b := run.Burst
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%s\t%s\t%.0f\t%.2f\t%s\n", run.Mode, b.IdleCostWindowS, b.IdleDBXactsPerS,
+			optF(b.IdleDBCPUSPer10S, "%.3f"), optF(b.IdleRelayCPUSPer10S, "%.3f"), b.IdleWALBytesPerS, b.IdleCostClaimsPerS, errNote(run))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "burst (one transaction)\tevents\tinsert s\tafter idle\tevents/s\tfirst event s\tafter idle\tevents/s\tfirst event s\tratio\treceived\tdup\t")
+	for _, run := range runs {
+		b := run.Burst
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%gs\t%.0f\t%.3f\t%gs\t%.0f\t%.3f\t%.2f\t%d\t%d\t%s\n", run.Mode, b.BurstEvents, b.InsertS,
+			b.IdleS, b.AfterIdleEventsPerS, b.FirstEventS, b.ShortIdleS, b.AfterShortIdleEventsPerS, b.ShortFirstEventS,
+			b.BurstRatio, b.BurstReceived, b.BurstDuplicates, errNote(run))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+}
+
+// writeCosts writes what each run cost the database and the relay, next
+// to its latency percentiles.
+func writeCosts(w io.Writer, runs []*Run) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cost\tevents\twindow s\tp50 ms\tp99 ms\tclaims/s\tDB xact/s\tDB CPU s\trelay CPU s\tDB CPU ms/ev\trelay DB CPU ms/ev\trelay CPU ms/ev\tDB xact/ev\trelay xact/ev\tWAL B/ev\trelay WAL B/ev\tckpt\t")
+	for _, run := range runs {
+		c := run.Cost
+		p50, p99, claims := "-", "-", "-"
+		switch {
+		case run.Latency != nil && run.Count > 0:
+			p50, p99 = fmt.Sprintf("%.2f", run.P50MS), fmt.Sprintf("%.2f", run.P99MS)
+			claims = fmt.Sprintf("%.1f", run.ClaimsPerS)
+		case run.Drain != nil && run.DurationS > 0 && run.Mode != ModeSQLCeiling:
+			claims = fmt.Sprintf("%.1f", float64(run.Claims)/run.DurationS)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%.0f\t%s\t%d\t%s\n",
+			costLabel(run), c.CostEvents, c.CostWindowS, p50, p99, claims, c.DBXactsPerS,
+			optF(c.DBCPUS, "%.2f"), optF(c.RelayCPUS, "%.2f"), optF(c.DBCPUMSPerEvent, "%.3f"),
+			optF(c.RelayDBCPUMSPerEvent, "%.3f"), optF(c.RelayCPUMSPerEvent, "%.3f"), c.DBXactsPerEvent,
+			optF(c.RelayXactsPerEvent, "%.3f"), c.WALBytesPerEvent, optF(c.RelayWALBytesPerEvent, "%.0f"), c.Checkpoints, errNote(run))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(DB: every PostgreSQL process; relay DB CPU, xact, WAL: per event minus the writers-only baseline at the same load;")
+	fmt.Fprintln(w, " relay CPU: the relay process, notify-proc only; \"-\": not measured. See bench/README.md.)")
+	fmt.Fprintln(w)
+}
+
+// optF formats an optional figure, "-" when absent.
+func optF(v *float64, format string) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf(format, *v)
 }
 
 func errNote(r *Run) string {

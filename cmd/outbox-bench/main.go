@@ -15,8 +15,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,10 +35,23 @@ Usage:
   outbox-bench [flags]
 
 Scenarios (--scenario, comma-separated; run in this order):
+  burst    a relay process (notify, its defaults) idles for --idle: the
+           database's transactions/s and the relay's CPU-s per 10 s while
+           nothing is written (measured from --idle-settle on); then one
+           transaction of --burst-events rows (INSERT ... SELECT FROM
+           generate_series, pg_notify): its drain rate, and again after
+           --short-idle; the ratio of the two rates
   latency  open-loop --rate events/s for --duration through the writer API;
-           commit-to-receive latency per mode (HdrHistogram)
+           commit-to-receive latency per mode (HdrHistogram); plus the
+           product relay at each of --extra-rates; and what each run cost
+           the database (CPU of its processes from /proc, transactions
+           from pg_stat_database, WAL) and the relay process (CPU), with
+           the relay's share against a writers-only baseline at the same
+           load
   drain    preload --events rows, start 1 and 2 relays, events/s until the
            consumer has all; plus sql-ceiling (claim+mark loop, no Kafka)
+  backlog  preload --backlog-events rows (INSERT ... SELECT), one relay
+           process (its defaults) drains them: events/s and the cost
   writers  --connections writers committing as fast as they can, with the
            product's wake-ups and with none; commits/s and the ratio
   sweep    latency and claim load across --poll-interval x --lease values
@@ -51,14 +64,21 @@ Scenarios (--scenario, comma-separated; run in this order):
 Modes (--mode): notify (the product), poll (no LISTEN, writer WakeupNone,
 one run per --poll-interval), naive (hand-written SELECT ... FOR UPDATE SKIP
 LOCKED / publish / UPDATE / COMMIT poller, one run per --poll-interval),
-floor (the same Kafka client and broker, no database), notify-proc (drain
-only: one notify relay run as an outbox-relay process, so that its own RSS
-is measured, relay_rss_max_mib; the other drain rows' RSS is the whole bench
-process with the consumer and the in-process broker).
+floor (the same Kafka client and broker, no database), notify-proc (the
+notify relay run as an outbox-relay process, so that its own CPU time and
+RSS are measured; in latency with the relay's own defaults unless
+--relay-proc-flags; the other drain rows' RSS is the whole bench process
+with the consumer and the in-process broker).
 
-notify-proc and broker-down run the outbox-relay binary given by
---relay-bin, or one built with "go build" into a temporary directory (this
-needs the go command and the current directory inside the module).
+notify-proc, burst, backlog and broker-down run the outbox-relay binary
+given by --relay-bin, or one built with "go build" into a temporary
+directory (this needs the go command and the current directory inside the
+module).
+
+The goals table at the end checks the relay's targets (1000/s p50, p99,
+max, relay DB CPU and transactions per event; 10000/s and 10/s p99; idle
+transactions/s and relay CPU; burst ratio; backlog events/s): PASS, FAIL,
+or n/a when not measured.
 
 Every flag can also be set in the environment as OUTBOX_<FLAG_NAME>
 (--poll-interval is OUTBOX_POLL_INTERVAL); the database URL also as
@@ -121,6 +141,11 @@ func ints(p *[]int) listFlag[int] {
 	return listFlag[int]{p, strconv.Atoi, strconv.Itoa}
 }
 
+func floats(p *[]float64) listFlag[float64] {
+	return listFlag[float64]{p, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) },
+		func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }}
+}
+
 func strs(p *[]string) listFlag[string] {
 	return listFlag[string]{p, func(s string) (string, error) { return strings.ToLower(s), nil }, func(s string) string { return s }}
 }
@@ -132,6 +157,7 @@ type options struct {
 	partitions  int
 	jsonFile    string
 	plotFile    string
+	costPlot    string
 	progress    time.Duration
 	logLevel    string
 	cpuProfile  string
@@ -150,8 +176,8 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env OUTBOX_DATABASE_URL or DATABASE_URL); empty: start a throwaway cluster with fsync on")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port; empty: an in-process kfake broker")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
-	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,sweep,broker-down")
-	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc (notify-proc: drain only, relay as a process)")
+	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,sweep,broker-down,burst,backlog")
+	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc (notify-proc: the relay as a process, latency and drain)")
 	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
 	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
 	fs.Var(durations(&s.Leases), "lease", "leases of the sweep (the first is used elsewhere), e.g. 5s,30s")
@@ -167,6 +193,16 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&s.Latency.PayloadBytes, "payload-bytes", 100, "approximate JSON payload size, bytes")
 	fs.IntVar(&s.Latency.Aggregates, "aggregates", 1000, "distinct aggregate IDs (Kafka keys)")
 	fs.DurationVar(&s.SweepDuration, "sweep-duration", 10*time.Second, "sweep: how long events are sent per run")
+	fs.Var(floats(&s.ExtraRates), "extra-rates", "latency: further rates, events/s, for the product relay only (notify-proc if in --mode, else notify), e.g. 10000,10; at least one writer per 400 events/s")
+	fs.IntVar(&s.MinEvents, "min-events", 200, "latency: every run lasts at least this many events (a longer --duration at low rates)")
+	fs.DurationVar(&s.BaselineDuration, "baseline-duration", 0, "latency and sweep: how long each writers-only baseline writes (0: --duration; negative: no baselines, no relay share of the cost)")
+	fs.BoolVar(&s.NoCost, "no-cost", false, "do not measure what runs cost (DB and relay CPU, transactions, WAL) and run no baselines")
+	fs.BoolVar(&s.ProcFlags, "relay-proc-flags", false, "give the relay processes of latency (notify-proc), burst and backlog --fallback-poll, the first --lease, --batch-size and --linger (retention off) instead of the relay's own defaults")
+	fs.DurationVar(&s.Burst.Idle, "idle", 60*time.Second, "burst: how long the relay idles before the first burst; the idle cost is measured over it")
+	fs.DurationVar(&s.Burst.IdleSettle, "idle-settle", 10*time.Second, "burst: where in --idle the idle-cost window starts (an idle connection's statistics reach pg_stat_database 10 s after its last transaction)")
+	fs.DurationVar(&s.Burst.ShortIdle, "short-idle", time.Second, "burst: the idle time before the second burst")
+	fs.IntVar(&s.Burst.Events, "burst-events", 100000, "burst: events per burst (one transaction)")
+	fs.IntVar(&s.Backlog.Events, "backlog-events", 1000000, "backlog: preloaded events")
 	fs.IntVar(&s.Drain.Events, "events", 200000, "drain: preloaded events")
 	fs.Var(ints(&s.DrainRelays), "relays", "drain: relay counts, e.g. 1,2")
 	fs.Var(ints(&s.Connections), "connections", "writers: connection counts, e.g. 16,32,64")
@@ -176,6 +212,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary for notify-proc and broker-down (empty: go build ./cmd/outbox-relay into a temporary directory)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&o.plotFile, "plot", "", "write the latency CDF plot to this file (.png or .svg)")
+	fs.StringVar(&o.costPlot, "cost-plot", "", "write the latency-against-DB-CPU-per-event plot to this file (.png or .svg; empty: --plot's name with -cost before the extension, none without --plot; \"-\": none)")
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "progress line interval on stderr (0: off)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (relay included) to this file")
@@ -275,11 +312,7 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 		env.Broker = "kfake"
 		env.SetBrokerUp = local.SetBrokerUp
 	}
-	needBin := o.suite.NeedsRelayBin()
-	if !local.Kfake() && !slices.Contains(o.suite.Modes, bench.ModeNotifyProc) {
-		needBin = false // broker-down is skipped with external brokers
-	}
-	if needBin {
+	if needBin := o.suite.NeedsRelayBin(local.Kfake()); needBin {
 		env.RelayBin = o.relayBin
 		if env.RelayBin == "" {
 			dir, err := os.MkdirTemp("", "outbox-bench-relay-")
@@ -339,6 +372,12 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 		}
 		fmt.Fprintf(stderr, "bench: wrote %s\n", o.plotFile)
 	}
+	if costPlot := costPlotFile(o.costPlot, o.plotFile); costPlot != "" {
+		if err := rep.WriteCostPlot(costPlot); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: wrote %s\n", costPlot)
+	}
 	if suiteErr != nil {
 		return suiteErr
 	}
@@ -348,6 +387,21 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 		}
 	}
 	return nil
+}
+
+// costPlotFile returns where the cost plot goes: flag if set ("-": none),
+// else plot's name with "-cost" before its extension ("" without plot).
+func costPlotFile(flag, plot string) string {
+	switch {
+	case flag == "-":
+		return ""
+	case flag != "":
+		return flag
+	case plot == "":
+		return ""
+	}
+	ext := filepath.Ext(plot)
+	return strings.TrimSuffix(plot, ext) + "-cost" + ext
 }
 
 // Writers returns the writers template (a helper for defaults).
@@ -364,6 +418,8 @@ func flagError(err error) string {
 		"LatencyConfig.EventsPerTx": "--events-per-tx", "LatencyConfig.PayloadBytes": "--payload-bytes",
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
 		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",
+		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events",
+		"BurstConfig.Events": "--burst-events", "BurstConfig.IdleSettle": "--idle-settle", "SuiteConfig.Backlog.Events": "--backlog-events",
 	} {
 		if i := strings.Index(s, field+": "); i >= 0 {
 			return fl + ": " + s[i+len(field)+2:]

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// Goal is one target the relay must meet and what a report measured for
+// it.
+type Goal struct {
+	// Name says what is measured, e.g. "1000/s p99 latency".
+	Name string `json:"name"`
+	// Target is the bound, in Unit: at most (Op "<=") or at least (">=").
+	Target float64 `json:"target"`
+	Op     string  `json:"op"`
+	Unit   string  `json:"unit"`
+	// Value is the measured figure in Unit; null when the report has no
+	// such measurement (scenario not run, run failed, figure unavailable).
+	Value *float64 `json:"value"`
+	// Pass is whether Value meets Target; null when Value is.
+	Pass *bool `json:"pass"`
+	// Run names the run the value comes from.
+	Run string `json:"run,omitempty"`
+}
+
+// goalSpec is how a Goal is found in the runs.
+type goalSpec struct {
+	name   string
+	target float64
+	op     string
+	unit   string
+	// pick returns the value and the run's label, or ok false.
+	pick func(runs []Run) (v float64, run string, ok bool)
+}
+
+// productRun returns the last successful latency run of the product relay
+// (notify-proc, else notify) at rate.
+func productRun(runs []Run, rate float64) *Run {
+	var found *Run
+	for _, mode := range []string{ModeNotify, ModeNotifyProc} {
+		for i := range runs {
+			r := &runs[i]
+			if r.Scenario == ScenarioLatency && r.Mode == mode && r.Latency != nil && r.Error == "" && r.Rate == rate && r.Count > 0 {
+				found = r
+			}
+		}
+	}
+	return found
+}
+
+// latencyGoal picks figure f of the product run at rate.
+func latencyGoal(rate float64, f func(r *Run) (float64, bool)) func([]Run) (float64, string, bool) {
+	return func(runs []Run) (float64, string, bool) {
+		r := productRun(runs, rate)
+		if r == nil {
+			return 0, "", false
+		}
+		v, ok := f(r)
+		return v, costLabel(r), ok
+	}
+}
+
+func deref(p *float64) (float64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	return *p, true
+}
+
+// lastRun returns the last successful run of scenario.
+func lastRun(runs []Run, scenario string) *Run {
+	var found *Run
+	for i := range runs {
+		if runs[i].Scenario == scenario && runs[i].Error == "" {
+			found = &runs[i]
+		}
+	}
+	return found
+}
+
+// goalSpecs are the relay's targets (the issue's): commit-to-publish at
+// 1,000, 10,000 and 10 events/s with default settings, what the relay
+// costs the database per event at 1,000/s, its idle cost, a burst after
+// a long idle period against one after a short one, and a large backlog.
+var goalSpecs = []goalSpec{
+	{"1000/s p50 latency", 1.5, "<=", "ms", latencyGoal(1000, func(r *Run) (float64, bool) { return r.P50MS, true })},
+	{"1000/s p99 latency", 6, "<=", "ms", latencyGoal(1000, func(r *Run) (float64, bool) { return r.P99MS, true })},
+	{"1000/s max latency", 30, "<=", "ms", latencyGoal(1000, func(r *Run) (float64, bool) { return r.MaxMS, true })},
+	{"1000/s relay DB CPU per event", 0.1, "<=", "ms", latencyGoal(1000, func(r *Run) (float64, bool) {
+		if r.Cost == nil {
+			return 0, false
+		}
+		return deref(r.RelayDBCPUMSPerEvent)
+	})},
+	{"1000/s relay transactions per event", 0.3, "<=", "xacts", latencyGoal(1000, func(r *Run) (float64, bool) {
+		if r.Cost == nil {
+			return 0, false
+		}
+		return deref(r.RelayXactsPerEvent)
+	})},
+	{"10000/s p99 latency", 15, "<=", "ms", latencyGoal(10000, func(r *Run) (float64, bool) { return r.P99MS, true })},
+	{"10/s p99 latency", 6, "<=", "ms", latencyGoal(10, func(r *Run) (float64, bool) { return r.P99MS, true })},
+	{"idle DB transactions/s", 3, "<=", "xacts/s", func(runs []Run) (float64, string, bool) {
+		r := lastRun(runs, ScenarioBurst)
+		if r == nil || r.Burst == nil || r.IdleCostWindowS <= 0 {
+			return 0, "", false
+		}
+		return r.IdleDBXactsPerS, fmt.Sprintf("burst: idle %gs", r.IdleS), true
+	}},
+	{"idle relay CPU per 10 s", 0.05, "<=", "CPU-s", func(runs []Run) (float64, string, bool) {
+		r := lastRun(runs, ScenarioBurst)
+		if r == nil || r.Burst == nil || r.IdleCostWindowS <= 0 {
+			return 0, "", false
+		}
+		v, ok := deref(r.IdleRelayCPUSPer10S)
+		return v, fmt.Sprintf("burst: idle %gs", r.IdleS), ok
+	}},
+	{"burst drain after long idle / after short idle", 0.8, ">=", "ratio", func(runs []Run) (float64, string, bool) {
+		r := lastRun(runs, ScenarioBurst)
+		if r == nil || r.Burst == nil || r.BurstRatio <= 0 {
+			return 0, "", false
+		}
+		return r.BurstRatio, fmt.Sprintf("burst: %d events after %gs vs %gs idle", r.BurstEvents, r.IdleS, r.ShortIdleS), true
+	}},
+	{"backlog drain", 50000, ">=", "events/s", func(runs []Run) (float64, string, bool) {
+		r := lastRun(runs, ScenarioBacklog)
+		if r == nil || r.Drain == nil || r.EventsPerS <= 0 {
+			return 0, "", false
+		}
+		return r.EventsPerS, fmt.Sprintf("backlog: %d events", r.Events), true
+	}},
+}
+
+// EvaluateGoals checks runs against the relay's targets and returns one
+// Goal per target, in a fixed order; a target with no measurement in runs
+// has a null Value and Pass.
+func EvaluateGoals(runs []Run) []Goal {
+	out := make([]Goal, 0, len(goalSpecs))
+	for _, g := range goalSpecs {
+		goal := Goal{Name: g.name, Target: g.target, Op: g.op, Unit: g.unit}
+		if v, run, ok := g.pick(runs); ok {
+			pass := v <= g.target
+			if g.op == ">=" {
+				pass = v >= g.target
+			}
+			goal.Value, goal.Pass, goal.Run = f64(v), &pass, run
+		}
+		out = append(out, goal)
+	}
+	return out
+}
+
+// writeGoals writes the goals table: target, measured value, PASS, FAIL
+// or "n/a" (not measured), and the run.
+func writeGoals(w io.Writer, goals []Goal) {
+	if len(goals) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "goal\ttarget\tmeasured\tresult\trun\t")
+	for _, g := range goals {
+		val, res := "-", "n/a"
+		if g.Value != nil {
+			val = fmtGoal(*g.Value, g.Unit)
+			res = "FAIL"
+			if g.Pass != nil && *g.Pass {
+				res = "PASS"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%s\t\n", g.Name, g.Op, fmtGoal(g.Target, g.Unit), val, res, g.Run)
+	}
+	tw.Flush()
+}
+
+// fmtGoal formats v in unit with a precision that suits it.
+func fmtGoal(v float64, unit string) string {
+	switch unit {
+	case "events/s":
+		return fmt.Sprintf("%.0f %s", v, unit)
+	case "ratio":
+		return fmt.Sprintf("%.2f", v)
+	case "ms", "CPU-s", "xacts", "xacts/s":
+		return fmt.Sprintf("%.3g %s", v, unit)
+	}
+	return fmt.Sprintf("%g %s", v, unit)
+}
