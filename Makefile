@@ -36,7 +36,7 @@ test: vet tidy-check
 run:
 	$(GO) run ./cmd/outbox-dev $(ARGS)
 
-# A short benchmark suite (about 6 minutes) on a throwaway Postgres (fsync
+# A short benchmark suite (about 5 minutes) on a throwaway Postgres (fsync
 # on) and an in-process kfake broker, unless DATABASE_URL / OUTBOX_BROKERS
 # are set. Writes bench/results/latest.json, latest.png (latency CDF) and
 # latest-cost.png (latency against DB CPU per event), and prints the tables

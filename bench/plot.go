@@ -92,8 +92,14 @@ type costPoint struct {
 	label    string
 	rate     float64 // events/s
 	x        float64 // DB CPU per event, ms
+	plotX    float64 // x, at least minCostX (the log axis)
 	p50, p99 float64 // latency, ms
 }
+
+// minCostX is the left edge of the cost plot's log-scaled DB CPU axis, in
+// ms per event: a relay share at or below it (noise can make a small one
+// negative) is drawn there.
+const minCostX = 0.001
 
 // costPoints returns the latency and sweep runs with a measured cost: x
 // is the relay's DB CPU per event (minus the writers-only baseline) when
@@ -118,7 +124,7 @@ func (r *Report) costPoints() (pts []costPoint, relay bool) {
 		if relay {
 			x = *run.RelayDBCPUMSPerEvent
 		}
-		pts = append(pts, costPoint{label: costLabel(run), rate: run.Rate, x: x, p50: math.Max(run.P50MS, minPlotMS), p99: math.Max(run.P99MS, minPlotMS)})
+		pts = append(pts, costPoint{label: costLabel(run), rate: run.Rate, x: x, plotX: math.Max(x, minCostX), p50: math.Max(run.P50MS, minPlotMS), p99: math.Max(run.P99MS, minPlotMS)})
 	}
 	return pts, relay
 }
@@ -133,7 +139,7 @@ func paretoP99(pts []costPoint) plotter.XYs {
 	for _, p := range sorted {
 		if p.p99 < best {
 			best = p.p99
-			out = append(out, plotter.XY{X: p.x, Y: p.p99})
+			out = append(out, plotter.XY{X: p.plotX, Y: p.p99})
 		}
 	}
 	return out
@@ -155,33 +161,35 @@ func (r *Report) WriteCostPlot(file string) error {
 	pts, relay := r.costPoints()
 	p := plot.New()
 	p.Title.Text = "Latency against what the relay costs the database"
-	p.X.Label.Text = "relay's DB CPU per event (ms; run minus writers-only baseline)"
+	p.X.Label.Text = fmt.Sprintf("relay's DB CPU per event (ms, log scale; run minus writers-only baseline; ≤ %g drawn at %g)", minCostX, minCostX)
 	if !relay {
-		p.X.Label.Text = "DB CPU per event (ms; all PostgreSQL processes, writers included)"
+		p.X.Label.Text = "DB CPU per event (ms, log scale; all PostgreSQL processes, writers included)"
 	}
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Label.Text = "latency (ms, log scale): ● p50 ▲ p99"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Add(plotter.NewGrid())
 	if len(pts) == 0 {
-		l, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: 1}, {X: 1, Y: 10}})
+		l, _ := plotter.NewLine(plotter.XYs{{X: 0.01, Y: 1}, {X: 1, Y: 10}})
 		l.Color = color.Transparent
 		p.Add(l)
 	}
 	ymin, ymax := math.Inf(1), 0.0
 	for i, pt := range pts {
 		c := plotutil.Color(i)
-		seg, err := plotter.NewLine(plotter.XYs{{X: pt.x, Y: pt.p50}, {X: pt.x, Y: pt.p99}})
+		seg, err := plotter.NewLine(plotter.XYs{{X: pt.plotX, Y: pt.p50}, {X: pt.plotX, Y: pt.p99}})
 		if err != nil {
 			return fmt.Errorf("bench: cost plot: %w", err)
 		}
 		seg.Color, seg.Width = c, vg.Points(1)
-		s50, err := plotter.NewScatter(plotter.XYs{{X: pt.x, Y: pt.p50}})
+		s50, err := plotter.NewScatter(plotter.XYs{{X: pt.plotX, Y: pt.p50}})
 		if err != nil {
 			return fmt.Errorf("bench: cost plot: %w", err)
 		}
 		s50.GlyphStyle = draw.GlyphStyle{Color: c, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
-		s99, err := plotter.NewScatter(plotter.XYs{{X: pt.x, Y: pt.p99}})
+		s99, err := plotter.NewScatter(plotter.XYs{{X: pt.plotX, Y: pt.p99}})
 		if err != nil {
 			return fmt.Errorf("bench: cost plot: %w", err)
 		}
@@ -219,13 +227,14 @@ func (r *Report) WriteCostPlot(file string) error {
 		// Just beyond the data: gonum pads the data area for glyphs as
 		// if the outermost ones sat on the axis ends.
 		p.Y.Min, p.Y.Max = ymin/1.5, ymax*1.5
-		// Room on the right for the legend's rows.
 		xmin, xmax := math.Inf(1), math.Inf(-1)
 		for _, pt := range pts {
-			xmin, xmax = math.Min(xmin, pt.x), math.Max(xmax, pt.x)
+			xmin, xmax = math.Min(xmin, pt.plotX), math.Max(xmax, pt.plotX)
 		}
-		pad := math.Max((xmax-xmin)*0.1, 0.01)
-		p.X.Min, p.X.Max = math.Min(0, xmin-pad), xmax+pad
+		p.X.Min, p.X.Max = xmin/1.5, xmax*1.5
+		if p.X.Max < p.X.Min*10 {
+			p.X.Min, p.X.Max = p.X.Min/3, p.X.Max*3
+		}
 	}
 	p.Legend.Top = true
 	p.Legend.Left = false
