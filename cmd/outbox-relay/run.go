@@ -36,6 +36,7 @@ type runFlags struct {
 	lease       lease.Config
 	notify      notify.Config
 	noNotify    bool
+	listenURL   string // --listen-database-url; "" means --database-url's
 	startupWait time.Duration
 	observe     observeFlags // metrics server, retention (observe.go)
 }
@@ -50,6 +51,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.StringVar(&f.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port (required)")
 	fs.StringVar(&f.notify.Channel, "channel", notify.DefaultChannel, "Postgres NOTIFY channel to LISTEN on (must match the writers')")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "do not LISTEN: find events by polling only")
+	fs.StringVar(&f.listenURL, "listen-database-url", "", "PostgreSQL URL or DSN of the LISTEN connection only, when --database-url goes through a transaction pooler (PgBouncer pool_mode=transaction), which cannot carry LISTEN: connect the listener to PostgreSQL directly (default: --database-url)")
 	fs.DurationVar(&f.lease.Lease, "lease", lease.DefaultLease, "how long a claim holds its rows before another relay may take them (min 1s)")
 	fs.IntVar(&f.lease.BatchSize, "batch-size", lease.DefaultBatchSize, fmt.Sprintf("most events per claim (1..%d)", lease.MaxBatchSize))
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
@@ -105,6 +107,9 @@ func (f *runFlags) validate() error {
 		f.relay.IDHeader = "id"
 	}
 	f.notify.ReconnectMin, f.notify.ReconnectMax = 0, 0
+	if err := f.validateListen(); err != nil {
+		return err
+	}
 	for _, err := range []error{f.lease.Validate(), f.relay.Validate(), f.notify.Validate(), f.kafka.Validate()} {
 		if err != nil {
 			return usageError{errors.New(flagError(err))}
@@ -203,9 +208,13 @@ func checkSASL(c *kafka.Config) error {
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f runFlags
 	fs := f.register("run", stdout)
-	if err := parse(fs.std(), args); err != nil {
+	from, err := parseArgs(fs.std(), args)
+	if err != nil {
 		return err
 	}
+	// A standby at start is an error unless --startup-wait says to wait
+	// (then for a promotion).
+	waitPromotion := from["startup-wait"] != ""
 	log, err := f.logger(stderr)
 	if err != nil {
 		return err
@@ -245,6 +254,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
+	if err := f.checkPrimaries(startCtx, log, pool, waitPromotion); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
+		return err
+	}
 	if err := checkTable(ctx, pool, f.table, f.lease.Columns); err != nil {
 		return err
 	}
@@ -252,6 +267,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.relay.Observer = obs.m
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
 		Relay: f.relay, Lease: f.lease, Kafka: f.kafka, Notify: f.notify, NoNotify: f.noNotify,
+		ListenConnString: f.listenURL,
 	}, log)
 	if err != nil {
 		return usageError{errors.New(flagError(err))}
@@ -275,6 +291,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := obs.attach(svc); err != nil {
 		return err
 	}
+	if l := svc.Listener(); l != nil {
+		obs.m.Registry().MustRegister(listenerStateCollector{l})
+	}
 	lc := svc.Claimer().Config()
 	log.Info("relay starting",
 		zap.String("relay_id", lc.RelayID),
@@ -282,6 +301,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		zap.String("topic", f.relay.Topic),
 		zap.Strings("brokers", f.kafka.Brokers),
 		zap.Bool("notify", !f.noNotify),
+		zap.Bool("listen_database_url", f.listenURL != ""),
 		zap.Duration("lease", lc.Lease),
 		zap.Duration("poll_interval", f.relay.PollInterval),
 		zap.Int("batch_size", lc.BatchSize))
