@@ -71,6 +71,9 @@ func attemptInc(count bool) int {
 func (c *Claimer) Requeue(ctx context.Context, ids []string) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, planSQL); err != nil {
+			return err
+		}
 		// Serialize with releases and dead-letterings, which extend
 		// 'holds' in their own transactions.
 		if _, err := tx.Exec(ctx, c.holdSQL, nil); err != nil {
@@ -94,11 +97,18 @@ WHERE key = 'holds'`)
 	return n, nil
 }
 
-// execBatch runs b in one implicit transaction and returns the rows
-// affected by its first statement.
+// execBatch runs the plan settings and then b's statements in one
+// implicit transaction, and returns the rows affected by b's first
+// statement.
 func (c *Claimer) execBatch(ctx context.Context, b *pgx.Batch) (int64, error) {
-	br := c.pool.SendBatch(ctx, b)
+	withPlan := &pgx.Batch{}
+	withPlan.Queue(planSQL)
+	withPlan.QueuedQueries = append(withPlan.QueuedQueries, b.QueuedQueries...)
+	br := c.pool.SendBatch(ctx, withPlan)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
 	tag, err := br.Exec()
 	if err != nil {
 		return 0, err
@@ -182,7 +192,10 @@ func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]
 // every claim, which is on the path of every event's commit-to-publish
 // latency. The writer's transactions are untouched: they commit with the
 // application's own setting.
-const asyncCommitSQL = "SELECT set_config('synchronous_commit', 'off', true)"
+const asyncCommitSQL = "SELECT set_config('synchronous_commit', 'off', true), " + planSettings
+
+// planSQL sets planSettings for the rest of the (implicit) transaction.
+const planSQL = "SELECT " + planSettings
 
 // Release gives the rows of s still held by s.Token back: claimable at
 // once, or after s.RetryIn, during which every later event of their
