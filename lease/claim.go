@@ -37,13 +37,17 @@ const maxMarkers = 1024
 
 // Claim leases up to Config.BatchSize claimable rows for Config.Lease and
 // returns them ordered by seq. An empty batch (no rows) is not an error.
-// Errors are wrapped as "claim batch: ...": see IsMissingTable.
-func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
+// In the same transaction, before the claim, it marks published the rows
+// of each of marks still held by its token, and sets its Marked (see
+// MarkPublished): a relay that claims often saves a transaction per batch.
+// On error nothing is claimed or marked. Errors are wrapped as "claim
+// batch: ...": see IsMissingTable.
+func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	token := uuid.Must(uuid.NewV7())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	began := time.Now()
-	q := c.queueClaim(began, token)
+	q := c.queueClaim(began, token, marks)
 	// The statements run in one implicit transaction, in one round trip;
 	// it commits when the batch completes, releasing the advisory lock.
 	br := c.pool.SendBatch(ctx, q.batch)
@@ -56,6 +60,13 @@ func (c *Claimer) Claim(ctx context.Context) (*Batch, error) {
 		if _, err := br.Exec(); err != nil {
 			return nil, fmt.Errorf("claim batch: %w", err)
 		}
+	}
+	for _, m := range marks {
+		tag, err := br.Exec()
+		if err != nil {
+			return nil, fmt.Errorf("claim batch: mark published: %w", err)
+		}
+		m.Marked = tag.RowsAffected()
 	}
 	batch, err := readClaimed(br, token)
 	if err != nil {
@@ -90,9 +101,9 @@ type claimQueue struct {
 }
 
 // queueClaim queues one claim's statements: the lock (and the order-guard
-// registration every half lease), the claim, and the floor's reads every
-// advanceEvery.
-func (c *Claimer) queueClaim(began time.Time, token uuid.UUID) claimQueue {
+// registration every half lease), the marks, the claim, and the floor's
+// reads every advanceEvery.
+func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) claimQueue {
 	q := claimQueue{batch: &pgx.Batch{}, floor: c.floor}
 	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
 	if q.beat {
@@ -102,6 +113,9 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID) claimQueue {
 		q.batch.Queue(c.sweepSQL)
 	} else {
 		q.batch.Queue(c.lockSQL)
+	}
+	for _, m := range marks {
+		q.batch.Queue(c.markSQL, m.Seqs, m.Token)
 	}
 	// Now and then a claim scans from the start instead of the floor, so a
 	// row the floor passed by mistake waits at most rescanEvery (see

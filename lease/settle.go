@@ -9,6 +9,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Mark names rows to mark published that a claim carries (Claim).
+type Mark struct {
+	// Token is the claim that leased the rows; Seqs names them.
+	Token uuid.UUID
+	Seqs  []int64
+	// Marked is set by Claim: how many of them it marked (fewer when a
+	// lease passed to another claim).
+	Marked int64
+}
+
 // Settle says what happens to rows a claim still holds and that were not
 // published: Release gives them back, DeadLetter parks them.
 type Settle struct {

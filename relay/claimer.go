@@ -158,19 +158,29 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 	}
 }
 
-// claim runs one claim and records it (stats, observer, progress, logs).
+// claim runs one claim, carrying the marks waiting (marks.go), and records
+// it (stats, observer, progress, logs).
 func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 	no := r.gate.next()
+	jobs := r.marks.take(time.Time{})
+	marks := toLease(jobs)
 	// The claim is not cancelled by shutdown: a statement cancelled after
 	// the server committed it would leave rows leased by a claim nobody
 	// holds until the lease ends. It is bounded by DBTimeout, and a batch
 	// claimed during shutdown is released by the caller.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
 	began := time.Now()
-	b, err := r.claimer.Claim(cctx)
+	b, err := r.claimer.Claim(cctx, marks...)
 	cancel()
 	d := time.Since(began)
 	r.stats.claims.Add(1)
+	if err != nil && len(jobs) > 0 {
+		r.marks.putBack(jobs) // the marker marks them alone
+	} else {
+		for _, m := range marks {
+			r.marked(d, len(m.Seqs), m.Marked, nil)
+		}
+	}
 	if err != nil {
 		r.obs.Claimed(d, 0, 0, err)
 		if ctx.Err() == nil {

@@ -124,7 +124,10 @@ func (m *model) blocked(r *mrow) bool {
 	return false
 }
 
-func (m *model) Claim(context.Context) (*lease.Batch, error) {
+func (m *model) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error) {
+	for _, mk := range marks {
+		mk.Marked, _ = m.MarkPublished(ctx, mk.Token, mk.Seqs)
+	}
 	b := &lease.Batch{Token: uuid.New(), Claimed: m.now, LockedUntil: m.now.Add(m.lease)}
 	for m.floor < len(m.rows) && m.rows[m.floor].published {
 		m.floor++
@@ -303,18 +306,15 @@ func runModel(t *testing.T, seed uint64, mode DeadLetterMode, faultSteps int) (i
 		t.Fatal(err)
 	}
 	r.sleep = func(time.Duration) {}
+	r.marks.limit = 1 << 20 // no marker goroutine here: the model marks
 	r.now = func() time.Time { return m.now }
 	ctx := context.Background()
-	marks := make(chan markJob, 1024)
 	var queue []claimed // claimed, not yet published: the channel's slot and the claimer's hand
+	// Marks ride on the next claim (marks.go) or are marked alone after
+	// markDelay; the model marks what waits at random moments.
 	drainMarks := func() {
-		for {
-			select {
-			case j := <-marks:
-				_, _ = m.MarkPublished(ctx, j.token, j.seqs)
-			default:
-				return
-			}
+		for _, j := range r.marks.take(time.Time{}) {
+			_, _ = m.MarkPublished(ctx, j.token, j.seqs)
 		}
 	}
 	claim := func() {
@@ -334,8 +334,10 @@ func runModel(t *testing.T, seed uint64, mode DeadLetterMode, faultSteps int) (i
 		b := queue[0]
 		queue = queue[1:]
 		m.logf("publish batch %d (%s)", b.no, b.Token.String()[:4])
-		r.publishBatch(ctx, ctx, b, marks)
-		drainMarks()
+		r.publishBatch(ctx, ctx, b)
+		if m.rng.IntN(2) == 0 {
+			drainMarks()
+		}
 	}
 	// eager schedules the claimer as it runs on a backlog: it claims again
 	// as soon as it handed a batch over, so two claimed batches wait

@@ -40,8 +40,8 @@ type skipRaceClaimer struct {
 	reached      atomic.Bool
 }
 
-func (c *skipRaceClaimer) Claim(ctx context.Context) (*lease.Batch, error) {
-	b, err := c.Claimer.Claim(ctx)
+func (c *skipRaceClaimer) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error) {
+	b, err := c.Claimer.Claim(ctx, marks...)
 	if err == nil && len(b.Rows) > 0 {
 		c.claims.Add(1)
 		for _, r := range b.Rows {

@@ -30,7 +30,9 @@ type Publisher interface {
 // Claimer is what the relay needs from the lease store; *lease.Claimer
 // implements it.
 type Claimer interface {
-	Claim(ctx context.Context) (*lease.Batch, error)
+	// Claim also marks published, in the claim's transaction, the rows of
+	// marks (lease.Claimer.Claim).
+	Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error)
 	MarkPublished(ctx context.Context, token uuid.UUID, seqs []int64) (int64, error)
 	Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, error)
 	Release(ctx context.Context, s lease.Settle) (int64, error)
@@ -70,6 +72,8 @@ type Relay struct {
 	gate *claimGate
 	// hb is the hold-back state; the publisher goroutine owns it.
 	hb *holdback
+	// marks are the delivered chunks waiting to be marked (marks.go).
+	marks *markQueue
 	// fails aggregates publish-failure log lines; publisher goroutine only.
 	fails *failureLog
 	// progress says whether events are moving (Health).
@@ -123,7 +127,7 @@ func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logge
 	log := logger.Named("relay")
 	return &Relay{
 		cfg: cfg, lease: lc, claimer: claimer, pub: pub, wake: wake, log: log, obs: obs,
-		gate: newClaimGate(), hb: newHoldback(), fails: newFailureLog(log, failureLogEvery),
+		gate: newClaimGate(), hb: newHoldback(), marks: newMarkQueue(), fails: newFailureLog(log, failureLogEvery),
 		progress: progress{stallAfter: cfg.StallTimeout},
 		sleep:    time.Sleep,
 		now:      time.Now,
@@ -163,12 +167,6 @@ type claimed struct {
 	no uint64
 }
 
-// markJob is work for the marker: rows to mark published.
-type markJob struct {
-	token uuid.UUID
-	seqs  []int64
-}
-
 // Run relays until ctx is done, then shuts down gracefully within
 // Config.ShutdownTimeout and returns nil. Database and broker errors are
 // logged and retried with backoff; they never end Run.
@@ -184,7 +182,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer stopHard()
 
 	batches := make(chan claimed, 1)
-	marks := make(chan markJob, 4)
 	stopWatch := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(3)
@@ -194,12 +191,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		r.runMarker(work, marks)
+		r.runMarker(work)
 	}()
 	go func() {
 		defer wg.Done()
-		defer close(marks)
-		r.runPublisher(ctx, work, batches, marks)
+		defer r.marks.close()
+		r.runPublisher(ctx, work, batches)
 	}()
 	r.runClaimer(ctx, batches)
 	close(batches)
@@ -219,7 +216,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // runPublisher publishes batches in claim order. It stops publishing new
 // batches when ctx is done and releases them instead; work bounds the
 // in-flight publish.
-func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks chan<- markJob) {
+func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed) {
 	outages := 0 // publishes in a row that delivered nothing
 	for b := range in {
 		if ctx.Err() != nil {
@@ -227,7 +224,7 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed, marks
 			r.gate.settled()
 			continue
 		}
-		if r.publishBatch(ctx, work, b, marks) {
+		if r.publishBatch(ctx, work, b) {
 			outages++
 			// Nothing got through: hold the claimer back, growing with
 			// each outage in a row; the broker is likely down.
@@ -246,7 +243,7 @@ const maxOutagePause = 5 * time.Second
 // publishBatch publishes one claimed batch, settles what it could not
 // publish, and reports whether it hit an outage (a publish that delivered
 // nothing because the broker did not answer).
-func (r *Relay) publishBatch(ctx, work context.Context, b claimed, marks chan<- markJob) bool {
+func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 	defer r.gate.settled()
 	r.hb.begin(b.no, b.Claimed)
 	br := newBatchRun(b, r.lease.Lease)
@@ -270,7 +267,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed, marks chan<- 
 			r.stats.published.Add(int64(len(delivered)))
 			r.progress.resolved()
 			r.obs.Published(delivered)
-			marks <- markJob{token: b.Token, seqs: seqsOf(delivered)}
+			r.marks.put(b.Token, seqsOf(delivered))
 		}
 		if callErr != nil && br.delivered == 0 && unreachable(errs) {
 			// Nothing got through and the broker did not answer: stop this
@@ -418,38 +415,4 @@ func (r *Relay) release(ctx context.Context, s lease.Settle) error {
 	}
 	r.log.Warn("release failed; the events come back when their lease ends", zap.Error(err), zap.Int("events", len(s.Seqs)))
 	return err
-}
-
-// runMarker marks delivered rows published, retrying a failed mark while
-// the lease lasts.
-func (r *Relay) runMarker(work context.Context, in <-chan markJob) {
-	for job := range in {
-		for attempt := 1; ; attempt++ {
-			mctx, cancel := context.WithTimeout(work, r.cfg.DBTimeout)
-			began := time.Now()
-			n, err := r.claimer.MarkPublished(mctx, job.token, job.seqs)
-			cancel()
-			r.obs.Marked(time.Since(began), len(job.seqs), n, err)
-			if err == nil {
-				r.progress.marks.ok()
-				r.stats.marked.Add(n)
-				if n < int64(len(job.seqs)) {
-					r.log.Warn("lease lost before mark: another claim holds these events and publishes them again",
-						zap.Int("events", len(job.seqs)), zap.Int64("marked", n))
-				}
-				break
-			}
-			r.progress.marks.fail(time.Now(), err)
-			if work.Err() != nil || attempt >= 5 {
-				r.log.Error("mark published failed; the events are published again after their lease", zap.Error(err), zap.Int("events", len(job.seqs)))
-				break
-			}
-			d := backoff(50*time.Millisecond, 2*time.Second, attempt)
-			r.log.Warn("mark published failed; retrying", zap.Error(err), zap.Duration("retry_in", d))
-			select {
-			case <-work.Done():
-			case <-time.After(d):
-			}
-		}
-	}
 }

@@ -1,0 +1,216 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/lease"
+)
+
+// Marking delivered rows published. A mark is a transaction of its own
+// unless a claim carries it: while the relay claims often (events keep
+// arriving), the claimer takes the marks waiting at that moment into its
+// claim's transaction, one transaction instead of two per batch; what
+// waits longer than markDelay (the relay went idle) the marker marks by
+// itself, as before. A mark's timing moves no event: the row was published
+// when Kafka acknowledged it; until the mark, the row is only still leased
+// by this relay.
+
+// markDelay is how long a delivered batch waits for a claim to carry its
+// mark before the marker marks it alone: about a lingering claim's gap, so
+// that a busy relay's marks ride along and an idle relay's go out at once.
+const markDelay = 2 * time.Millisecond
+
+// maxPendingMarks bounds the marks waiting: the publisher waits when this
+// many batches are unmarked (the database is slow or failing), as it
+// waited on a full channel before.
+const maxPendingMarks = 8
+
+// markJob is one delivered chunk to mark published.
+type markJob struct {
+	token uuid.UUID
+	seqs  []int64
+	due   time.Time // when the marker takes it if no claim did
+	tries int       // failed marks so far
+}
+
+// markQueue holds the delivered chunks waiting for their mark.
+type markQueue struct {
+	limit  int // maxPendingMarks; tests that drive the publisher alone raise it
+	mu     sync.Mutex
+	cond   *sync.Cond // signalled when jobs are taken (the publisher waits for room)
+	jobs   []markJob
+	closed bool
+	wake   chan struct{} // a job was added or the queue closed (one slot)
+}
+
+func newMarkQueue() *markQueue {
+	q := &markQueue{limit: maxPendingMarks, wake: make(chan struct{}, 1)}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *markQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// put adds a delivered chunk, waiting while maxPendingMarks chunks wait.
+func (q *markQueue) put(token uuid.UUID, seqs []int64) {
+	q.mu.Lock()
+	for len(q.jobs) >= q.limit && !q.closed {
+		q.cond.Wait()
+	}
+	q.jobs = append(q.jobs, markJob{token: token, seqs: seqs, due: time.Now().Add(markDelay)})
+	q.mu.Unlock()
+	q.signal()
+}
+
+// putBack returns jobs a claim could not mark (its transaction failed), at
+// the front, due at once.
+func (q *markQueue) putBack(jobs []markJob) {
+	q.mu.Lock()
+	now := time.Now()
+	for i := range jobs {
+		jobs[i].due = now
+	}
+	q.jobs = append(jobs, q.jobs...)
+	q.mu.Unlock()
+	q.signal()
+}
+
+// take removes and returns the jobs waiting, all of them (a claim carries
+// them) or, with due set, those due by then (the marker).
+func (q *markQueue) take(due time.Time) []markJob {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := 0
+	for i < len(q.jobs) && (due.IsZero() || !q.jobs[i].due.After(due)) {
+		i++
+	}
+	if i == 0 {
+		return nil
+	}
+	out := append([]markJob(nil), q.jobs[:i]...)
+	q.jobs = q.jobs[i:]
+	q.cond.Broadcast()
+	return out
+}
+
+// next returns when the oldest job is due, or false when none waits.
+func (q *markQueue) next() (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.jobs) == 0 {
+		return time.Time{}, false
+	}
+	return q.jobs[0].due, true
+}
+
+// close wakes the marker for its last round; put no longer waits.
+func (q *markQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *markQueue) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// toLease turns jobs into the marks a claim carries.
+func toLease(jobs []markJob) []*lease.Mark {
+	out := make([]*lease.Mark, len(jobs))
+	for i, j := range jobs {
+		out[i] = &lease.Mark{Token: j.token, Seqs: j.seqs}
+	}
+	return out
+}
+
+// marked records one mark's outcome: counters, observer, progress, and the
+// warning for rows whose lease passed to another claim.
+func (r *Relay) marked(d time.Duration, n int, marked int64, err error) {
+	r.obs.Marked(d, n, marked, err)
+	if err != nil {
+		r.progress.marks.fail(time.Now(), err)
+		return
+	}
+	r.progress.marks.ok()
+	r.stats.marked.Add(marked)
+	if marked < int64(n) {
+		r.log.Warn("lease lost before mark: another claim holds these events and publishes them again",
+			zap.Int("events", n), zap.Int64("marked", marked))
+	}
+}
+
+// runMarker marks the delivered chunks that no claim carried within
+// markDelay, retrying a failed mark with backoff (up to 5 attempts: then
+// the rows are published again after their lease, which at-least-once
+// allows). When the queue is closed it marks everything left and returns.
+func (r *Relay) runMarker(work context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		closed := r.marks.isClosed()
+		var due time.Time
+		if !closed {
+			due = time.Now()
+		}
+		for _, job := range r.marks.take(due) {
+			r.markAlone(work, job)
+		}
+		if closed {
+			if _, waiting := r.marks.next(); !waiting {
+				return
+			}
+			continue
+		}
+		wait := time.Hour
+		if at, ok := r.marks.next(); ok {
+			wait = max(0, time.Until(at))
+		}
+		resetTimer(timer, wait)
+		select {
+		case <-r.marks.wake:
+		case <-timer.C:
+		case <-work.Done():
+			// Hard stop: the remaining rows are published again after
+			// their lease.
+			return
+		}
+	}
+}
+
+// markAlone marks one chunk in its own transaction, retrying with backoff.
+func (r *Relay) markAlone(work context.Context, job markJob) {
+	for attempt := job.tries + 1; ; attempt++ {
+		mctx, cancel := context.WithTimeout(work, r.cfg.DBTimeout)
+		began := time.Now()
+		n, err := r.claimer.MarkPublished(mctx, job.token, job.seqs)
+		cancel()
+		r.marked(time.Since(began), len(job.seqs), n, err)
+		if err == nil {
+			return
+		}
+		if work.Err() != nil || attempt >= 5 {
+			r.log.Error("mark published failed; the events are published again after their lease", zap.Error(err), zap.Int("events", len(job.seqs)))
+			return
+		}
+		d := backoff(50*time.Millisecond, 2*time.Second, attempt)
+		r.log.Warn("mark published failed; retrying", zap.Error(err), zap.Duration("retry_in", d))
+		select {
+		case <-work.Done():
+		case <-time.After(d):
+		}
+	}
+}
