@@ -147,3 +147,39 @@ func (c *Cluster) CatchUp(ctx context.Context, primary *Cluster) error {
 		}
 	}
 }
+
+// Demote turns c into a hot standby of primary, as a failover leaves the
+// old primary when it comes back as a replica: it shuts c down (fast),
+// writes standby.signal and primary_conninfo (primary's port), and starts
+// it again on the same port and data directory. It returns once c accepts
+// read-only connections; pg_is_in_recovery() is then true. Whether c can
+// stream from primary (its timeline may have forked off before c's last
+// WAL, which would need pg_rewind) does not matter for that: c stays in
+// recovery either way, until Promote.
+func (c *Cluster) Demote(ctx context.Context, primary *Cluster) error {
+	if err := c.stop(); err != nil {
+		return err
+	}
+	signal := filepath.Join(c.dataDir, "standby.signal")
+	if err := os.WriteFile(signal, nil, 0o600); err != nil {
+		return fmt.Errorf("pgtemp: demote: %w", err)
+	}
+	auto := filepath.Join(c.dataDir, "postgresql.auto.conf")
+	f, err := os.OpenFile(auto, os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("pgtemp: demote: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "primary_conninfo = 'host=127.0.0.1 port=%d user=postgres'\n", primary.port)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgtemp: demote: %w", err)
+	}
+	if c.cred != nil {
+		if err := os.Chown(signal, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return fmt.Errorf("pgtemp: demote: %w", err)
+		}
+	}
+	return c.start(ctx)
+}

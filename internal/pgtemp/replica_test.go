@@ -11,7 +11,8 @@ import (
 
 // TestReplicaFollowsThenPromotes: a replica is a hot standby (read-only,
 // in recovery) that sees what the primary commits; once promoted it takes
-// writes.
+// writes. The old primary, demoted, is a standby on its port until
+// promoted again.
 func TestReplicaFollowsThenPromotes(t *testing.T) {
 	if _, err := FindBinDir(); err != nil {
 		t.Skipf("no PostgreSQL server binaries: %v", err)
@@ -70,6 +71,24 @@ func TestReplicaFollowsThenPromotes(t *testing.T) {
 	}
 	if err := exec(replica.DSN(), "INSERT INTO t VALUES (2)"); err != nil {
 		t.Fatalf("insert on the promoted replica: %v", err)
+	}
+
+	// The old primary comes back as a standby of the new one, on its port.
+	port := primary.Port()
+	if err := primary.Demote(ctx, replica); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := primary.InRecovery(ctx); err != nil || !rec || primary.Port() != port {
+		t.Fatalf("demoted primary InRecovery = %v, %v on port %d; want true on %d", rec, err, primary.Port(), port)
+	}
+	if err := exec(primary.DSN(), "INSERT INTO t VALUES (3)"); err == nil || !strings.Contains(err.Error(), "25006") {
+		t.Fatalf("insert on the demoted primary: %v, want SQLSTATE 25006", err)
+	}
+	if err := primary.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(primary.DSN(), "INSERT INTO t VALUES (3)"); err != nil {
+		t.Fatalf("insert on the primary promoted again: %v", err)
 	}
 }
 
