@@ -172,7 +172,7 @@ const (
 	// (measured here with pgbench, 16 clients: 10,200 commits/s without,
 	// 1,800 with a pg_notify in each). The relay covers the events committed
 	// inside a window: after a claim that found events it keeps claiming
-	// every millisecond or so for relay.Config.Linger (25ms).
+	// every millisecond or so for relay.Config.ClaimWindow (25ms).
 	WakeupDebounced WakeupMode = iota
 	// WakeupEveryTx notifies in every transaction that adds events: lowest
 	// latency at low rates, lowest writer throughput at high rates.

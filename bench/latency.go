@@ -322,7 +322,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 	if rel != nil && cfg.IdleWindow > 0 {
 		// Skip the relay's linger tail after the warm-up (claims every
-		// few ms for relay.Config.Linger): idle means no recent traffic.
+		// few ms for relay.Config.ClaimWindow): idle means no recent traffic.
 		if err := waitCtx(ctx, idleSettle); err != nil {
 			return run, err
 		}
@@ -332,7 +332,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		}
 		idle := rel.Stats().sub(s0)
 		run.IdleClaimsPerS = float64(idle.Claims) / cfg.IdleWindow.Seconds()
-		log.Info("idle", zap.Int64("claims", idle.Claims), zap.Int64("empty", idle.EmptyClaims), zap.Int64("published", idle.Published), zap.Int64("wake_notify", idle.WakeNotify), zap.Int64("wake_poll", idle.WakePoll), zap.Int64("wake_linger", idle.WakeLinger), zap.Int64("wake_backlog", idle.WakeBacklog))
+		log.Info("idle", zap.Int64("claims", idle.Claims), zap.Int64("empty", idle.EmptyClaims), zap.Int64("published", idle.Published), zap.Int64("wake_notify", idle.WakeNotify), zap.Int64("wake_poll", idle.WakePoll), zap.Int64("wake_linger", idle.WakeWindow), zap.Int64("wake_backlog", idle.WakeBacklog))
 		run.IdleWindowS = cfg.IdleWindow.Seconds()
 	}
 
@@ -486,7 +486,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	if span := measured.Sub(start).Seconds(); rel != nil && span > 0 {
 		run.ClaimsPerS = float64(during.Claims) / span
 		run.EmptyClaimsPerS = float64(during.EmptyClaims) / span
-		run.WakeNotify, run.WakePoll, run.WakeLinger, run.WakeBacklog = during.WakeNotify, during.WakePoll, during.WakeLinger, during.WakeBacklog
+		run.WakeNotify, run.WakePoll, run.WakeWindow, run.WakeBacklog = during.WakeNotify, during.WakePoll, during.WakeWindow, during.WakeBacklog
 	}
 	if tr != nil {
 		run.CDF = CDF(lat, 200)
@@ -532,7 +532,7 @@ func (e *Env) closeCostWindow(ctx context.Context, probe *costProbe, c0 costSamp
 }
 
 // idleSettle is how long after the last event the idle claim rate starts
-// being measured: longer than the relay's linger (relay.DefaultLinger).
+// being measured: longer than the relay's linger (relay.DefaultClaimWindow).
 const idleSettle = 250 * time.Millisecond
 
 // warmPool opens n connections so that connection set-up is not measured.

@@ -89,8 +89,8 @@ func relayArgs(brokers []string, topic, channel, metricsAddr string, cfg RelayCo
 			"--batch-size", strconv.Itoa(cfg.BatchSize),
 			"--retention=-1s",
 		)
-		if cfg.Linger != 0 {
-			args = append(args, "--linger="+cfg.Linger.String())
+		if cfg.ClaimWindow != 0 {
+			args = append(args, "--claim-window="+cfg.ClaimWindow.String())
 		}
 	}
 	if cfg.Mode == ModePoll {

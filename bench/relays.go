@@ -33,11 +33,11 @@ type RelayConfig struct {
 	// BatchSize is the most rows per claim. Defaults to 500
 	// (lease.DefaultBatchSize).
 	BatchSize int
-	// Linger is relay.Config.Linger (notify and poll): 0 keeps the
-	// relay's default (relay.DefaultLinger), negative disables it.
-	Linger time.Duration
+	// ClaimWindow is relay.Config.ClaimWindow (notify and poll): 0 keeps the
+	// relay's default (relay.DefaultClaimWindow), negative disables it.
+	ClaimWindow time.Duration
 	// ProcDefaults runs a relay process (ModeNotifyProc) with the
-	// relay's own defaults: PollInterval, Lease, BatchSize and Linger are
+	// relay's own defaults: PollInterval, Lease, BatchSize and ClaimWindow are
 	// not passed on, and the retention cleaner runs with its default.
 	// Defaults to false: the process gets the same settings as the
 	// in-process relay, retention off.
@@ -51,7 +51,7 @@ func (c *RelayConfig) validate() error {
 		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll, naive or notify-proc", c.Mode)
 	}
 	if c.ProcDefaults {
-		c.PollInterval, c.Lease, c.BatchSize, c.Linger = relay.DefaultPollInterval, lease.DefaultLease, lease.DefaultBatchSize, 0
+		c.PollInterval, c.Lease, c.BatchSize, c.ClaimWindow = relay.DefaultPollInterval, lease.DefaultLease, lease.DefaultBatchSize, 0
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 500 * time.Millisecond
@@ -76,14 +76,14 @@ func (c *RelayConfig) validate() error {
 // relayStats are the counters the report needs from any relay.
 type relayStats struct {
 	Claims, EmptyClaims, Published                int64
-	WakeNotify, WakePoll, WakeLinger, WakeBacklog int64
+	WakeNotify, WakePoll, WakeWindow, WakeBacklog int64
 }
 
 func (a relayStats) add(b relayStats) relayStats {
 	return relayStats{
 		Claims: a.Claims + b.Claims, EmptyClaims: a.EmptyClaims + b.EmptyClaims, Published: a.Published + b.Published,
 		WakeNotify: a.WakeNotify + b.WakeNotify, WakePoll: a.WakePoll + b.WakePoll,
-		WakeLinger: a.WakeLinger + b.WakeLinger, WakeBacklog: a.WakeBacklog + b.WakeBacklog,
+		WakeWindow: a.WakeWindow + b.WakeWindow, WakeBacklog: a.WakeBacklog + b.WakeBacklog,
 	}
 }
 
@@ -91,7 +91,7 @@ func (a relayStats) sub(b relayStats) relayStats {
 	return relayStats{
 		Claims: a.Claims - b.Claims, EmptyClaims: a.EmptyClaims - b.EmptyClaims, Published: a.Published - b.Published,
 		WakeNotify: a.WakeNotify - b.WakeNotify, WakePoll: a.WakePoll - b.WakePoll,
-		WakeLinger: a.WakeLinger - b.WakeLinger, WakeBacklog: a.WakeBacklog - b.WakeBacklog,
+		WakeWindow: a.WakeWindow - b.WakeWindow, WakeBacklog: a.WakeBacklog - b.WakeBacklog,
 	}
 }
 
@@ -140,7 +140,7 @@ func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, 
 		return n, nil
 	}
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
-		Relay:    relay.Config{Topic: topic, PollInterval: cfg.PollInterval, Linger: cfg.Linger},
+		Relay:    relay.Config{Topic: topic, PollInterval: cfg.PollInterval, ClaimWindow: cfg.ClaimWindow},
 		Lease:    lease.Config{Lease: cfg.Lease, BatchSize: cfg.BatchSize},
 		Kafka:    kafka.Config{Brokers: e.Brokers},
 		Notify:   notify.Config{Channel: channel},
@@ -185,7 +185,7 @@ func (p *productRelay) Stats() relayStats {
 	s := p.svc.Relay().Stats()
 	return relayStats{
 		Claims: s.Claims, EmptyClaims: s.EmptyClaims, Published: s.Published,
-		WakeNotify: s.WakeNotify, WakePoll: s.WakePoll, WakeLinger: s.WakeLinger, WakeBacklog: s.WakeBacklog,
+		WakeNotify: s.WakeNotify, WakePoll: s.WakePoll, WakeWindow: s.WakeWindow, WakeBacklog: s.WakeBacklog,
 	}
 }
 

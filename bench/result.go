@@ -155,7 +155,7 @@ type Latency struct {
 	// Relay wake-ups during the send phase by cause.
 	WakeNotify  int64 `json:"wake_notify"`
 	WakePoll    int64 `json:"wake_poll"`
-	WakeLinger  int64 `json:"wake_linger"`
+	WakeWindow  int64 `json:"wake_window"`
 	WakeBacklog int64 `json:"wake_backlog"`
 	// CDF is the latency distribution (fraction at or below latency_ms),
 	// thinned to about 200 points.

@@ -81,7 +81,7 @@ func relayStatsFromProm(s []promSample) relayStats {
 		Published:   get("outbox_published_events_total", ""),
 		WakeNotify:  get("outbox_relay_wakeups_total", `cause="notify"`),
 		WakePoll:    get("outbox_relay_wakeups_total", `cause="poll"`),
-		WakeLinger:  get("outbox_relay_wakeups_total", `cause="linger"`),
+		WakeWindow:  get("outbox_relay_wakeups_total", `cause="window"`),
 		WakeBacklog: get("outbox_relay_wakeups_total", `cause="backlog"`),
 	}
 }

@@ -36,9 +36,9 @@ type SuiteConfig struct {
 	FallbackPoll time.Duration
 	// BatchSize is the relays' claim batch size. Defaults to 500.
 	BatchSize int
-	// Linger is the product relay's relay.Config.Linger: 0 keeps its
-	// default (relay.DefaultLinger), negative disables it.
-	Linger time.Duration
+	// ClaimWindow is the product relay's relay.Config.ClaimWindow: 0 keeps its
+	// default (relay.DefaultClaimWindow), negative disables it.
+	ClaimWindow time.Duration
 	// Latency is the template of every latency run (Mode and Relay are set
 	// per run).
 	Latency LatencyConfig
@@ -56,7 +56,7 @@ type SuiteConfig struct {
 	// [16, 32, 64].
 	Connections []int
 	// BrokerDown is the template of the broker-down run (its Relay is
-	// set from FallbackPoll, the first lease, BatchSize and Linger).
+	// set from FallbackPoll, the first lease, BatchSize and ClaimWindow).
 	BrokerDown BrokerDownConfig
 	// ExtraRates are further arrival rates, events/s, of the latency
 	// scenario for the product relay only (notify-proc if in Modes, else
@@ -77,7 +77,7 @@ type SuiteConfig struct {
 	NoCost bool
 	// ProcFlags gives the relay processes of the latency (notify-proc),
 	// burst and backlog runs the suite's relay settings (FallbackPoll,
-	// first lease, BatchSize, Linger; retention off) instead of the
+	// first lease, BatchSize, ClaimWindow; retention off) instead of the
 	// relay's own defaults. Defaults to false: the product's defaults.
 	ProcFlags bool
 	// Burst is the template of the burst run (idle cost and bursts).
@@ -230,7 +230,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		}
 	}
 	relayCfg := func(mode string, poll, lease time.Duration) RelayConfig {
-		return RelayConfig{Mode: mode, PollInterval: poll, Lease: lease, BatchSize: cfg.BatchSize, Linger: cfg.Linger,
+		return RelayConfig{Mode: mode, PollInterval: poll, Lease: lease, BatchSize: cfg.BatchSize, ClaimWindow: cfg.ClaimWindow,
 			ProcDefaults: mode == ModeNotifyProc && !cfg.ProcFlags}
 	}
 	has := func(m string) bool { return slices.Contains(cfg.Modes, m) }
@@ -407,7 +407,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					wc := cfg.Writers
 					wc.Connections, wc.Wakeups = c, wake
 					wc.Duration = max(wc.Duration/4, time.Second)
-					wc.Relay = RelayConfig{PollInterval: cfg.FallbackPoll, Lease: lease0, BatchSize: cfg.BatchSize, Linger: cfg.Linger}
+					wc.Relay = RelayConfig{PollInterval: cfg.FallbackPoll, Lease: lease0, BatchSize: cfg.BatchSize, ClaimWindow: cfg.ClaimWindow}
 					r, err := e.Writers(ctx, wc)
 					if err != nil && failed == nil {
 						failed = err

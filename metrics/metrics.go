@@ -581,7 +581,7 @@ var (
 	descReleased     = prometheus.NewDesc("outbox_relay_released_total", "Events given back unpublished (retries, held-back events, shutdown).", nil, nil)
 	descClaims       = prometheus.NewDesc("outbox_relay_claims_total", "Claim statements run (polls, empty or not, including failed ones).", nil, nil)
 	descEmptyClaims  = prometheus.NewDesc("outbox_relay_empty_claims_total", "Claim statements that found no claimable event.", nil, nil)
-	descWakeups      = prometheus.NewDesc("outbox_relay_wakeups_total", "Reasons the relay claimed: notify (a NOTIFY), poll (--poll-interval), linger (claims after a non-empty one), backlog (a full batch or start-up).", []string{"cause"}, nil)
+	descWakeups      = prometheus.NewDesc("outbox_relay_wakeups_total", "Reasons the relay claimed: notify (a NOTIFY), poll (--poll-interval), window (claims in the claim window after a non-empty one), backlog (a full batch or start-up).", []string{"cause"}, nil)
 	descConnected    = prometheus.NewDesc("outbox_listener_connected", "1 while the LISTEN connection is established, else 0. Absent when the relay runs poll-only.", nil, nil)
 	descNotes        = prometheus.NewDesc("outbox_notifications_received_total", "Notifications received on the LISTEN channel (watchdog pings excluded).", nil, nil)
 	descReconnects   = prometheus.NewDesc("outbox_listener_reconnects_total", "Times the listener (re)established LISTEN, the first time included.", nil, nil)
@@ -619,7 +619,7 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEmptyClaims, s.EmptyClaims)
 	counter(descWakeups, s.WakeNotify, "notify")
 	counter(descWakeups, s.WakePoll, "poll")
-	counter(descWakeups, s.WakeLinger, "linger")
+	counter(descWakeups, s.WakeWindow, "window")
 	counter(descWakeups, s.WakeBacklog, "backlog")
 	h := comps.Relay.Health()
 	stalled := 0.0

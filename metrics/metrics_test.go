@@ -223,7 +223,7 @@ func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
 	l.state.Store(int32(notify.StateListening))
 	m.Attach(metrics.Components{
 		Relay: &fakeRelay{s: relay.Stats{Claims: 10, EmptyClaims: 4, Published: 5, Marked: 5, Failed: 2, HeldBack: 1, Released: 3, DeadLettered: 1,
-			WakeNotify: 6, WakePoll: 2, WakeLinger: 1, WakeBacklog: 1}},
+			WakeNotify: 6, WakePoll: 2, WakeWindow: 1, WakeBacklog: 1}},
 		Listener: l,
 	})
 	created := time.Now().Add(-1500 * time.Millisecond)
@@ -244,7 +244,7 @@ func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
 		`outbox_relay_empty_claims_total`:                   4,
 		`outbox_relay_wakeups_total{cause="notify"}`:        6,
 		`outbox_relay_wakeups_total{cause="poll"}`:          2,
-		`outbox_relay_wakeups_total{cause="linger"}`:        1,
+		`outbox_relay_wakeups_total{cause="window"}`:        1,
 		`outbox_relay_wakeups_total{cause="backlog"}`:       1,
 		`outbox_listener_connected`:                         1,
 		`outbox_notifications_received_total`:               42,

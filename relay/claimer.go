@@ -19,7 +19,7 @@ type schedule struct {
 	poll   *time.Timer
 	linger *time.Timer
 	// Lingering: after a claim found events, claim again every gap until
-	// activeUntil (see Config.Linger).
+	// activeUntil (see Config.ClaimWindow).
 	activeUntil, lastClaim time.Time
 	gap                    time.Duration
 	rate                   float64 // events per second found by recent claims, smoothed
@@ -29,7 +29,7 @@ type schedule struct {
 
 func newSchedule(r *Relay) *schedule {
 	s := &schedule{r: r, poll: time.NewTimer(jitter(r.cfg.PollInterval, 0.1)), linger: time.NewTimer(time.Hour),
-		gap: r.cfg.LingerPoll, backlog: true} // claim at once on start
+		gap: r.cfg.ClaimWindowPoll, backlog: true} // claim at once on start
 	s.linger.Stop()
 	return s
 }
@@ -54,7 +54,7 @@ func (s *schedule) wait(ctx context.Context) bool {
 		case <-s.poll.C:
 			st.wakePoll.Add(1)
 		case <-s.linger.C:
-			st.wakeLinger.Add(1)
+			st.wakeWindow.Add(1)
 		}
 	}
 	if wait := time.Until(time.Unix(0, s.r.pauseUntil.Load())); wait > 0 {
@@ -95,7 +95,7 @@ func (s *schedule) claimedEmpty(sinceLast time.Duration) {
 	s.failures = 0
 	s.rate = arrivalRate(s.rate, 0, sinceLast)
 	if now := time.Now(); now.Before(s.activeUntil) {
-		s.gap = min(2*s.gap, 4*s.r.cfg.LingerPoll)
+		s.gap = min(2*s.gap, 4*s.r.cfg.ClaimWindowPoll)
 		resetTimer(s.linger, min(s.gap, s.activeUntil.Sub(now)))
 	}
 }
@@ -107,18 +107,18 @@ func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
 	switch {
 	case n >= s.r.lease.BatchSize:
 		s.backlog = true
-	case cfg.Linger > 0:
-		s.activeUntil = time.Now().Add(cfg.Linger)
-		// Below one event per LingerPoll (2,000/s by default) a claim
-		// follows every LingerPoll, for latency. Above it the relay is
-		// busy and claims every 40×LingerPoll (20ms) instead, taking
+	case cfg.ClaimWindow > 0:
+		s.activeUntil = time.Now().Add(cfg.ClaimWindow)
+		// Below one event per ClaimWindowPoll (2,000/s by default) a claim
+		// follows every ClaimWindowPoll, for latency. Above it the relay is
+		// busy and claims every 40×ClaimWindowPoll (20ms) instead, taking
 		// bigger batches rather than a round trip per few events, which on
 		// a small machine takes CPU from the writers (measured: 0.83-0.87x
 		// of their commits/s with a 10ms gap, 0.92-0.98x with 20ms).
 		s.rate = arrivalRate(s.rate, n, sinceLast)
-		s.gap = cfg.LingerPoll
-		if s.rate*cfg.LingerPoll.Seconds() >= 1 {
-			s.gap = 40 * cfg.LingerPoll
+		s.gap = cfg.ClaimWindowPoll
+		if s.rate*cfg.ClaimWindowPoll.Seconds() >= 1 {
+			s.gap = 40 * cfg.ClaimWindowPoll
 		}
 		resetTimer(s.linger, s.gap)
 	}

@@ -51,24 +51,24 @@ type Config struct {
 	// notifications lost while the listener reconnects). Jittered by ±10%.
 	// Defaults to DefaultPollInterval (500ms); at least 1ms.
 	PollInterval time.Duration
-	// Linger is how long the relay keeps looking after a claim that found
-	// events: it claims again every LingerPoll (doubling up to 4×LingerPoll
-	// while claims come back empty) until Linger has passed without an
+	// ClaimWindow is how long the relay keeps looking after a claim that found
+	// events: it claims again every ClaimWindowPoll (doubling up to 4×ClaimWindowPoll
+	// while claims come back empty) until ClaimWindow has passed without an
 	// event. Writers in the default outbox.WakeupDebounced mode notify once
 	// per WakeupInterval (20ms) per process; the events committed inside
 	// that window carry no notification and are found by these claims, so
-	// Linger must be at least the writers' WakeupInterval. Defaults to
-	// DefaultLinger (25ms); negative disables lingering (then use
+	// ClaimWindow must be at least the writers' WakeupInterval. Defaults to
+	// DefaultClaimWindow (25ms); negative disables lingering (then use
 	// outbox.WakeupEveryTx). A relay without notifications (New with a nil
 	// wake channel) never lingers: it polls every PollInterval.
-	Linger time.Duration
-	// LingerPoll is the interval between lingering claims while events
-	// arrive at less than one per LingerPoll (2,000/s by default, averaged
+	ClaimWindow time.Duration
+	// ClaimWindowPoll is the interval between lingering claims while events
+	// arrive at less than one per ClaimWindowPoll (2,000/s by default, averaged
 	// over 50ms); above that rate the relay is busy and lingers every
-	// 40×LingerPoll (20ms), taking bigger batches instead of claiming more
-	// often. After an empty claim the gap doubles, up to 4×LingerPoll.
-	// Defaults to DefaultLingerPoll (500µs).
-	LingerPoll time.Duration
+	// 40×ClaimWindowPoll (20ms), taking bigger batches instead of claiming more
+	// often. After an empty claim the gap doubles, up to 4×ClaimWindowPoll.
+	// Defaults to DefaultClaimWindowPoll (500µs).
+	ClaimWindowPoll time.Duration
 	// MaxAttempts is how many failed publishes, each answered by the broker
 	// with an error, an event may have before it is dead-lettered. Failures
 	// where the broker was not reached (network errors, timeouts) do not
@@ -135,8 +135,8 @@ func (m *DeadLetterMode) Set(s string) error {
 // Defaults of Config.
 const (
 	DefaultPollInterval    = 500 * time.Millisecond
-	DefaultLinger          = 25 * time.Millisecond // a little more than outbox.WriterConfig's 20ms WakeupInterval
-	DefaultLingerPoll      = 500 * time.Microsecond
+	DefaultClaimWindow     = 25 * time.Millisecond // a little more than outbox.WriterConfig's 20ms WakeupInterval
+	DefaultClaimWindowPoll = 500 * time.Microsecond
 	DefaultMaxAttempts     = 16
 	DefaultRetryMin        = 500 * time.Millisecond
 	DefaultRetryMax        = time.Minute
@@ -153,8 +153,8 @@ func (c Config) WithDefaults() Config {
 		}
 	}
 	set(&c.PollInterval, DefaultPollInterval)
-	set(&c.Linger, DefaultLinger)
-	set(&c.LingerPoll, DefaultLingerPoll)
+	set(&c.ClaimWindow, DefaultClaimWindow)
+	set(&c.ClaimWindowPoll, DefaultClaimWindowPoll)
 	set(&c.RetryMin, DefaultRetryMin)
 	set(&c.RetryMax, DefaultRetryMax)
 	set(&c.ShutdownTimeout, DefaultShutdownTimeout)
@@ -183,8 +183,8 @@ func (c Config) Validate() error {
 		return bad("IDHeader", "%q is already set from another field", c.IDHeader)
 	case c.PollInterval < time.Millisecond:
 		return bad("PollInterval", "must be at least 1ms, got %s", c.PollInterval)
-	case c.LingerPoll < 0:
-		return bad("LingerPoll", "must be positive, got %s", c.LingerPoll)
+	case c.ClaimWindowPoll < 0:
+		return bad("ClaimWindowPoll", "must be positive, got %s", c.ClaimWindowPoll)
 	case c.MaxAttempts < 1:
 		return bad("MaxAttempts", "must be at least 1, got %d", c.MaxAttempts)
 	case c.OnDeadLetter != DeadLetterHold && c.OnDeadLetter != DeadLetterSkip:

@@ -54,7 +54,7 @@ type Stats struct {
 	// (failed, held back, or not sent); DeadLettered events parked.
 	Published, Marked, Failed, HeldBack, Released, DeadLettered int64
 	// Wakeups counts wake-ups by cause.
-	WakeNotify, WakePoll, WakeLinger, WakeBacklog int64
+	WakeNotify, WakePoll, WakeWindow, WakeBacklog int64
 }
 
 // Relay moves events from the outbox table to Kafka.
@@ -89,7 +89,7 @@ type Relay struct {
 
 	stats struct {
 		claims, emptyClaims, published, marked, failed, heldBack, released, deadLettered atomic.Int64
-		wakeNotify, wakePoll, wakeLinger, wakeBacklog                                    atomic.Int64
+		wakeNotify, wakePoll, wakeWindow, wakeBacklog                                    atomic.Int64
 	}
 }
 
@@ -118,7 +118,7 @@ func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logge
 		// Lingering covers the events committed inside a writer's
 		// wake-up debounce window; without notifications there is no
 		// window to cover, and the relay is a plain poller.
-		cfg.Linger = -1
+		cfg.ClaimWindow = -1
 	}
 	obs := cfg.Observer
 	if obs == nil {
@@ -153,7 +153,7 @@ func (r *Relay) Stats() Stats {
 		Published: s.published.Load(), Marked: s.marked.Load(), Failed: s.failed.Load(),
 		HeldBack: s.heldBack.Load(), Released: s.released.Load(), DeadLettered: s.deadLettered.Load(),
 		WakeNotify: s.wakeNotify.Load(), WakePoll: s.wakePoll.Load(),
-		WakeLinger: s.wakeLinger.Load(), WakeBacklog: s.wakeBacklog.Load(),
+		WakeWindow: s.wakeWindow.Load(), WakeBacklog: s.wakeBacklog.Load(),
 	}
 }
 

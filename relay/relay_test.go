@@ -525,7 +525,7 @@ func TestDebouncedWakeupsAreCoveredByLingering(t *testing.T) {
 	topic := k.Topic(t, 1)
 	// A long linger window, so a slow machine cannot make the test flaky;
 	// the default (25ms) only has to cover the writer's 20ms window.
-	h := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: time.Minute, Linger: 5 * time.Second}})
+	h := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: time.Minute, ClaimWindow: 5 * time.Second}})
 	testenv.Eventually(t, 10*time.Second, func() bool { return h.relay.Stats().Claims >= 1 }, "no start-up claim")
 	listenerBefore := h.listener.Notifications()
 	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupDebounced, WakeupInterval: time.Hour, Channel: db.Schema})

@@ -183,7 +183,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.Var(durations(&s.Leases), "lease", "leases of the sweep (the first is used elsewhere), e.g. 5s,30s")
 	fs.DurationVar(&s.FallbackPoll, "fallback-poll", 500*time.Millisecond, "the notify relay's fallback poll interval (outside the sweep)")
 	fs.IntVar(&s.BatchSize, "batch-size", 500, "most events per claim")
-	fs.DurationVar(&s.Linger, "linger", 0, "the relay's --linger (0: its default; negative: off)")
+	fs.DurationVar(&s.ClaimWindow, "claim-window", 0, "the relay's --claim-window (0: its default; negative: off)")
 	fs.Float64Var(&s.Latency.Rate, "rate", 1000, "latency: arrival rate, events/s (open loop)")
 	fs.DurationVar(&s.Latency.Duration, "duration", 30*time.Second, "latency: how long events are sent per run")
 	fs.IntVar(&s.Latency.Writers, "writers", 8, "latency: writer goroutines (one connection each)")

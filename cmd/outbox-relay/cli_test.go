@@ -292,6 +292,7 @@ func TestZeroIntervalsAreRefused(t *testing.T) {
 		{[]string{"--metrics-interval", "0"}, "--metrics-interval: must be positive"},
 		{[]string{"--kafka-write-timeout", "0s"}, "--kafka-write-timeout: must be positive"},
 		{[]string{"--linger", "0"}, "--linger: 0 is refused"},
+		{[]string{"--claim-window", "0"}, "--claim-window: 0 is refused"},
 	} {
 		code, _, stderr := runMain(t, context.Background(), append(append([]string{}, valid...), tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {

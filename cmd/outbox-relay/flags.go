@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/relay"
 	"io"
 	"strings"
 
@@ -238,7 +239,7 @@ func strayArgument(fs *flag.FlagSet, args []string, see string) error {
 // zeroRefused are the flags whose 0 would silently mean the default.
 var zeroRefused = map[string]bool{
 	"lease": true, "batch-size": true, "poll-interval": true, "max-attempts": true, "shutdown-timeout": true,
-	"retry-min": true, "retry-max": true, "linger-poll": true, "metrics-interval": true, "kafka-write-timeout": true,
+	"retry-min": true, "retry-max": true, "linger-poll": true, "claim-window-poll": true, "metrics-interval": true, "kafka-write-timeout": true,
 }
 
 // refuseZeros refuses 0 where it would silently mean the default, naming
@@ -254,9 +255,9 @@ func refuseZeros(fs *flag.FlagSet, from origins) error {
 			src = " (set by " + from[f.Name] + ")"
 		}
 		switch {
-		case f.Name == "linger":
-			err = usagef("--linger: 0 is refused%s: a negative value, e.g. --linger=-1ms, turns lingering off; omit it (and %s) for the default, %s",
-				src, envName(f.Name), f.DefValue)
+		case f.Name == "linger" || f.Name == "claim-window":
+			err = usagef("--%s: 0 is refused%s: a negative value, e.g. --claim-window=-1ms, turns the claim window off; omit it (and %s) for the default, %s",
+				f.Name, src, envName(f.Name), relay.DefaultClaimWindow)
 		case f.Name == "kafka-write-timeout":
 			err = usagef("--kafka-write-timeout: must be positive%s (omit it, and %s, for the default: %s, or what fits in half of --lease)", src, envName(f.Name), kafka.DefaultWriteTimeout)
 		case zeroRefused[f.Name]:

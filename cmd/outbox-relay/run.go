@@ -57,8 +57,12 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
 	fs.StringVar(&f.relay.IDHeader, "id-header", "", "also carry the event ID in this header (Debezium's router uses id; default: only event_id)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", relay.DefaultPollInterval, "fallback poll interval when no notification arrives (jittered ±10%)")
-	fs.DurationVar(&f.relay.Linger, "linger", relay.DefaultLinger, "after a claim found events, keep claiming every --linger-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative, e.g. -1ms: off; 0 is refused)")
-	fs.DurationVar(&f.relay.LingerPoll, "linger-poll", relay.DefaultLingerPoll, "first interval between lingering claims")
+	fs.DurationVar(&f.relay.ClaimWindow, "claim-window", relay.DefaultClaimWindow, "after a claim found events, keep claiming every --claim-window-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative, e.g. -1ms: off; 0 is refused)")
+	fs.DurationVar(&f.relay.ClaimWindowPoll, "claim-window-poll", relay.DefaultClaimWindowPoll, "first interval between claims in the claim window")
+	// The old names, read as before (a Kafka engineer reads "linger" as
+	// the producer's linger.ms, which this is not).
+	fs.Var(durationAlias{&f.relay.ClaimWindow}, "linger", "deprecated: --claim-window")
+	fs.Var(durationAlias{&f.relay.ClaimWindowPoll}, "linger-poll", "deprecated: --claim-window-poll")
 	fs.IntVar(&f.relay.MaxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes answered by the broker before an event is dead-lettered (outages do not count)")
 	f.relay.OnDeadLetter = relay.DeadLetterHold
 	fs.Var(&f.relay.OnDeadLetter, "on-dead-letter", "later events of a dead-lettered event's aggregate: hold (keep order) or skip")
@@ -338,7 +342,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 // configFlags maps "<package>.<Config field>" onto the flag that sets it.
 var configFlags = map[string]string{
 	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
-	"relay.Topic": "--topic", "relay.TopicTemplate": "--topic-template", "relay.IDHeader": "--id-header", "relay.PollInterval": "--poll-interval", "relay.Linger": "--linger", "relay.LingerPoll": "--linger-poll",
+	"relay.Topic": "--topic", "relay.TopicTemplate": "--topic-template", "relay.IDHeader": "--id-header", "relay.PollInterval": "--poll-interval", "relay.ClaimWindow": "--claim-window", "relay.ClaimWindowPoll": "--claim-window-poll",
 	"relay.RetryMin": "--retry-min", "relay.StallTimeout": "--stall-timeout", "relay.MaxAttempts": "--max-attempts", "relay.OnDeadLetter": "--on-dead-letter", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
 	"notify.Channel": "--channel",
 	"kafka.Brokers":  "--brokers", "kafka.Topic": "--topic", "kafka.ClientID": "--kafka-client-id",
@@ -382,4 +386,24 @@ func flagError(err error) string {
 		return s
 	})
 	return strings.Join(fls, ", ") + ": " + reason
+}
+
+// durationAlias is a deprecated flag name that sets the same duration as
+// its replacement.
+type durationAlias struct{ d *time.Duration }
+
+func (a durationAlias) String() string {
+	if a.d == nil {
+		return ""
+	}
+	return a.d.String()
+}
+
+func (a durationAlias) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*a.d = v
+	return nil
 }
