@@ -48,6 +48,7 @@ type config struct {
 	brokers      string
 	relayBin     string
 	keepLogs     bool
+	holdSnapshot time.Duration
 }
 
 const allFaults = "kill-relay,broker-refuse,broker-blackhole,pg-restart,listener-terminate,db-read-only"
@@ -72,6 +73,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.brokers, "brokers", "", "use these Kafka brokers instead of an in-process kfake; broker faults are skipped")
 	fs.StringVar(&c.relayBin, "relay-bin", "", "outbox-relay binary (default: go build ./cmd/outbox-relay)")
 	fs.BoolVar(&c.keepLogs, "keep-logs", false, "keep the relays' log directory even when the run passed")
+	fs.DurationVar(&c.holdSnapshot, "hold-snapshot", 10*time.Minute, "keep a REPEATABLE READ transaction open this long from the start (VACUUM cannot clean the outbox table meanwhile; claim p99 is reported per minute); 0: none")
 }
 
 func (c *config) validate() error {
@@ -120,6 +122,9 @@ type soak struct {
 	// stuck lists the faults after which publishing did not resume within
 	// resumeWithin.
 	stuck []string
+	// snapshotSince is when the held snapshot was opened (unix nanos), 0
+	// while none is held.
+	snapshotSince atomic.Int64
 }
 
 func logf(format string, args ...any) {
@@ -178,6 +183,11 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	}
 	faultsDone := make(chan []string)
 	go func() { faultsDone <- s.injectFaults(runCtx) }()
+	claimsDone := make(chan []string)
+	go func() { claimsDone <- s.watchClaims(runCtx) }()
+	if cfg.holdSnapshot > 0 {
+		go s.holdSnapshot(runCtx, cfg.holdSnapshot)
+	}
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
@@ -196,6 +206,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	<-runCtx.Done()
 	wg.Wait()
 	injected := <-faultsDone
+	claimLines := <-claimsDone
 	<-progressDone
 	writeStopped := time.Now()
 
@@ -239,6 +250,10 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("latency            max %s, p99 %s, p50 %s (commit to first delivery, %d events with a known commit time)\n",
 		lat.max.Round(time.Millisecond), lat.p99.Round(time.Millisecond), lat.p50.Round(time.Millisecond), lat.n)
 	fmt.Printf("drain              %s after writing stopped\n", drainTime.Round(time.Millisecond))
+	fmt.Println("claim time         per minute, the relays' claims that found rows (bucket upper bounds):")
+	for _, l := range claimLines {
+		fmt.Println("  " + l)
+	}
 	fmt.Printf("not resumed        %d fault(s) after which publishing did not resume within %s: %s\n", len(s.stuck), resumeWithin, strings.Join(s.stuck, ", "))
 	for _, e := range rep.Examples {
 		fmt.Println("  " + e)
@@ -468,10 +483,11 @@ func (s *soak) latencies(observed []checker.Observed) latencyStats {
 
 // relayProc is one relay subprocess.
 type relayProc struct {
-	name string
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{}
+	name        string
+	metricsAddr string // its /metrics, for the claim percentiles
+	cmd         *exec.Cmd
+	log         *os.File
+	done        chan struct{}
 }
 
 func (s *soak) startRelay(slot int) error {
@@ -483,10 +499,14 @@ func (s *soak) startRelay(slot int) error {
 	if err != nil {
 		return err
 	}
+	maddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	cmd := exec.Command(s.bin, "run",
 		"--database-url", s.dsn, "--brokers", strings.Join(s.brokers, ","), "--topic", s.topic,
 		"--channel", s.schema, "--relay-id", name, "--lease", s.cfg.lease.String(),
-		"--shutdown-timeout", "5s", "--metrics-addr", "")
+		"--shutdown-timeout", "5s", "--metrics-addr", maddr)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OUTBOX_") && !strings.HasPrefix(kv, "DATABASE_URL=") {
 			cmd.Env = append(cmd.Env, kv)
@@ -498,7 +518,7 @@ func (s *soak) startRelay(slot int) error {
 		f.Close()
 		return fmt.Errorf("start relay: %w", err)
 	}
-	p := &relayProc{name: name, cmd: cmd, log: f, done: make(chan struct{})}
+	p := &relayProc{name: name, metricsAddr: maddr, cmd: cmd, log: f, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		f.Close()
