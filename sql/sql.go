@@ -15,6 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
+	"strings"
+	"testing/fstest"
+
+	"github.com/pgoutbox/outbox/internal/sqlname"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -48,17 +53,130 @@ type Result struct {
 	Name string
 }
 
-// Migrate applies every pending migration through pool and returns those it
-// applied (none when the schema is current). It holds a Postgres advisory
-// lock for the duration so concurrent callers serialize. Errors are wrapped
-// as "migrate: ...".
+// Migrate applies every pending migration to the table "outbox" through
+// pool and returns those it applied (none when the schema is current). It
+// holds a Postgres advisory lock for the duration so concurrent callers
+// serialize. Errors are wrapped as "migrate: ...".
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]Result, error) {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	return migrateDB(ctx, db)
+	return MigrateTable(ctx, pool, DefaultTable)
 }
 
-func migrateDB(ctx context.Context, db *sql.DB) ([]Result, error) {
+// DefaultTable is the outbox table Migrate creates.
+const DefaultTable = "outbox"
+
+// MigrateTable is Migrate for an outbox table of another name, optionally
+// schema-qualified ("events", "billing.outbox"): the migrations are applied
+// with that table's name, its indexes, constraints and order-guard table
+// named after it (<name>_unpublished_seq_idx, <name>_order_guard, ...), in
+// its schema, and its own migration history table,
+// <schema>.<name>_schema_migrations ("outbox" keeps outbox_schema_migrations
+// in the search_path's first schema). A schema that does not exist is an
+// error saying so (*MissingSchemaError). Errors are wrapped as "migrate:
+// ...".
+func MigrateTable(ctx context.Context, pool *pgxpool.Pool, table string) ([]Result, error) {
+	if err := checkSchema(ctx, pool, table); err != nil {
+		return nil, err
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	return migrateDB(ctx, db, table)
+}
+
+// MissingSchemaError is MigrateTable's error when the table's schema (or,
+// for an unqualified name, the search_path's first schema) does not exist.
+type MissingSchemaError struct {
+	// Schema is the missing schema; SearchPath the connection's search_path
+	// when the name was unqualified.
+	Schema, SearchPath string
+}
+
+func (e *MissingSchemaError) Error() string {
+	if e.Schema == "" {
+		return fmt.Sprintf("migrate: no schema of the search_path (%s) exists: create one (CREATE SCHEMA ...) or set search_path in the database URL (options=-csearch_path%%3Dmyschema)", e.SearchPath)
+	}
+	return fmt.Sprintf("migrate: schema %s does not exist: create it (CREATE SCHEMA %s) or name another in --table", e.Schema, e.Schema)
+}
+
+// checkSchema returns a *MissingSchemaError when table's schema is missing.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	if schema, _, ok := strings.Cut(table, "."); ok {
+		var exists bool
+		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if !exists {
+			return &MissingSchemaError{Schema: schema}
+		}
+		return nil
+	}
+	var current *string
+	var path string
+	if err := pool.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path')").Scan(&current, &path); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if current == nil {
+		return &MissingSchemaError{SearchPath: path}
+	}
+	return nil
+}
+
+// tableMigrations returns the migrations rendered for table: the name
+// "outbox" of the files replaced by table's (quoted), the "outbox_" prefix
+// of its indexes and constraints by the table's own name, the order-guard
+// table qualified like the table.
+func tableMigrations(table string) (fs.FS, error) {
+	if table == DefaultTable {
+		return Migrations(), nil
+	}
+	parts := strings.Split(table, ".")
+	base := parts[len(parts)-1]
+	if !plainName.MatchString(base) {
+		return nil, fmt.Errorf("table name %q: migrate names the table's indexes and constraints after it, so it must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 40 bytes)", base)
+	}
+	guard := sqlname.OrderGuard(table)
+	quoted := sqlname.Quote(table)
+	guardRE := regexp.MustCompile(`\boutbox_order_guard\b`)
+	prefixRE := regexp.MustCompile(`\boutbox_(\w+)`)
+	tableRE := regexp.MustCompile(`\boutbox\b`)
+	literalRE := regexp.MustCompile(`'outbox'`)
+	out := fstest.MapFS{}
+	err := fs.WalkDir(Migrations(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(Migrations(), path)
+		if err != nil {
+			return err
+		}
+		// Placeholders first, so that no replacement is replaced again
+		// (the new names may contain "outbox" themselves).
+		s := guardRE.ReplaceAllLiteralString(string(b), "\x00guard\x00")
+		s = prefixRE.ReplaceAllString(s, "\x00prefix\x00$1")
+		s = literalRE.ReplaceAllLiteralString(s, "\x00literal\x00")
+		s = tableRE.ReplaceAllLiteralString(s, "\x00table\x00")
+		s = strings.NewReplacer("\x00guard\x00", guard, "\x00prefix\x00", base+"_",
+			"\x00literal\x00", sqlname.Literal(quoted), "\x00table\x00", quoted).Replace(s)
+		out[path] = &fstest.MapFile{Data: []byte(s)}
+		return nil
+	})
+	return out, err
+}
+
+// plainName is a table name that can prefix its indexes' and constraints'
+// names unquoted, within PostgreSQL's 63-byte limit.
+var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// versionTable names table's migration history table.
+func versionTable(table string) string {
+	if table == DefaultTable {
+		return VersionTable
+	}
+	parts := strings.Split(table, ".")
+	parts[len(parts)-1] += "_schema_migrations"
+	return strings.Join(parts, ".")
+}
+
+func migrateDB(ctx context.Context, db *sql.DB, table string) ([]Result, error) {
 	// goose polls the advisory lock (pg_try_advisory_lock) every 5 s by
 	// default, so a concurrent migrate would wait up to 5 s after the lock
 	// is free. Poll every second instead, still for up to 5 minutes in all
@@ -67,11 +185,15 @@ func migrateDB(ctx context.Context, db *sql.DB) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	store, err := database.NewStore(database.DialectPostgres, VersionTable)
+	store, err := database.NewStore(database.DialectPostgres, versionTable(table))
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	p, err := goose.NewProvider("", db, Migrations(),
+	migrations, err := tableMigrations(table)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	p, err := goose.NewProvider("", db, migrations,
 		goose.WithStore(store),
 		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),

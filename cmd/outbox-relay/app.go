@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/kafka"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -282,9 +281,6 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if tbl.table != outbox.DefaultTable {
-		return usagef("--table: migrate creates the table %q; to use another schema, set search_path in --database-url", outbox.DefaultTable)
-	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -300,7 +296,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("connect to database: %w", err2)
 		}
 	}
-	applied, err := outboxsql.Migrate(ctx, pool)
+	applied, err := outboxsql.MigrateTable(ctx, pool, tbl.table)
 	if err != nil {
 		return err
 	}

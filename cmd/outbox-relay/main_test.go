@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -295,5 +296,35 @@ func TestMissingDatabaseFailsAtOnce(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("took %s: it retried", d)
+	}
+}
+
+func TestMigrateAnotherTable(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	k := testenv.Kafka(t)
+	ctx := context.Background()
+	if code, _, stderr := runMain(t, ctx, "migrate", "--database-url", db.ConnString, "--table", "nosuch.events"); code != exitFailure || !strings.Contains(stderr, "schema nosuch does not exist") {
+		t.Fatalf("migrate into a missing schema: exit %d, stderr %q; want exit 1 naming the schema", code, stderr)
+	}
+	code, _, stderr := runMain(t, ctx, "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--table", "events", "--startup-wait", "10s", "--metrics-addr", "")
+	if code != exitFailure || !strings.Contains(stderr, "outbox-relay migrate --table events") {
+		t.Fatalf("run on a missing table: exit %d, stderr %q; want the migrate command for that table", code, stderr)
+	}
+	if code, stdout, stderr := runMain(t, ctx, "migrate", "--database-url", db.ConnString, "--table", "events"); code != 0 || !strings.Contains(stdout, "applied") {
+		t.Fatalf("migrate --table events: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, stdout, _ := runMain(t, ctx, "migrate", "--database-url", db.ConnString, "--table", "events"); code != 0 || !strings.Contains(stdout, "schema is up to date") {
+		t.Fatalf("second migrate --table events: exit %d, stdout %q", code, stdout)
+	}
+	if code, _, stderr := runMain(t, ctx, "migrate", "--database-url", db.ConnString); code != 0 {
+		t.Fatalf("migrate of the default table next to events: exit %d, stderr %q", code, stderr)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO events (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'a', 'e', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runMain(t, ctx, "status", "--database-url", db.ConnString, "--table", "events")
+	if code != 0 || !strings.Contains(stdout, "outbox table events") || !regexp.MustCompile(`claimable +1 `).MatchString(stdout) {
+		t.Fatalf("status --table events: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

@@ -332,11 +332,19 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 	case err == nil:
 		return nil
 	case lease.IsMissingTable(err):
-		return fmt.Errorf("outbox table %q not found: run `outbox-relay migrate` first (%v)", table, err)
+		return fmt.Errorf("outbox table %q not found: run `%s` first (%v)", table, migrateCommand(table), err)
 	case lease.IsSchemaMismatch(err):
-		return fmt.Errorf("table %q is not an outbox table of this version: run `outbox-relay migrate` (or `outbox-relay adopt` for an existing table such as Debezium's), and give every command the relay's --debezium or --column-* flags (%v)", table, err)
+		return fmt.Errorf("table %q is not an outbox table of this version: run `%s` (or `outbox-relay adopt` for an existing table such as Debezium's), and give every command the relay's --debezium or --column-* flags (%v)", table, migrateCommand(table), err)
 	}
 	return fmt.Errorf("check outbox table %q: %w", table, err)
+}
+
+// migrateCommand is the command that creates or upgrades table.
+func migrateCommand(table string) string {
+	if table == outbox.DefaultTable {
+		return "outbox-relay migrate"
+	}
+	return "outbox-relay migrate --table " + table
 }
 
 // configFlags maps "<package>.<Config field>" onto the flag that sets it.
