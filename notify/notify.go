@@ -577,10 +577,8 @@ func (h *handler) HandleBacklog(ctx context.Context, channel string, conn *pgx.C
 // returns errDeaf. Other errors are conn's failures.
 func (h *handler) probe(ctx context.Context, conn *pgx.Conn) (heard bool, err error) {
 	l := h.l
-	pidAfter, err := backendPID(ctx, conn)
-	if err != nil {
-		return false, err
-	}
+	// No statement after LISTEN while the connection is healthy: its
+	// pg_stat_activity.query stays the LISTEN, which names the channel.
 	seq := l.nextPing()
 	pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
 	defer cancel()
@@ -612,7 +610,7 @@ func (h *handler) probe(ctx context.Context, conn *pgx.Conn) (heard bool, err er
 	if err != nil {
 		return false, err
 	}
-	l.deafConnection(h.pidBefore, pidAfter, pidLater, conn.PgConn().PID())
+	l.deafConnection(h.pidBefore, pidLater, conn.PgConn().PID())
 	return false, errDeaf
 }
 
@@ -627,15 +625,15 @@ func backendPID(ctx context.Context, conn *pgx.Conn) (uint32, error) {
 }
 
 // deafConnection records a connection that did not hear its probe, given
-// the backend PIDs seen before LISTEN, after it and after the probe, and
-// the PID announced at connect, and enters StateDeaf (one log line) when
-// that is enough evidence.
-func (l *Listener) deafConnection(before, after, later, announced uint32) {
+// the backend PIDs seen before LISTEN and after the probe, and the PID
+// announced at connect, and enters StateDeaf (one log line) when that is
+// enough evidence.
+func (l *Listener) deafConnection(before, after, announced uint32) {
 	l.silent++
 	var evidence string
 	switch {
-	case before != after || after != later:
-		evidence = fmt.Sprintf("the session moved between server connections (backend PIDs %d, %d, %d in three statements): a transaction pooler", before, after, later)
+	case before != after:
+		evidence = fmt.Sprintf("the session moved between server connections (backend PID %d before LISTEN, %d after it): a transaction pooler", before, after)
 	case after != announced:
 		evidence = fmt.Sprintf("a pooler answers for the server (backend PID %d, but %d was announced at connect), and the probe notification sent through the relay's pool did not come back within %s", after, announced, l.cfg.PingTimeout)
 	case l.silent >= l.cfg.DeafAfter:
