@@ -571,10 +571,11 @@ func (h *handler) HandleBacklog(ctx context.Context, channel string, conn *pgx.C
 
 // probe sends a ping through the pinger and waits for it on conn, handling
 // the other notifications that arrive meanwhile. heard is true when it came
-// back, or when the ping could not be sent (nothing is known then; the
-// watchdog checks again later). A ping that was sent and did not come back
-// within PingTimeout makes the connection deaf: probe records it and
-// returns errDeaf. Other errors are conn's failures.
+// back; false with a nil error when the ping could not be sent (nothing is
+// known then: the connection counts as listening and the watchdog checks
+// again later). A ping that was sent and did not come back within
+// PingTimeout makes the connection deaf: probe records it and returns
+// errDeaf. Other errors are conn's failures.
 func (h *handler) probe(ctx context.Context, conn *pgx.Conn) (heard bool, err error) {
 	l := h.l
 	// No statement after LISTEN while the connection is healthy: its
