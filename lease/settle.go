@@ -76,8 +76,12 @@ func attemptInc(count bool) int {
 // Requeue makes dead-lettered events claimable again with attempts reset
 // to 0 (last_error is kept for the record): the events whose ID, as text,
 // is one of ids, or every dead letter when ids is nil. Held-back later events of their aggregates
-// follow them in order. It returns how many events it requeued. Errors are
-// wrapped as "requeue: ...".
+// follow them in order. It returns how many events it requeued. This
+// Claimer's next claim scans the table from the start, not from its floor
+// (see Floor), so a requeued row that an UPDATE made unpublished again
+// after it was published is found at once; other relays' claims find such
+// a row within a minute (their periodic rescan). Errors are wrapped as
+// "requeue: ...".
 func (c *Claimer) Requeue(ctx context.Context, ids []string) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
@@ -103,6 +107,14 @@ WHERE key = 'holds'`)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("requeue: %w", err)
+	}
+	if n > 0 {
+		// A dead letter keeps the floor below it, but a row made
+		// unpublished again by hand (a replay) before the requeue may lie
+		// below it: the next claim scans from the start.
+		c.mu.Lock()
+		c.lastRescan = time.Time{}
+		c.mu.Unlock()
 	}
 	return n, nil
 }
