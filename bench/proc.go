@@ -92,6 +92,9 @@ func relayArgs(brokers []string, topic, channel, metricsAddr string, cfg RelayCo
 		if cfg.ClaimWindow != 0 {
 			args = append(args, "--claim-window="+cfg.ClaimWindow.String())
 		}
+		if cfg.ClaimWindowPoll != 0 {
+			args = append(args, "--claim-window-poll="+cfg.ClaimWindowPoll.String())
+		}
 	}
 	if cfg.Mode == ModePoll {
 		args = append(args, "--no-notify")

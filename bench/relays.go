@@ -36,6 +36,9 @@ type RelayConfig struct {
 	// ClaimWindow is relay.Config.ClaimWindow (notify and poll): 0 keeps the
 	// relay's default (relay.DefaultClaimWindow), negative disables it.
 	ClaimWindow time.Duration
+	// ClaimWindowPoll is relay.Config.ClaimWindowPoll (notify and poll): 0
+	// keeps the relay's default (relay.DefaultClaimWindowPoll).
+	ClaimWindowPoll time.Duration
 	// ProcDefaults runs a relay process (ModeNotifyProc) with the
 	// relay's own defaults: PollInterval, Lease, BatchSize and ClaimWindow are
 	// not passed on, and the retention cleaner runs with its default.
@@ -51,7 +54,7 @@ func (c *RelayConfig) validate() error {
 		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll, naive or notify-proc", c.Mode)
 	}
 	if c.ProcDefaults {
-		c.PollInterval, c.Lease, c.BatchSize, c.ClaimWindow = relay.DefaultPollInterval, lease.DefaultLease, lease.DefaultBatchSize, 0
+		c.PollInterval, c.Lease, c.BatchSize, c.ClaimWindow, c.ClaimWindowPoll = relay.DefaultPollInterval, lease.DefaultLease, lease.DefaultBatchSize, 0, 0
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 500 * time.Millisecond
@@ -140,7 +143,7 @@ func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, 
 		return n, nil
 	}
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
-		Relay:    relay.Config{Topic: topic, PollInterval: cfg.PollInterval, ClaimWindow: cfg.ClaimWindow},
+		Relay:    relay.Config{Topic: topic, PollInterval: cfg.PollInterval, ClaimWindow: cfg.ClaimWindow, ClaimWindowPoll: cfg.ClaimWindowPoll},
 		Lease:    lease.Config{Lease: cfg.Lease, BatchSize: cfg.BatchSize},
 		Kafka:    kafka.Config{Brokers: e.Brokers},
 		Notify:   notify.Config{Channel: channel},

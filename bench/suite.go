@@ -39,6 +39,11 @@ type SuiteConfig struct {
 	// ClaimWindow is the product relay's relay.Config.ClaimWindow: 0 keeps its
 	// default (relay.DefaultClaimWindow), negative disables it.
 	ClaimWindow time.Duration
+	// ClaimWindowPoll is the product relay's relay.Config.ClaimWindowPoll:
+	// 0 keeps its default (relay.DefaultClaimWindowPoll, 500µs). Longer
+	// trades commit-to-publish latency for fewer claims (transactions and
+	// database CPU) per event.
+	ClaimWindowPoll time.Duration
 	// Latency is the template of every latency run (Mode and Relay are set
 	// per run).
 	Latency LatencyConfig
@@ -230,7 +235,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		}
 	}
 	relayCfg := func(mode string, poll, lease time.Duration) RelayConfig {
-		return RelayConfig{Mode: mode, PollInterval: poll, Lease: lease, BatchSize: cfg.BatchSize, ClaimWindow: cfg.ClaimWindow,
+		return RelayConfig{Mode: mode, PollInterval: poll, Lease: lease, BatchSize: cfg.BatchSize, ClaimWindow: cfg.ClaimWindow, ClaimWindowPoll: cfg.ClaimWindowPoll,
 			ProcDefaults: mode == ModeNotifyProc && !cfg.ProcFlags}
 	}
 	has := func(m string) bool { return slices.Contains(cfg.Modes, m) }
@@ -407,7 +412,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					wc := cfg.Writers
 					wc.Connections, wc.Wakeups = c, wake
 					wc.Duration = max(wc.Duration/4, time.Second)
-					wc.Relay = RelayConfig{PollInterval: cfg.FallbackPoll, Lease: lease0, BatchSize: cfg.BatchSize, ClaimWindow: cfg.ClaimWindow}
+					wc.Relay = RelayConfig{PollInterval: cfg.FallbackPoll, Lease: lease0, BatchSize: cfg.BatchSize, ClaimWindow: cfg.ClaimWindow, ClaimWindowPoll: cfg.ClaimWindowPoll}
 					r, err := e.Writers(ctx, wc)
 					if err != nil && failed == nil {
 						failed = err

@@ -15,15 +15,28 @@ import (
 // unless a claim carries it: while the relay claims often (events keep
 // arriving), the claimer takes the marks waiting at that moment into its
 // claim's transaction, one transaction instead of two per batch; what
-// waits longer than markDelay (the relay went idle) the marker marks by
-// itself, as before. A mark's timing moves no event: the row was published
+// waits longer than its delay (the relay went idle) the marker marks by
+// itself. A mark's timing moves no event: the row was published
 // when Kafka acknowledged it; until the mark, the row is only still leased
 // by this relay.
 
-// markDelay is how long a delivered batch waits for a claim to carry its
-// mark before the marker marks it alone: about a lingering claim's gap, so
-// that a busy relay's marks ride along and an idle relay's go out at once.
-const markDelay = 2 * time.Millisecond
+// markDelay returns how long a delivered chunk waits for a claim to carry
+// its mark before the marker marks it alone: Config.ClaimWindow, during
+// which the relay keeps claiming after a claim that found events (every
+// gap of at most 20ms, or 4×ClaimWindowPoll), so that the marks of a relay
+// that keeps claiming ride along; without a claim window, minMarkDelay.
+// The wait moves no event: a claim carries the marks waiting before it
+// claims, so an aggregate's next event never waits for its predecessor's
+// mark; only the window in which a crash republishes grows.
+func markDelay(cfg *Config) time.Duration {
+	if cfg.ClaimWindow > 0 {
+		return max(cfg.ClaimWindow, minMarkDelay)
+	}
+	return minMarkDelay
+}
+
+// minMarkDelay is the shortest markDelay.
+const minMarkDelay = 2 * time.Millisecond
 
 // maxPendingMarks bounds the marks waiting: the publisher waits when this
 // many batches are unmarked (the database is slow or failing), as it
@@ -61,13 +74,20 @@ func (q *markQueue) signal() {
 	}
 }
 
-// put adds a delivered chunk, waiting while maxPendingMarks chunks wait.
-func (q *markQueue) put(token uuid.UUID, seqs []int64) {
+// put adds a delivered chunk, due after delay, waiting while
+// maxPendingMarks chunks wait (they are due at once then: the marker takes
+// them without waiting for a claim).
+func (q *markQueue) put(token uuid.UUID, seqs []int64, delay time.Duration) {
 	q.mu.Lock()
 	for len(q.jobs) >= q.limit && !q.closed {
+		now := time.Now()
+		for i := range q.jobs {
+			q.jobs[i].due = now
+		}
+		q.signal()
 		q.cond.Wait()
 	}
-	q.jobs = append(q.jobs, markJob{token: token, seqs: seqs, due: time.Now().Add(markDelay)})
+	q.jobs = append(q.jobs, markJob{token: token, seqs: seqs, due: time.Now().Add(delay)})
 	q.mu.Unlock()
 	q.signal()
 }

@@ -267,7 +267,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 			r.stats.published.Add(int64(len(delivered)))
 			r.progress.resolved()
 			r.obs.Published(delivered)
-			r.marks.put(b.Token, seqsOf(delivered))
+			r.marks.put(b.Token, seqsOf(delivered), markDelay(&r.cfg))
 		}
 		if callErr != nil && br.delivered == 0 && unreachable(errs) {
 			// Nothing got through and the broker did not answer: stop this
