@@ -85,16 +85,20 @@ func MigrateTable(ctx context.Context, pool *pgxpool.Pool, table string) ([]Resu
 // MissingSchemaError is MigrateTable's error when the table's schema (or,
 // for an unqualified name, the search_path's first schema) does not exist.
 type MissingSchemaError struct {
-	// Schema is the missing schema; SearchPath the connection's search_path
-	// when the name was unqualified.
+	// Schema is the missing schema (for an unqualified name, the first
+	// the search_path names, if any); SearchPath the connection's
+	// search_path when the name was unqualified.
 	Schema, SearchPath string
 }
 
 func (e *MissingSchemaError) Error() string {
-	if e.Schema == "" {
-		return fmt.Sprintf("migrate: no schema of the search_path (%s) exists: create one (CREATE SCHEMA ...) or set search_path in the database URL (options=-csearch_path%%3Dmyschema)", e.SearchPath)
+	switch {
+	case e.SearchPath == "":
+		return fmt.Sprintf("migrate: schema %s does not exist: create it (CREATE SCHEMA %s) or name another in --table", e.Schema, e.Schema)
+	case e.Schema != "":
+		return fmt.Sprintf("migrate: schema %s does not exist (the search_path is %s): create it (CREATE SCHEMA %s), or name an existing schema in --table (schema.outbox)", e.Schema, e.SearchPath, e.Schema)
 	}
-	return fmt.Sprintf("migrate: schema %s does not exist: create it (CREATE SCHEMA %s) or name another in --table", e.Schema, e.Schema)
+	return fmt.Sprintf("migrate: no schema of the search_path (%s) exists: create one (CREATE SCHEMA ...) or name an existing schema in --table (schema.outbox)", e.SearchPath)
 }
 
 // checkSchema returns a *MissingSchemaError when table's schema is missing.
@@ -115,9 +119,25 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if current == nil {
-		return &MissingSchemaError{SearchPath: path}
+		return &MissingSchemaError{Schema: firstSchema(path), SearchPath: path}
 	}
 	return nil
+}
+
+// firstSchema returns the first schema a search_path names, "$user"
+// skipped, unquoted; "" when it names none.
+func firstSchema(path string) string {
+	for _, p := range strings.Split(path, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" || p == `"$user"` || p == "$user" {
+			continue
+		}
+		if len(p) >= 2 && p[0] == '"' && p[len(p)-1] == '"' {
+			p = strings.ReplaceAll(p[1:len(p)-1], `""`, `"`)
+		}
+		return p
+	}
+	return ""
 }
 
 // tableMigrations returns the migrations rendered for table: the name

@@ -304,26 +304,34 @@ func TestMigrateAnotherTable(t *testing.T) {
 	db := testenv.DB(t)
 	k := testenv.Kafka(t)
 	ctx := context.Background()
-	if code, _, stderr := runMain(t, ctx, "migrate", "--database-url", db.ConnString, "--table", "nosuch.events"); code != exitFailure || !strings.Contains(stderr, "schema nosuch does not exist") {
+	bin := buildRelay(t)
+	url := []string{"--database-url", db.ConnString}
+	run := func(args ...string) (int, string, string) { return runBinary(t, bin, nil, append(args, url...)...) }
+	if code, _, stderr := run("migrate", "--table", "nosuch.events"); code != exitFailure || !strings.Contains(stderr, "schema nosuch does not exist") {
 		t.Fatalf("migrate into a missing schema: exit %d, stderr %q; want exit 1 naming the schema", code, stderr)
 	}
-	code, _, stderr := runMain(t, ctx, "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--table", "events", "--startup-wait", "10s", "--metrics-addr", "")
+	// A search_path whose schema does not exist: named, not "relation
+	// outbox_schema_migrations does not exist".
+	if code, _, stderr := runBinary(t, bin, nil, "migrate", "--database-url", strings.Replace(db.ConnString, "search_path="+db.Schema, "search_path=myschema", 1)); code != exitFailure || !strings.Contains(stderr, "schema myschema does not exist") {
+		t.Fatalf("migrate with a missing search_path schema: exit %d, stderr %q; want exit 1 naming myschema", code, stderr)
+	}
+	code, _, stderr := run("run", "--brokers", k.Brokers[0], "--topic", "t", "--table", "events", "--startup-wait", "10s", "--metrics-addr", "")
 	if code != exitFailure || !strings.Contains(stderr, "outbox-relay migrate --table events") {
 		t.Fatalf("run on a missing table: exit %d, stderr %q; want the migrate command for that table", code, stderr)
 	}
-	if code, stdout, stderr := runMain(t, ctx, "migrate", "--database-url", db.ConnString, "--table", "events"); code != 0 || !strings.Contains(stdout, "applied") {
+	if code, stdout, stderr := run("migrate", "--table", "events"); code != 0 || !strings.Contains(stdout, "applied") {
 		t.Fatalf("migrate --table events: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	if code, stdout, _ := runMain(t, ctx, "migrate", "--database-url", db.ConnString, "--table", "events"); code != 0 || !strings.Contains(stdout, "schema is up to date") {
+	if code, stdout, _ := run("migrate", "--table", "events"); code != 0 || !strings.Contains(stdout, "schema is up to date") {
 		t.Fatalf("second migrate --table events: exit %d, stdout %q", code, stdout)
 	}
-	if code, _, stderr := runMain(t, ctx, "migrate", "--database-url", db.ConnString); code != 0 {
+	if code, _, stderr := run("migrate"); code != 0 {
 		t.Fatalf("migrate of the default table next to events: exit %d, stderr %q", code, stderr)
 	}
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO events (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'a', 'e', '{}')`); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := runMain(t, ctx, "status", "--database-url", db.ConnString, "--table", "events")
+	code, stdout, stderr := run("status", "--table", "events")
 	if code != 0 || !strings.Contains(stdout, "outbox table events") || !regexp.MustCompile(`claimable +1 `).MatchString(stdout) {
 		t.Fatalf("status --table events: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}

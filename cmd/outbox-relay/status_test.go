@@ -257,6 +257,7 @@ func TestInspectAndStatusSayWhyAnEventWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
+	bin := buildRelay(t)
 	a1, a2, b1, b2, c1, c2 := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	if _, err := db.Pool.Exec(ctx, `
 INSERT INTO outbox (id, aggregate_id, event_type, payload, locked_until, locked_by, attempts, last_error, dead_lettered_at)
@@ -283,18 +284,18 @@ VALUES ($1, 'A', 't', '{}', 'infinity', NULL, 1, 'MESSAGE_TOO_LARGE', now()),
 		{c2, fmt.Sprintf("held back behind event %s", c1)},
 		{c2, "leased by a relay until "},
 	} {
-		code, out, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", tc.id.String())
+		code, out, stderr := runBinary(t, bin, nil, "inspect", "--database-url", db.ConnString, "--event-id", tc.id.String())
 		if code != 0 || !strings.Contains(out, tc.want) {
 			t.Errorf("inspect %s: exit %d, output does not say %q:\n%s%s", tc.id, code, tc.want, out, stderr)
 		}
 	}
-	code, out, _ := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", a2.String(), "--json")
+	code, out, _ := runBinary(t, bin, nil, "inspect", "--database-url", db.ConnString, "--event-id", a2.String(), "--json")
 	var r eventReport
 	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.State != "held" || r.HeldBehind == nil ||
 		r.HeldBehind.EventID != a1.String() || r.HeldBehind.State != "dead_lettered" || r.HeldBehind.Seq != seqA1 {
 		t.Errorf("inspect --json: %d %v %+v\n%s", code, err, r.HeldBehind, out)
 	}
-	code, out, _ = runMain(t, ctx, "status", "--database-url", db.ConnString, "--json")
+	code, out, _ = runBinary(t, bin, nil, "status", "--database-url", db.ConnString, "--json")
 	var st statusReport
 	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
 		t.Fatalf("status: %d %v %s", code, err, out)
