@@ -69,23 +69,27 @@ func TestOrderKeptWhenTheFailedEventCannotBeReleased(t *testing.T) {
 	addTx(t, db, nil, a1)
 	addTx(t, db, nil, a2)
 
-	pub0, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: topic, WriteTimeout: 100 * time.Millisecond, MaxAttempts: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub0.Close()
-	pub := &failOncePublisher{Publisher: pub0, failID: a1.ID.String()}
-	cl0, err := lease.New(db.Pool, lease.Config{Lease: time.Second, BatchSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := &flakyReleaseClaimer{Claimer: cl0}
-	r, err := relay.New(relay.Config{Topic: topic, PollInterval: 50 * time.Millisecond, RetryMin: 100 * time.Millisecond}, cl, pub, nil, testenv.Logger(t))
+	pub := &failOncePublisher{failID: a1.ID.String()}
+	cl := &flakyReleaseClaimer{}
+	svc, err := relay.NewService(db.Pool, relay.ServiceConfig{
+		Relay:    relay.Config{Topic: topic, PollInterval: 50 * time.Millisecond, RetryMin: 100 * time.Millisecond},
+		Lease:    lease.Config{Lease: time.Second, BatchSize: 1},
+		Kafka:    kafka.Config{Brokers: k.Brokers, WriteTimeout: 100 * time.Millisecond, MaxAttempts: 1},
+		NoNotify: true,
+		WrapClaimer: func(c relay.Claimer) relay.Claimer {
+			cl.Claimer = c.(*lease.Claimer)
+			return cl
+		},
+		WrapPublisher: func(p relay.Publisher) relay.Publisher {
+			pub.Publisher = p.(*kafka.Publisher)
+			return pub
+		},
+	}, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { _ = r.Run(ctx); close(done) }()
+	go func() { _ = svc.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	recs := k.Consume(t, topic, 2, 20*time.Second)

@@ -138,21 +138,12 @@ func TestOrderKeptWhenSkippedEventIsReleasedAfterALaterClaim(t *testing.T) {
 			addTx(t, db, nil, a1)
 			addTx(t, db, nil, a2)
 
-			pub0, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: topic}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pub0.Close()
-			cl0, err := lease.New(db.Pool, lease.Config{BatchSize: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cl := &skipRaceClaimer{Claimer: cl0, a2: a2.ID.String(), a3: a3.ID.String(), a3Claimed: make(chan struct{})}
-			pub := &sickPublisher{Publisher: pub0, failID: a1.ID.String(), claimed: cl.claims.Load}
+			cl := &skipRaceClaimer{a2: a2.ID.String(), a3: a3.ID.String(), a3Claimed: make(chan struct{})}
+			pub := &sickPublisher{failID: a1.ID.String(), claimed: cl.claims.Load}
 			var hookErr atomic.Pointer[error]
 			cl.afterFailure = func() {
 				if tc.requeue {
-					if _, err := cl0.Requeue(context.Background(), nil); err != nil {
+					if _, err := cl.Claimer.Requeue(context.Background(), nil); err != nil {
 						hookErr.Store(&err)
 					}
 				}
@@ -161,13 +152,26 @@ func TestOrderKeptWhenSkippedEventIsReleasedAfterALaterClaim(t *testing.T) {
 					hookErr.Store(&err)
 				}
 			}
-			r, err := relay.New(relay.Config{Topic: topic, PollInterval: 20 * time.Millisecond, RetryMin: 50 * time.Millisecond,
-				MaxAttempts: tc.maxAttempts}, cl, pub, nil, testenv.Logger(t))
+			svc, err := relay.NewService(db.Pool, relay.ServiceConfig{
+				Relay: relay.Config{Topic: topic, PollInterval: 20 * time.Millisecond, RetryMin: 50 * time.Millisecond,
+					MaxAttempts: tc.maxAttempts},
+				Lease:    lease.Config{BatchSize: 1},
+				Kafka:    kafka.Config{Brokers: k.Brokers},
+				NoNotify: true,
+				WrapClaimer: func(c relay.Claimer) relay.Claimer {
+					cl.Claimer = c.(*lease.Claimer)
+					return cl
+				},
+				WrapPublisher: func(p relay.Publisher) relay.Publisher {
+					pub.Publisher = p.(*kafka.Publisher)
+					return pub
+				},
+			}, testenv.Logger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan struct{})
-			go func() { _ = r.Run(ctx); close(done) }()
+			go func() { _ = svc.Run(ctx); close(done) }()
 			defer func() { cancel(); <-done }()
 
 			recs := k.Consume(t, topic, 3, 20*time.Second)

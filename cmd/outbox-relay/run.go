@@ -252,19 +252,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer obs.stop()
-	if err := waitFor(startCtx, log, "database", func(ctx context.Context) error { return pool.Ping(ctx) }); err != nil {
+	if err := f.databaseReady(ctx, startCtx, log, pool, waitPromotion); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting
 		}
-		return err
-	}
-	if err := f.checkPrimaries(startCtx, log, pool, waitPromotion); err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while waiting
-		}
-		return err
-	}
-	if err := checkTable(ctx, pool, f.table, f.lease.Columns); err != nil {
 		return err
 	}
 
@@ -277,27 +268,24 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageError{errors.New(flagError(err))}
 	}
 	defer svc.Close()
-	if err := waitFor(startCtx, log, "kafka", svc.Publisher().Ping); err != nil {
+	if err := f.kafkaReady(ctx, startCtx, log, svc); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	// A topic that does not exist fails every publish to it; say so once,
-	// now. The relay still starts (the topic may be created in a moment),
-	// and /readyz names the topic until it exists.
-	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := svc.Publisher().CheckTopics(tctx, f.relay.Topic); err != nil {
-		log.Error("topic check failed: events for it cannot be published until it exists; /readyz is not ready meanwhile",
-			zap.String("topic", f.relay.Topic), zap.Bool("kafka_auto_create_topics", f.kafka.AutoCreateTopic), zap.Error(err))
-	}
-	cancel()
 	if err := obs.attach(svc); err != nil {
 		return err
 	}
 	if l := svc.Listener(); l != nil {
 		obs.m.Registry().MustRegister(listenerStateCollector{l})
 	}
+	f.logStart(log, svc)
+	return svc.Run(ctx)
+}
+
+// logStart logs the relay's start with its main settings.
+func (f *runFlags) logStart(log *zap.Logger, svc *relay.Service) {
 	lc := svc.Claimer().Config()
 	log.Info("relay starting",
 		zap.String("relay_id", lc.RelayID),
@@ -309,7 +297,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		zap.Duration("lease", lc.Lease),
 		zap.Duration("poll_interval", f.relay.PollInterval),
 		zap.Int("batch_size", lc.BatchSize))
-	return svc.Run(ctx)
 }
 
 // checkTable fails fast, with a clear message, when the outbox table is
@@ -337,6 +324,36 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 		return fmt.Errorf("table %q is not an outbox table of this version: run `%s` (or `outbox-relay adopt` for an existing table such as Debezium's), and give every command the relay's --debezium or --column-* flags (%v)", table, migrateCommand(table), err)
 	}
 	return fmt.Errorf("check outbox table %q: %w", table, err)
+}
+
+// databaseReady waits (within startCtx) until the database answers and is
+// a primary (or, with waitPromotion, until it is promoted), then checks
+// the outbox table.
+func (f *runFlags) databaseReady(ctx, startCtx context.Context, log *zap.Logger, pool *pgxpool.Pool, waitPromotion bool) error {
+	if err := waitFor(startCtx, log, "database", func(ctx context.Context) error { return pool.Ping(ctx) }); err != nil {
+		return err
+	}
+	if err := f.checkPrimaries(startCtx, log, pool, waitPromotion); err != nil {
+		return err
+	}
+	return checkTable(ctx, pool, f.table, f.lease.Columns)
+}
+
+// kafkaReady waits (within startCtx) until the brokers answer, then
+// checks --topic. A topic that does not exist fails every publish to it;
+// it is said once, now, and the relay still starts (the topic may be
+// created in a moment): /readyz names the topic until it exists.
+func (f *runFlags) kafkaReady(ctx, startCtx context.Context, log *zap.Logger, svc *relay.Service) error {
+	if err := waitFor(startCtx, log, "kafka", svc.Publisher().Ping); err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := svc.Publisher().CheckTopics(tctx, f.relay.Topic); err != nil {
+		log.Error("topic check failed: events for it cannot be published until it exists; /readyz is not ready meanwhile",
+			zap.String("topic", f.relay.Topic), zap.Bool("kafka_auto_create_topics", f.kafka.AutoCreateTopic), zap.Error(err))
+	}
+	return nil
 }
 
 // migrateCommand is the command that creates or upgrades table.
