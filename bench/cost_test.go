@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -383,12 +385,14 @@ func TestEvaluateGoals(t *testing.T) {
 // cost has the relay's share, that the goals are all "not measured" (no
 // 1000/s run), and that both plots are written.
 func TestSuiteCost(t *testing.T) {
-	db := testenv.MigratedDB(t)
+	// A database of its own: pg_stat_database counts per database, and
+	// other packages' tests run in parallel on the shared one.
+	dsn := ownDatabase(t)
 	k := testenv.Kafka(t)
-	env := &Env{DSN: db.ConnString, Brokers: k.Brokers, Log: testenv.Logger(t)}
+	env := &Env{DSN: dsn, Brokers: k.Brokers, Log: testenv.Logger(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep := &Report{Machine: DescribeMachine(ctx, db.ConnString)}
+	rep := &Report{Machine: DescribeMachine(ctx, dsn)}
 	err := env.RunSuite(ctx, SuiteConfig{
 		Scenarios: []string{ScenarioLatency}, Modes: []string{ModeNotify},
 		Latency:          LatencyConfig{Rate: 100, Duration: time.Second, Writers: 2, Warmup: 3},
@@ -481,4 +485,44 @@ func TestRunJSONKeysUnique(t *testing.T) {
 			t.Errorf("JSON has no %s", key)
 		}
 	}
+}
+
+// ownDatabase creates a database for t alone, dropped when t ends, and
+// returns a connection string for it.
+func ownDatabase(t *testing.T) string {
+	t.Helper()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	name := "bench_" + strings.ReplaceAll(db.Schema, "test_", "")
+	if _, err := db.Pool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := db.Pool.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	var dsn string
+	if u, err := url.Parse(db.ConnString); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path = "/" + name
+		q := u.Query()
+		q.Del("search_path")
+		u.RawQuery = q.Encode()
+		dsn = u.String()
+	} else {
+		dsn = db.ConnString + " dbname=" + name + " search_path=public"
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := outboxsql.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return dsn
 }

@@ -206,7 +206,19 @@ func (s *ipSpyClaimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs 
 	return n, err
 }
 
-// Marks returns the marks so far.
+// Claim records the marks the claim carries (the relay marks delivered
+// chunks in its next claim's transaction when one comes soon enough).
+func (s *ipSpyClaimer) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error) {
+	b, err := s.Claimer.Claim(ctx, marks...)
+	s.mu.Lock()
+	for _, m := range marks {
+		s.marks = append(s.marks, ipMark{token: m.Token, ids: len(m.Seqs), n: m.Marked, err: err})
+	}
+	s.mu.Unlock()
+	return b, err
+}
+
+// Marks returns the marks so far, alone or carried by a claim.
 func (s *ipSpyClaimer) Marks() []ipMark {
 	s.mu.Lock()
 	defer s.mu.Unlock()
