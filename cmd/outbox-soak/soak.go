@@ -51,7 +51,11 @@ type config struct {
 	holdSnapshot time.Duration
 }
 
-const allFaults = "kill-relay,broker-refuse,broker-blackhole,pg-restart,listener-terminate,db-read-only"
+const allFaults = "kill-relay,broker-refuse,broker-blackhole,pg-restart,listener-terminate,db-read-only,leader-move"
+
+// soakBrokers is the number of in-process kfake brokers: more than one, so
+// that partition leaders can move (the leader-move fault).
+const soakBrokers = 3
 
 // resumeWithin is how soon after a fault ends publishing must go on: the
 // soak fails otherwise, whatever the backlog the fault left.
@@ -105,7 +109,7 @@ type soak struct {
 	logDir  string
 	bin     string
 	cluster *pgtemp.Cluster    // nil with --database-url
-	ln      *faultnet.Listener // nil with --brokers
+	lns     []*faultnet.Listener // one per kfake broker; nil with --brokers
 	kfake   *kfake.Cluster
 	dsn     string // with search_path set to schema
 	schema  string
@@ -308,12 +312,16 @@ func (s *soak) setUp(ctx context.Context) error {
 	if s.cfg.brokers != "" {
 		s.brokers = strings.Split(s.cfg.brokers, ",")
 	} else {
-		if s.ln, err = faultnet.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return err
-		}
-		ln := s.ln
-		s.kfake, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(),
-			kfake.ListenFn(func(string, string) (net.Listener, error) { return ln, nil }))
+		// Every broker listens through its own faultnet listener, so the
+		// broker faults take the whole cluster down.
+		s.kfake, err = kfake.NewCluster(kfake.NumBrokers(soakBrokers), kfake.AllowAutoTopicCreation(),
+			kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+				ln, err := faultnet.Listen(network, "127.0.0.1:0")
+				if err == nil {
+					s.lns = append(s.lns, ln)
+				}
+				return ln, err
+			}))
 		if err != nil {
 			return fmt.Errorf("kfake: %w", err)
 		}
@@ -584,10 +592,15 @@ func (s *soak) stopRelays() {
 	}
 }
 
-func (s *soak) restoreAll() {
-	if s.ln != nil {
-		s.ln.SetMode(faultnet.Up)
+// setBrokers sets every kfake broker's listener to mode.
+func (s *soak) setBrokers(mode faultnet.Mode) {
+	for _, ln := range s.lns {
+		ln.SetMode(mode)
 	}
+}
+
+func (s *soak) restoreAll() {
+	s.setBrokers(faultnet.Up)
 	if s.cluster != nil {
 		if err := s.setReadOnly(false); err != nil {
 			logf("restore: database writable: %v", err)
@@ -647,17 +660,32 @@ func (s *soak) inject(ctx context.Context, name string, i int) (string, error) {
 		}
 		return fmt.Sprintf("SIGKILLed %s, restarted after 1s", p.name), nil
 	case "broker-refuse", "broker-blackhole":
-		if s.ln == nil {
+		if s.lns == nil {
 			return "", nil
 		}
 		mode, what := faultnet.Refuse, "refusing connections"
 		if name == "broker-blackhole" {
 			mode, what = faultnet.Blackhole, "blackholed"
 		}
-		s.ln.SetMode(mode)
+		s.setBrokers(mode)
 		sleepCtx(ctx, s.cfg.outage)
-		s.ln.SetMode(faultnet.Up)
-		return fmt.Sprintf("broker %s for %s", what, s.cfg.outage), nil
+		s.setBrokers(faultnet.Up)
+		return fmt.Sprintf("brokers %s for %s", what, s.cfg.outage), nil
+	case "leader-move":
+		if s.kfake == nil {
+			return "", nil
+		}
+		// Every partition's leader moves to the next broker at once, as
+		// after a broker restart: produce requests to the old leaders get
+		// NOT_LEADER_OR_FOLLOWER until the relays' producers refresh
+		// their metadata.
+		for p := int32(0); p < int32(s.cfg.partitions); p++ {
+			to := (s.kfake.LeaderFor(s.topic, p) + 1) % soakBrokers
+			if err := s.kfake.MoveTopicPartition(s.topic, p, to); err != nil {
+				return "", fmt.Errorf("move %s/%d to broker %d: %w", s.topic, p, to, err)
+			}
+		}
+		return fmt.Sprintf("moved the leaders of all %d partitions to the next broker", s.cfg.partitions), nil
 	case "pg-restart":
 		if s.cluster == nil {
 			return "", nil
@@ -697,7 +725,7 @@ func (s *soak) inject(ctx context.Context, name string, i int) (string, error) {
 
 // checkResumed waits, right after fault name ended, until the relays have
 // published a batch's worth of the backlog it left (500 events, or the
-// whole backlog if smaller), and records the fault as stuck if that takes
+// whole backlog if smaller, but at least 100), and records the fault as stuck if that takes
 // longer than resumeWithin.
 func (s *soak) checkResumed(ctx context.Context, name string) {
 	count := func(q string) (int64, error) {
@@ -714,7 +742,10 @@ func (s *soak) checkResumed(ctx context.Context, name string) {
 		logf("fault %s: cannot read the backlog: %v", name, err)
 		return
 	}
-	want := published + min(backlog, 500)
+	// A batch's worth of the backlog, and at least 100 events (0.05-0.1 s
+	// of writes) even when the fault left none (a leader move): events
+	// written after the fault must go out too.
+	want := published + max(min(backlog, 500), 100)
 	for {
 		n, err := count("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
 		if err == nil && n >= want {
