@@ -108,7 +108,7 @@ type soak struct {
 	cfg     config
 	logDir  string
 	bin     string
-	cluster *pgtemp.Cluster    // nil with --database-url
+	cluster *pgtemp.Cluster      // nil with --database-url
 	lns     []*faultnet.Listener // one per kfake broker; nil with --brokers
 	kfake   *kfake.Cluster
 	dsn     string // with search_path set to schema
