@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // rescanEvery is how often a claim ignores the floor and scans from the
@@ -40,12 +41,40 @@ const maxMarkers = 1024
 // In the same transaction, before the claim, it marks published the rows
 // of each of marks still held by its token, and sets its Marked (see
 // MarkPublished): a relay that claims often saves a transaction per batch.
-// On error nothing is claimed or marked. Errors are wrapped as "claim
-// batch: ...": see IsMissingTable.
+// Errors are wrapped as "claim batch: ...": see IsMissingTable.
+//
+// An error does not say that nothing was claimed: the server may have
+// committed the claim and its marks before the error (a connection lost
+// after the commit, a deadline passed while the answer was on its way, a
+// row the client cannot decode). Rows claimed so are leased under a token
+// nobody knows until their lease ends. The Claimer's own leases do not
+// block its claims (its relay publishes them in order), so after any error
+// it takes a new holder (Holder): those rows then block the later events
+// of their aggregates like another relay's leases do, and are taken over
+// when their lease ends. Without that, an aggregate's next event could be
+// claimed and published before them.
 func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
-	token := uuid.Must(uuid.NewV7())
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	b, err := c.claim(ctx, marks)
+	if err != nil {
+		c.newHolder()
+	}
+	return b, err
+}
+
+// newHolder makes the Claimer write a new locked_by value from now on
+// (Config.RelayID and a new suffix), registered in the order guard by its
+// next claim; the old one stays registered until it expires. Called with
+// c.mu held.
+func (c *Claimer) newHolder() {
+	c.holder.Store(c.cfg.RelayID + "/" + randomHex(4))
+	c.lastBeat = time.Time{}
+}
+
+// claim is Claim with c.mu held.
+func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
+	token := uuid.Must(uuid.NewV7())
 	began := time.Now()
 	q := c.queueClaim(began, token, marks)
 	// The statements run in one implicit transaction, in one round trip;
@@ -108,7 +137,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
 	if q.beat {
 		q.batch.Queue(c.lockSyncSQL)
-		q.batch.Queue(c.beatSQL, c.holder, c.cfg.Lease.Milliseconds())
+		q.batch.Queue(c.beatSQL, c.holder.Load(), c.cfg.Lease.Milliseconds())
 		// Dead relays' entries are swept as rarely as this relay beats.
 		q.batch.Queue(c.sweepSQL)
 	} else {
@@ -123,7 +152,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	if began.Sub(c.lastRescan) >= rescanEvery {
 		q.floor = 0
 	}
-	q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder, token, q.floor)
+	q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor)
 	q.advance = time.Since(c.lastAdvance) >= advanceEvery
 	if q.advance {
 		// In this order: the sequence before the transactions running
@@ -146,11 +175,20 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
 	batch := &Batch{Token: token}
 	var headers []byte
 	var topic, aggType *string
+	var created pgtype.Timestamptz
 	for rows.Next() {
 		var r Row
 		// Payload scans straight into a fresh []byte (nil for SQL NULL).
-		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &r.CreatedAt, &r.Attempts, &batch.LockedUntil, &aggType, &batch.TakenOver); err != nil {
+		// Every column a writer controls scans into a type that takes any
+		// value the column can hold: a row the relay cannot use becomes a
+		// dead letter by itself (DecodeErr), never a claim that fails after
+		// it committed, again at every lease.
+		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &created, &r.Attempts, &batch.LockedUntil, &aggType, &batch.TakenOver); err != nil {
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		r.CreatedAt = created.Time
+		if !created.Valid || created.InfinityModifier != pgtype.Finite {
+			r.DecodeErr = fmt.Errorf("created_at is %s: not a timestamp the relay can publish", timestamptzText(created))
 		}
 		if topic != nil {
 			r.Topic = *topic
@@ -171,6 +209,19 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
 	return batch, nil
+}
+
+// timestamptzText names a created_at value that is not a finite time.
+func timestamptzText(t pgtype.Timestamptz) string {
+	switch {
+	case !t.Valid:
+		return "NULL"
+	case t.InfinityModifier == pgtype.Infinity:
+		return "infinity"
+	case t.InfinityModifier == pgtype.NegativeInfinity:
+		return "-infinity"
+	}
+	return t.Time.String()
 }
 
 // readAdvance reads the floor's statements and moves the floor.

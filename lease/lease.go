@@ -21,6 +21,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -195,8 +196,8 @@ func (b *Batch) Deadline(lease time.Duration) time.Time { return b.Claimed.Add(l
 type Claimer struct {
 	cfg        Config
 	pool       *pgxpool.Pool
-	holder     string
-	guard      string // quoted name of the order-guard table
+	holder     atomicString // locked_by of this Claimer's claims; changes after a failed claim
+	guard      string       // quoted name of the order-guard table
 	beatSQL    string
 	holdSQL    string
 	sweepSQL   string
@@ -228,7 +229,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Claimer{cfg: cfg, pool: pool, holder: cfg.RelayID + "/" + randomHex(4), guard: sqlname.OrderGuard(cfg.Table)}
+	c := &Claimer{cfg: cfg, pool: pool, guard: sqlname.OrderGuard(cfg.Table)}
+	c.holder.Store(cfg.RelayID + "/" + randomHex(4))
 	c.prepareGuard()
 	c.prepareClaim()
 	c.prepareFloor()
@@ -242,8 +244,21 @@ func (c *Claimer) table() string {
 }
 
 // Holder is the value this Claimer writes to locked_by: Config.RelayID
-// plus a per-instance suffix.
-func (c *Claimer) Holder() string { return c.holder }
+// plus a suffix, new for each Claimer and after each failed claim (see
+// Claim).
+func (c *Claimer) Holder() string { return c.holder.Load() }
+
+// atomicString is a string read and written atomically.
+type atomicString struct{ v atomic.Pointer[string] }
+
+func (a *atomicString) Load() string {
+	if p := a.v.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (a *atomicString) Store(s string) { a.v.Store(&s) }
 
 // Close tells other relays that this one holds no more leases, so their
 // claims can skip the order guard again. Call it after every batch was
@@ -254,7 +269,7 @@ func (c *Claimer) Close(ctx context.Context) error {
 	defer c.mu.Unlock()
 	c.lastBeat = time.Time{} // a later claim registers again
 	_, err := c.pool.Exec(ctx, `DELETE FROM `+c.guard+` WHERE key = 'relay:' || $1
-AND NOT EXISTS (SELECT 1 FROM `+c.table()+` WHERE locked_by = $1 AND published_at IS NULL AND locked_until > now())`, c.holder)
+AND NOT EXISTS (SELECT 1 FROM `+c.table()+` WHERE locked_by = $1 AND published_at IS NULL AND locked_until > now())`, c.holder.Load())
 	if err != nil {
 		return fmt.Errorf("close claimer: %w", err)
 	}

@@ -94,6 +94,10 @@ func TestFlagErrorsNameTheFlagTheValueAndTheForm(t *testing.T) {
 		{[]string{"migrate", "--lease", "5s"}, []string{"unknown flag --lease; see outbox-relay migrate --help"}},
 		{[]string{"inspect", "--json=maybe"}, []string{`--json: invalid value "maybe": want true or false`}},
 		{[]string{"requeue", "--all-dead-letters", "--event-id"}, []string{"--event-id: needs a value"}},
+		{[]string{"run", "--table", "", "--database-url", "postgres://u@127.0.0.1:1/d", "--brokers", "127.0.0.1:1", "--topic", "t"}, []string{`--table: "" is not a table or schema.table name`}},
+		{[]string{"status", "--table", ""}, []string{`--table: "" is not a table or schema.table name`}},
+		{[]string{"migrate", "--table", "a.b.c"}, []string{`--table: "a.b.c" is not a table or schema.table name`}},
+		{[]string{"inspect", "--table", "s.", "--event-id", "1"}, []string{`--table: "s." is not a table or schema.table name`}},
 	} {
 		code, stdout, stderr := runMain(t, context.Background(), tc.args...)
 		if code != exitUsage || stdout != "" || lines(stderr) > 2 || strings.Contains(stderr, "Usage") {

@@ -7,6 +7,7 @@ import (
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/relay"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/peterbourgon/ff/v3"
@@ -113,7 +114,29 @@ func parseArgs(fs *flag.FlagSet, args []string) (origins, error) {
 			from[f.Name] = envName(f.Name)
 		}
 	})
-	return from, refuseZeros(fs, from)
+	if err := refuseZeros(fs, from); err != nil {
+		return nil, err
+	}
+	return from, checkTableName(fs, from)
+}
+
+// checkTableName refuses a --table that is not a table or schema.table
+// name, on every command that has the flag, before anything reaches SQL.
+func checkTableName(fs *flag.FlagSet, from origins) error {
+	f := fs.Lookup("table")
+	if f == nil {
+		return nil
+	}
+	name := f.Value.String()
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 || slices.Contains(parts, "") {
+		set := from["table"]
+		if set == "" {
+			set = "--table"
+		}
+		return usagef("%s: %q is not a table or schema.table name, e.g. outbox or billing.outbox; see %s --help", set, name, fs.Name())
+	}
+	return nil
 }
 
 // setFailure is the first flag value that did not parse.

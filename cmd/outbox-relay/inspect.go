@@ -75,7 +75,7 @@ func inspectSQL(table string, cols lease.Columns, idType string) string {
 	if cols.AggregateType != "" {
 		aggType = id(cols.AggregateType) + "::text"
 	}
-	return `SELECT seq, topic, ` + aggType + `, ` + id(cols.AggregateID) + `::text, ` + id(cols.EventType) + `::text, created_at, published_at, attempts, last_error,
+	return `SELECT seq, topic, ` + aggType + `, ` + id(cols.AggregateID) + `::text, ` + id(cols.EventType) + `::text, CASE WHEN isfinite(created_at) THEN created_at END, published_at, attempts, last_error,
   dead_lettered_at, locked_by, NULLIF(locked_until, 'infinity'), coalesce(locked_until = 'infinity', false), now(),
   ` + lease.NewStates(table, cols).State("o") + `
 FROM ` + t + ` o WHERE o.` + id(cols.ID) + ` = CAST($1::text AS ` + idType + `)`
@@ -96,7 +96,7 @@ func queryEvent(ctx context.Context, q interface {
 }, tbl *tableFlags, cols lease.Columns, id string) (*eventReport, error) {
 	r := &eventReport{EventID: id, tableArgs: tbl.commandArgs()}
 	var (
-		created  time.Time
+		created  *time.Time // NULL: not a finite time
 		state    string
 		topicCol *string
 	)
@@ -126,8 +126,10 @@ func queryEvent(ctx context.Context, q interface {
 		r.Topic, r.TopicSource = &topic, &source
 	}
 	r.template = tbl.template()
-	created = created.UTC()
-	r.CreatedAt = &created
+	if created != nil {
+		utc := created.UTC()
+		r.CreatedAt = &utc
+	}
 	r.CheckedAt = r.CheckedAt.UTC()
 	for _, p := range []**time.Time{&r.PublishedAt, &r.DeadLetteredAt, &r.lockedUntil} {
 		if *p != nil {
@@ -234,7 +236,7 @@ func (r *eventReport) writeHuman(w io.Writer) {
 	row("seq", fmt.Sprint(r.Seq))
 	row("created_at", ts(r.CreatedAt))
 	pub := ts(r.PublishedAt)
-	if r.PublishedAt != nil {
+	if r.PublishedAt != nil && r.CreatedAt != nil {
 		pub += fmt.Sprintf(" (%s after created_at)", fmtSeconds(r.PublishedAt.Sub(*r.CreatedAt).Seconds()))
 	}
 	row("published_at", pub)

@@ -71,7 +71,10 @@ SELECT
 }
 
 func oldestSQL(t, idCol string) string {
-	return `SELECT created_at, ` + idCol + `::text, extract(epoch FROM now() - created_at)::float8 FROM ` + t + `
+	// A created_at of ±infinity (plain SQL can write it; the relay
+	// dead-letters such a row) reads as NULL: no age.
+	return `SELECT CASE WHEN isfinite(created_at) THEN created_at END, ` + idCol + `::text,
+  CASE WHEN isfinite(created_at) THEN extract(epoch FROM now() - created_at)::float8 END FROM ` + t + `
 WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1`
 }
 
@@ -96,13 +99,16 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	r.CheckedAt = r.CheckedAt.UTC()
-	var created time.Time
+	var created *time.Time
 	var id string
-	var age float64
+	var age *float64
 	switch err := tx.QueryRow(ctx, oldestSQL(t, pgx.Identifier{cols.ID}.Sanitize())).Scan(&created, &id, &age); {
 	case err == nil:
-		created = created.UTC()
-		r.OldestUnpublishedCreatedAt, r.OldestUnpublishedEventID, r.OldestUnpublishedAgeSeconds = &created, &id, age
+		r.OldestUnpublishedEventID = &id
+		if created != nil && age != nil {
+			utc := created.UTC()
+			r.OldestUnpublishedCreatedAt, r.OldestUnpublishedAgeSeconds = &utc, *age
+		}
 	case isNoRows(err):
 	default:
 		return nil, fmt.Errorf("status: oldest unpublished: %w", err)
@@ -136,10 +142,13 @@ const timeLayout = "2006-01-02 15:04:05.000000Z07:00"
 
 func (r *statusReport) writeHuman(w io.Writer) {
 	fmt.Fprintf(w, "outbox table %s at %s\n\n", r.Table, r.CheckedAt.Format(timeLayout))
-	if r.OldestUnpublishedCreatedAt != nil {
+	switch {
+	case r.OldestUnpublishedCreatedAt != nil:
 		fmt.Fprintf(w, "oldest unpublished event: %s old (event_id %s, created_at %s)\n",
 			fmtSeconds(r.OldestUnpublishedAgeSeconds), *r.OldestUnpublishedEventID, r.OldestUnpublishedCreatedAt.Format(timeLayout))
-	} else {
+	case r.OldestUnpublishedEventID != nil:
+		fmt.Fprintf(w, "oldest unpublished event: event_id %s, whose created_at is not a finite time (the relay dead-letters it)\n", *r.OldestUnpublishedEventID)
+	default:
 		fmt.Fprintln(w, "oldest unpublished event: none (every event is published or dead-lettered)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

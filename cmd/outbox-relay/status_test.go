@@ -304,3 +304,24 @@ VALUES ($1, 'A', 't', '{}', 'infinity', NULL, 1, 'MESSAGE_TOO_LARGE', now()),
 		t.Errorf("status counts %+v, dead letters %d; want 3 held back, 0 claimable, 1 backing off, 1 leased, 1 dead letter", u, st.DeadLetters)
 	}
 }
+
+// A row whose created_at is infinity (plain SQL can write it; the relay
+// dead-letters it) made status fail ("cannot subtract infinite timestamps")
+// and inspect fail ("cannot scan Infinity into *time.Time"). Both answer.
+func TestStatusAndInspectWithAnInfiniteCreatedAt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	id := uuid.New()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at) VALUES ($1, 'a', 't', '{}', 'infinity')`, id); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runMain(t, ctx, "status", "--database-url", db.ConnString)
+	if code != 0 || !strings.Contains(out, id.String()) || !strings.Contains(out, "not a finite time") {
+		t.Errorf("status: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", id.String())
+	if code != 0 || !strings.Contains(out, id.String()) {
+		t.Errorf("inspect: exit %d\n%s%s", code, out, stderr)
+	}
+}

@@ -7,6 +7,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/relay"
@@ -261,4 +263,51 @@ func TestInprocPublishFailureLogsAreBounded(t *testing.T) {
 		t.Errorf("no summary line with a count and a sample event: %v", sample)
 	}
 	checkTopic(t, db.Pool, k.Brokers, topic, "NOT_LEADER for 10 s, 2,000 events (bounded logs)", 20*time.Second)
+}
+
+// A row whose created_at is infinity (plain SQL can write it) between two
+// events of another aggregate: before, every claim of it failed after it
+// committed ("cannot scan Infinity into *time.Time"), once per lease,
+// forever, the events claimed with it were never published, a later event
+// of their aggregate overtook them, and the relay still reported itself
+// moving. Now the row is dead-lettered by itself, naming created_at, and
+// the aggregate's events go out in order.
+func TestInprocInfiniteCreatedAtIsParkedAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	w := writer(t, db.Pool)
+	x1 := outbox.Event{ID: outbox.NewID(), AggregateID: "x", Type: "t", Payload: json.RawMessage(`{"n":1}`)}
+	ipInsert(t, db.Pool, w, x1)
+	var bad string
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
+VALUES (gen_random_uuid(), 'bad', 't', '{}', 'infinity') RETURNING id::text`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	x2 := outbox.Event{ID: outbox.NewID(), AggregateID: "x", Type: "t", Payload: json.RawMessage(`{"n":2}`)}
+	ipInsert(t, db.Pool, w, x2)
+	h := ipStartRelay(t, db, k.Brokers, topic, ipConfig{Relay: relay.Config{PollInterval: 50 * time.Millisecond}, Lease: lease.Config{Lease: 2 * time.Second}})
+	x3 := outbox.Event{ID: outbox.NewID(), AggregateID: "x", Type: "t", Payload: json.RawMessage(`{"n":3}`)}
+	ipInsert(t, db.Pool, w, x3)
+	recs := k.Consume(t, topic, 3, 20*time.Second)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Headers["event_id"])
+	}
+	want := []string{x1.ID.String(), x2.ID.String(), x3.ID.String()}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("records %v, want x1, x2, x3 in order %v (stats %+v)", got, want, h.Relay.Stats())
+	}
+	var lastErr string
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return db.Pool.QueryRow(ctx, "SELECT coalesce(last_error, '') FROM outbox WHERE id::text = $1 AND dead_lettered_at IS NOT NULL", bad).Scan(&lastErr) == nil
+	}, "the row with created_at infinity is not dead-lettered")
+	if !strings.Contains(lastErr, "created_at") {
+		t.Errorf("last_error %q does not name created_at", lastErr)
+	}
+	if st := h.Relay.Stats(); st.DeadLettered != 1 {
+		t.Errorf("stats %+v: want 1 dead letter", st)
+	}
 }
