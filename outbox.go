@@ -155,8 +155,9 @@ type WriterConfig struct {
 	// WakeupDebounced.
 	Wakeup WakeupMode
 	// WakeupInterval is the debounce window of WakeupDebounced: at most one
-	// transaction per window, per Writer, carries a notification. It must
-	// not exceed the relay's --linger (25ms). Defaults to 20ms.
+	// transaction per window, per Writer, carries a notification (outbox.Add
+	// uses one Writer per process). It must not exceed the relay's
+	// --claim-window (relay.Config.ClaimWindow, 25ms). Defaults to 20ms.
 	WakeupInterval time.Duration
 }
 

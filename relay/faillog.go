@@ -88,3 +88,16 @@ func (f *failureLog) flush(now time.Time, ok bool) {
 		f.last, f.total = time.Time{}, 0
 	}
 }
+
+// stop writes the pending summaries at shutdown. An episode still open is
+// not over: it says so, instead of "publishing works again".
+func (f *failureLog) stop(now time.Time) {
+	if len(f.pending) > 0 {
+		f.last = time.Time{} // write them now
+	}
+	f.flush(now, false)
+	if !f.last.IsZero() {
+		f.log.Warn("relay stopping while publishes fail; the events are retried by the next relay to claim them", zap.Int64("failed_events_in_episode", f.total))
+		f.last, f.total = time.Time{}, 0
+	}
+}

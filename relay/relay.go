@@ -202,7 +202,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	close(batches)
 	close(stopWatch)
 	wg.Wait()
-	r.fails.flush(time.Now(), true)
+	r.fails.stop(time.Now())
 	// Everything is marked or released: tell the other relays.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
 	if err := r.claimer.Close(cctx); err != nil {
