@@ -112,9 +112,6 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	if q.beat {
 		c.lastBeat = began
 	}
-	if q.floor == 0 {
-		c.lastRescan = began
-	}
 	batch.Claimed = time.Now()
 	// RETURNING is not ordered; the relay needs seq order.
 	slices.SortFunc(batch.Rows, func(a, b Row) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -151,8 +148,21 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	// advance for how that can happen).
 	if began.Sub(c.lastRescan) >= rescanEvery {
 		q.floor = 0
+		// Counted when tried, not when it succeeds: a rescan that fails
+		// (it walks every dead index entry below the floor, and may pass
+		// the statement timeout) must not turn every claim into one.
+		c.lastRescan = began
 	}
-	q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor)
+	// The order guard looks for blocking rows from the floor up, even in a
+	// rescan: below the floor every row is published (a row the floor
+	// passed by mistake is claimed by the rescan itself, before the later
+	// rows of its batch). From seq 0 each probe would walk its aggregate's
+	// whole history of dead index entries while a long transaction keeps
+	// VACUUM from removing them: with two relays and a snapshot held for 6
+	// minutes at 1,000 events/s (make soak) such claims took seconds,
+	// passed the statement timeout and were retried as rescans, and the
+	// relays stalled.
+	q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor)
 	q.advance = time.Since(c.lastAdvance) >= advanceEvery
 	if q.advance {
 		// In this order: the sequence before the transactions running

@@ -84,13 +84,20 @@ func (c *Claimer) prepareClaim() {
 	// (set_config above): the SubPlan's pessimistic cost estimate would
 	// otherwise trigger JIT compilation, about 20ms per claim for nothing.
 	st := NewStates(cfg.Table, cfg.Columns)
+	// The guard's probes start at the lowest unpublished seq at or above
+	// the floor ($6), computed once per claim (an InitPlan): no row below
+	// it is leased or backing off. Every probe walks its aggregate's index
+	// entries from there, dead ones included; from seq 0 (a new relay, or
+	// a rescan) each probe would walk its aggregate's whole history while a
+	// long transaction keeps VACUUM from removing it.
+	guardFrom := `(SELECT coalesce(min(m.seq), $6) FROM ` + t + ` m WHERE m.published_at IS NULL AND m.seq >= $6)`
 	c.claimSQL = `WITH candidates AS (
   SELECT o.ctid, o.locked_by IS NOT NULL AS taken_over FROM ` + t + ` o
   WHERE ` + st.Live("o") + `
     AND o.seq >= $5
     AND ` + st.LeaseFree("o") + `
     AND (NOT (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.until > now() AND g.key <> 'relay:' || $3))
-      OR NOT ` + st.Waiting("o", "$3", "$5") + `)
+      OR NOT ` + st.Waiting("o", "$3", guardFrom) + `)
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
