@@ -336,3 +336,31 @@ func TestMigrateAnotherTable(t *testing.T) {
 		t.Fatalf("status --table events: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// A broker that refuses the SASL mechanism, and a TLS handshake with a
+// plaintext listener, were logged as "kafka not reachable yet; retrying"
+// forever (or "context deadline exceeded"). They are named, exit 1 at
+// start, as a refused database password is.
+func TestKafkaAuthenticationAndTLSFailuresExitOne(t *testing.T) {
+	t.Parallel()
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	base := []string{"run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--metrics-addr", ""}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"SASL refused", []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u", "--kafka-sasl-password", "p"}, "authentication"},
+		{"TLS against plaintext", []string{"--kafka-tls"}, "TLS"},
+	} {
+		start := time.Now()
+		code, _, stderr := runMain(t, context.Background(), append(append([]string{}, base...), tc.args...)...)
+		if code != exitFailure || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "retrying") {
+			t.Errorf("%s: exit %d after %s, stderr %q; want exit 1 naming %s, without retrying", tc.name, code, time.Since(start).Round(time.Millisecond), stderr, tc.want)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		t.Logf("%s: exit 1 after %s: %s", tc.name, time.Since(start).Round(time.Millisecond), lines[len(lines)-1])
+	}
+}
