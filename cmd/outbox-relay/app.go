@@ -343,6 +343,10 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, check func(conte
 		err := check(cctx)
 		cancel()
 		if permanent(err) {
+			if what == "kafka" {
+				// The kafka package names its Config fields; say the flags.
+				return fmt.Errorf("%s refused the connection: %s", what, kafkaFlags(err.Error()))
+			}
 			return fmt.Errorf("%s refused the connection: %w", what, err)
 		}
 		if err == nil {

@@ -379,6 +379,17 @@ var configFlags = map[string]string{
 	"kafka.AutoCreateTopic": "--kafka-auto-create-topics",
 }
 
+// kafkaFlags rewrites the kafka package's Config field names in msg
+// ("turn Config.TLSEnabled off") as the flags that set them.
+func kafkaFlags(msg string) string {
+	return configFieldRE.ReplaceAllStringFunc(msg, func(m string) string {
+		if f, ok := configFlags["kafka."+strings.TrimPrefix(m, "Config.")]; ok {
+			return f
+		}
+		return m
+	})
+}
+
 // configFieldRE finds the Config fields named in a reason.
 var configFieldRE = regexp.MustCompile(`\bConfig\.(\w+)`)
 
