@@ -11,10 +11,10 @@ import (
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
-// claimBuffers runs c's claim statement under EXPLAIN (ANALYZE, BUFFERS)
-// in a transaction it rolls back, scanning from scanFrom with the floor
-// floor, and returns the shared buffers it touched.
-func claimBuffers(t *testing.T, c *Claimer, scanFrom, floor int64) int64 {
+// explainBuffers runs sql with args under EXPLAIN (ANALYZE, BUFFERS), with
+// the Claimer's plan settings, in a transaction it rolls back, and returns
+// the shared buffers the statement touched.
+func explainBuffers(t *testing.T, c *Claimer, sql string, args ...any) int64 {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := c.pool.Begin(ctx)
@@ -26,8 +26,7 @@ func claimBuffers(t *testing.T, c *Claimer, scanFrom, floor int64) int64 {
 		t.Fatal(err)
 	}
 	var plan []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+c.claimSQL,
-		c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), uuid.New(), scanFrom, floor).Scan(&plan); err != nil {
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	var out []struct {
@@ -104,7 +103,8 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := claimBuffers(t, c, 0, 0)
+	// A claim scanning from seq 0 with the floor 0, as a new relay's.
+	fresh := explainBuffers(t, c, c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), uuid.New(), int64(0), int64(0))
 	t.Logf("a new relay's claim (floor 0) touched %d buffers", fresh)
 	// Measured: 884,348 buffers with the probes bounded by the scan's
 	// start (each walks its aggregate's 3,000 dead entries), 10,444 now
@@ -129,40 +129,9 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	for i := range seqs {
 		seqs[i] = b.Rows[i].Seq
 	}
-	mark := settleBuffers(t, c, c.markSQL, b.Token, seqs)
+	mark := explainBuffers(t, c, c.markSQL, seqs, b.Token)
 	t.Logf("a mark of 200 rows touched %d buffers", mark)
 	if mark > 5000 {
 		t.Errorf("a mark of 200 rows touched %d buffers: it walks an index instead of probing outbox_unpublished_seq_idx", mark)
 	}
-}
-
-// settleBuffers runs a settle statement (markSQL and the like, whose
-// parameters are the seqs and the token) under EXPLAIN (ANALYZE, BUFFERS)
-// in a transaction it rolls back, and returns the shared buffers it
-// touched.
-func settleBuffers(t *testing.T, c *Claimer, sql string, token uuid.UUID, seqs []int64) int64 {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT "+planSettings); err != nil {
-		t.Fatal(err)
-	}
-	var plan []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, seqs, token).Scan(&plan); err != nil {
-		t.Fatal(err)
-	}
-	var out []struct {
-		Plan struct {
-			Hit  int64 `json:"Shared Hit Blocks"`
-			Read int64 `json:"Shared Read Blocks"`
-		} `json:"Plan"`
-	}
-	if err := json.Unmarshal(plan, &out); err != nil || len(out) != 1 {
-		t.Fatalf("plan %s: %v", plan, err)
-	}
-	return out[0].Plan.Hit + out[0].Plan.Read
 }
