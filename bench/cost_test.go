@@ -192,17 +192,25 @@ func TestDBCPUFromProc(t *testing.T) {
 // nothing in it counts none. A transaction of an autovacuum worker can
 // land in a window; the check is repeated up to 3 times for that.
 func TestXactAndWALDeltas(t *testing.T) {
-	db := testenv.DB(t)
-	p := testProbe(t, db.ConnString, false)
+	// A database of its own: pg_stat_database counts per database, and
+	// other packages' tests run in parallel on the shared one (17 counted
+	// for 15 there, once).
+	dsn := ownDatabase(t)
+	p := testProbe(t, dsn, false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := db.Pool.Exec(ctx, "CREATE TABLE t (v text)"); err != nil {
+	own, err := pgxpool.New(ctx, dsn)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.flushPool(ctx, db.Pool); err != nil {
+	defer own.Close()
+	if _, err := own.Exec(ctx, "CREATE TABLE t (v text)"); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(db.ConnString)
+	if _, err := p.flushPool(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
