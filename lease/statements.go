@@ -64,12 +64,18 @@ func (c *Claimer) prepareClaim() {
 	if cfg.Columns.AggregateType != "" {
 		aggType = "o." + col(cfg.Columns.AggregateType) + "::text"
 	}
-	// One statement: a CTE picks and row-locks the candidates, the UPDATE
-	// leases exactly those. Never `UPDATE ... WHERE id IN (SELECT ... LIMIT
-	// n FOR UPDATE SKIP LOCKED)`: the planner may run that subquery more
-	// than once and lease more than n rows (PostgreSQL bug #15715). The
-	// UPDATE finds the locked rows by ctid (a TID scan, no index lookup);
-	// the row lock guarantees the ctid does not change in between.
+	// One statement: a CTE (referenced twice, so materialized: evaluated
+	// once) picks the candidates, the UPDATE leases exactly those, found by
+	// ctid (a TID scan, no index lookup). Never `UPDATE ... WHERE id IN
+	// (SELECT ... LIMIT n)`: the planner may run that subquery more than
+	// once and lease more than n rows (PostgreSQL bug #15715). The
+	// candidates are not row-locked (FOR UPDATE SKIP LOCKED): claims of all
+	// relays are serialized by the advisory lock taken first in the same
+	// transaction, and the only other writer of a claimable row is the
+	// relay whose lease on it ended, settling it late; the UPDATE then
+	// waits for that transaction and skips the row, whose ctid changed.
+	// A row lock is a WAL record of its own per row (about 54 bytes per
+	// event).
 	//
 	// The guard keeps per-aggregate order across relays and across retries:
 	// a row is not claimable while an earlier unpublished row of its
@@ -100,7 +106,6 @@ func (c *Claimer) prepareClaim() {
       OR NOT ` + st.Waiting("o", "$3", guardFrom) + `)
   ORDER BY o.seq
   LIMIT $1
-  FOR UPDATE SKIP LOCKED
 ), claimed AS (
 UPDATE ` + t + ` o
 SET locked_until = now() + $2 * interval '1 millisecond', locked_by = $3, claim_token = $4
@@ -159,7 +164,11 @@ func (c *Claimer) prepareSettle() {
 	// Each statement finds its rows in a CTE ordered by seq, which (with
 	// enable_sort off, planSettings) only outbox_unpublished_seq_idx can
 	// produce, probed with seq = ANY(...); the UPDATE then takes them by
-	// ctid, locked. Written as a plain `UPDATE ... WHERE seq = ANY(...)`,
+	// ctid. Not FOR UPDATE: a row lock is a WAL record of its own (58 more
+	// WAL bytes per event measured), and a row updated by another
+	// transaction in between (only another relay's takeover, after this
+	// lease ended: this relay's own settle statements name disjoint rows)
+	// fails the ctid recheck and is left alone, as it must be. Written as a plain `UPDATE ... WHERE seq = ANY(...)`,
 	// the planner, misled by the partial indexes' live-row counts, chose a
 	// full scan of outbox_unpublished_aggregate_idx with a filter: while a
 	// long transaction kept VACUUM from removing its dead entries, a mark
@@ -170,7 +179,7 @@ func (c *Claimer) prepareSettle() {
 		return `WITH settled AS (
   SELECT ctid FROM ` + t + `
   WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL
-  ORDER BY seq FOR UPDATE
+  ORDER BY seq
 )
 UPDATE ` + t + ` SET ` + set + `
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM settled))`
