@@ -248,6 +248,11 @@ type Metrics struct {
 // outbox_publish_latency_seconds: 1ms doubling to about 65s.
 var LatencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
 
+// StatementBuckets are the bounds, in seconds, of the claim and mark
+// durations: 1-2-5 steps from 0.1 ms to 10 s, so that targets such as "p99
+// under 10 ms" fall on a bound.
+var StatementBuckets = []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10}
+
 // New returns Metrics on db (the relay's pool) with its own registry,
 // holding the table gauges, the per-event metrics and Go runtime and
 // process collectors. Relay and listener metrics appear once Attach is
@@ -346,7 +351,7 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 	m.claimDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "outbox_claim_duration_seconds",
 		Help:    "Duration of a claim (one round trip: lease a batch and commit), by result: rows, empty or error.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		Buckets: StatementBuckets,
 	}, []string{"result"})
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "outbox_claim_batch_size",
@@ -356,7 +361,7 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 	m.markDur = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "outbox_mark_duration_seconds",
 		Help:    "Duration of marking a published chunk of events.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		Buckets: StatementBuckets,
 	})
 	m.takeovers = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "outbox_lease_takeovers_total",
