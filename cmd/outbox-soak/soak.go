@@ -248,6 +248,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("delivered          %d\n", rep.Delivered)
 	fmt.Printf("lost               %d\n", rep.Lost)
 	fmt.Printf("duplicates         %d\n", rep.Duplicates)
+	fmt.Printf("re-reads           %d (records read again at an offset already read: the consumer's position reset when a partition moved; not counted above)\n", obs.Rereads())
 	fmt.Printf("phantoms           %d\n", rep.Phantoms)
 	fmt.Printf("payload mismatches %d\n", rep.PayloadMismatches)
 	fmt.Printf("order violations   %d\n", rep.OrderViolations)

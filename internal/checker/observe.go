@@ -82,6 +82,7 @@ type Observer struct {
 	recs     []Observed
 	ids      map[string]struct{}
 	next     map[int32]int64 // per partition: offset after the last record read
+	rereads  int             // records at offsets already read (the consumer's position was reset)
 	stopped  bool
 	fetchErr error
 }
@@ -134,6 +135,13 @@ func (o *Observer) run(ctx context.Context) {
 		o.mu.Lock()
 		fs.EachError(func(_ string, _ int32, err error) { o.fetchErr = err })
 		for _, ob := range batch {
+			if ob.Offset < o.next[ob.Partition] {
+				// The same record again: the consumer's position was
+				// reset (kfake resets it when a partition moves to
+				// another broker). Not a duplicate in the topic.
+				o.rereads++
+				continue
+			}
 			o.recs = append(o.recs, ob)
 			if ob.EventID != "" {
 				if id, err := uuid.Parse(ob.EventID); err == nil {
@@ -158,7 +166,15 @@ func (o *Observer) Distinct() int {
 	return len(o.ids)
 }
 
-// Records returns how many records were read so far.
+// Rereads returns how many records were read again at an offset already
+// read; they are not in Records or the observed list.
+func (o *Observer) Rereads() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.rereads
+}
+
+// Records returns how many records were read so far (each offset once).
 func (o *Observer) Records() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
