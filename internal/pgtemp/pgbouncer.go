@@ -225,18 +225,7 @@ func (b *PgBouncer) logSince(offset int64) string {
 // seconds) and removes its directory. Calling it again is a no-op
 // returning nil.
 func (b *PgBouncer) Stop() error {
-	b.mu.Lock()
-	if b.stopped {
-		b.mu.Unlock()
-		return nil
-	}
-	b.stopped = true
-	b.mu.Unlock()
-	err := b.stop()
-	if rerr := os.RemoveAll(b.dir); rerr != nil && err == nil {
-		err = fmt.Errorf("pgtemp: pgbouncer: remove %s: %w", b.dir, rerr)
-	}
-	return err
+	return stopOnce(&b.mu, &b.stopped, b.stop, b.dir, "pgtemp: pgbouncer")
 }
 
 func (b *PgBouncer) stop() error {
@@ -247,13 +236,8 @@ func (b *PgBouncer) stop() error {
 	if proc == nil {
 		return nil
 	}
-	for _, s := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		_ = proc.Process.Signal(s)
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(10 * time.Second):
-		}
+	if signalUntilExit(proc, exited, []stopStep{{syscall.SIGTERM, 10 * time.Second}, {syscall.SIGKILL, 10 * time.Second}}) {
+		return nil
 	}
 	return fmt.Errorf("pgtemp: pgbouncer: pid %d did not exit", proc.Process.Pid)
 }

@@ -193,18 +193,44 @@ func (c *Cluster) LogPath() string { return c.logPath }
 // and then SIGKILL if it does not exit within 30 and 10 seconds, and removes
 // the temporary directory. Calling Stop again is a no-op returning nil.
 func (c *Cluster) Stop() error {
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
+	return stopOnce(&c.mu, &c.stopped, c.stop, c.dir, "pgtemp")
+}
+
+// stopOnce runs stop and removes dir the first time it is called for a
+// process (*stopped, guarded by mu, says it was); later calls return nil.
+func stopOnce(mu *sync.Mutex, stopped *bool, stop func() error, dir, what string) error {
+	mu.Lock()
+	if *stopped {
+		mu.Unlock()
 		return nil
 	}
-	c.stopped = true
-	c.mu.Unlock()
-	err := c.stop()
-	if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
-		err = fmt.Errorf("pgtemp: remove %s: %w", c.dir, rerr)
+	*stopped = true
+	mu.Unlock()
+	err := stop()
+	if rerr := os.RemoveAll(dir); rerr != nil && err == nil {
+		err = fmt.Errorf("%s: remove %s: %w", what, dir, rerr)
 	}
 	return err
+}
+
+// stopStep is a signal and how long to wait for the process to exit.
+type stopStep struct {
+	sig  syscall.Signal
+	wait time.Duration
+}
+
+// signalUntilExit sends each step's signal until the process exits
+// (exited is closed); false when it outlived them all.
+func signalUntilExit(proc *exec.Cmd, exited <-chan struct{}, steps []stopStep) bool {
+	for _, s := range steps {
+		_ = proc.Process.Signal(s.sig)
+		select {
+		case <-exited:
+			return true
+		case <-time.After(s.wait):
+		}
+	}
+	return false
 }
 
 // Restart stops the server with a fast shutdown and starts it again on the
@@ -232,21 +258,12 @@ func (c *Cluster) stop() error {
 	if proc == nil {
 		return nil
 	}
-	steps := []struct {
-		sig  syscall.Signal
-		wait time.Duration
-	}{
+	if signalUntilExit(proc, exited, []stopStep{
 		{syscall.SIGINT, 30 * time.Second},  // fast shutdown
 		{syscall.SIGQUIT, 10 * time.Second}, // immediate shutdown
 		{syscall.SIGKILL, 10 * time.Second},
-	}
-	for _, s := range steps {
-		_ = proc.Process.Signal(s.sig)
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(s.wait):
-		}
+	}) {
+		return nil
 	}
 	return fmt.Errorf("pgtemp: stop: postmaster pid %d did not exit", proc.Process.Pid)
 }
