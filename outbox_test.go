@@ -299,3 +299,90 @@ func TestAddCarriesTheCallersTraceContext(t *testing.T) {
 		t.Fatalf("traceparent without a span: %v", *got["c"])
 	}
 }
+
+// TestWakeAfterCommit: in WakeupAfterCommit mode Add queues no
+// notification, Wake sends one after the commit (once per window), refuses
+// a transaction, and leaves the session's synchronous_commit as it was.
+func TestWakeAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	listen, err := pgx.Connect(ctx, db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(ctx)
+	if _, err := listen.Exec(ctx, "LISTEN outbox"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupAfterCommit, WakeupInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{}`)}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	next := func() string {
+		t.Helper()
+		n, err := listen.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Payload
+	}
+
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(ctx, tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wake(ctx, tx); !errors.Is(err, outbox.ErrWakeInTransaction) {
+		t.Fatalf("Wake inside the transaction = %v, want ErrWakeInTransaction", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'after-add')"); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "after-add" {
+		t.Fatalf("first notification %q, want the marker: Add notified in after-commit mode", got)
+	}
+	for i := 0; i < 3; i++ { // the first wakes, the others fall in the window
+		if err := w.Wake(ctx, conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'sentinel')"); err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{next(), next()}; got[0] != "" || got[1] != "sentinel" {
+		t.Fatalf("notifications after three Wakes %q, want one wake-up then the sentinel", got)
+	}
+	var sc string
+	if err := conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil || sc != "on" {
+		t.Fatalf("synchronous_commit after Wake = %q (%v), want on: the setting leaked out of Wake's transaction", sc, err)
+	}
+
+	// In the other modes Add notified already: Wake sends nothing.
+	d, err := outbox.NewWriter(outbox.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Wake(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'sentinel2')"); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "sentinel2" {
+		t.Fatalf("notification %q after Wake in debounced mode, want none before the sentinel", got)
+	}
+}

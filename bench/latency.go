@@ -31,6 +31,14 @@ type LatencyConfig struct {
 	// debounced wake-ups (outbox.WakeupDebounced, as in the notify modes)
 	// instead of none (as in poll and naive). Defaults to false.
 	Wakeups bool
+	// WakeupMode is for ModeWritersOnly: the writers' outbox.WakeupMode by
+	// name (none, debounced, every-tx, after-commit: Writer.Wake after
+	// each commit); it overrides Wakeups. Defaults to "": Wakeups decides.
+	WakeupMode string
+	// Listen is for ModeWritersOnly: a session LISTENs on the run's
+	// channel and reads every notification, as a relay's listener would,
+	// so that delivering them is part of the cost. Defaults to false.
+	Listen bool
 	// NoCost skips the cost measurement (DB and relay CPU, transactions,
 	// WAL; see Cost). Defaults to false: measured, except for floor.
 	NoCost bool
@@ -123,6 +131,14 @@ func (c *LatencyConfig) validate() error {
 	case c.Rate*c.Duration.Seconds() > 50e6:
 		return fmt.Errorf("bench: LatencyConfig.Duration: %s at %v events/s is over 50 million events", c.Duration, c.Rate)
 	}
+	if c.WakeupMode != "" || c.Listen {
+		if c.Mode != ModeWritersOnly {
+			return fmt.Errorf("bench: LatencyConfig.WakeupMode and Listen are for mode %s, not %s", ModeWritersOnly, c.Mode)
+		}
+		if _, err := parseWakeup(c.WakeupMode); err != nil {
+			return err
+		}
+	}
 	if c.hasRelay() {
 		c.Relay.Mode = c.Mode
 		if err := c.Relay.validate(); err != nil {
@@ -135,6 +151,35 @@ func (c *LatencyConfig) validate() error {
 // hasRelay reports whether the run has a relay (not floor, not
 // writers-only).
 func (c *LatencyConfig) hasRelay() bool { return c.Mode != ModeFloor && c.Mode != ModeWritersOnly }
+
+// wakeupModes are the writer's wake-up modes by name.
+var wakeupModes = []outbox.WakeupMode{outbox.WakeupNone, outbox.WakeupDebounced, outbox.WakeupEveryTx, outbox.WakeupAfterCommit}
+
+// parseWakeup returns the outbox.WakeupMode named s; "" is
+// WakeupDebounced.
+func parseWakeup(s string) (outbox.WakeupMode, error) {
+	if s == "" {
+		return outbox.WakeupDebounced, nil
+	}
+	for _, m := range wakeupModes {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("bench: LatencyConfig.WakeupMode: %q is not none, debounced, every-tx or after-commit", s)
+}
+
+// writerWakeup is the run's writers' wake-up mode.
+func (c *LatencyConfig) writerWakeup() outbox.WakeupMode {
+	if c.Mode == ModeWritersOnly && c.WakeupMode != "" {
+		m, _ := parseWakeup(c.WakeupMode) // checked by validate
+		return m
+	}
+	if c.wakeups() {
+		return outbox.WakeupDebounced // the writer's default
+	}
+	return outbox.WakeupNone
+}
 
 // wakeups reports whether the run's writers queue debounced wake-ups.
 func (c *LatencyConfig) wakeups() bool {
@@ -166,6 +211,8 @@ type sender interface {
 type dbSender struct {
 	db     *runDB
 	writer *outbox.Writer
+	// wake: Writer.Wake after each commit (outbox.WakeupAfterCommit).
+	wake bool
 }
 
 func (s *dbSender) send(ctx context.Context, evs []outbox.Event) error {
@@ -177,7 +224,13 @@ func (s *dbSender) send(ctx context.Context, evs []outbox.Event) error {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if s.wake {
+		return s.writer.Wake(ctx, s.db.Pool)
+	}
+	return nil
 }
 
 type kafkaSender struct{ pub *kafka.Publisher }
@@ -237,10 +290,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		run.RelayDefaults = cfg.Relay.ProcDefaults && cfg.Mode == ModeNotifyProc
 	}
 	if cfg.Mode == ModeWritersOnly {
-		run.WritersWakeup = outbox.WakeupNone.String()
-		if cfg.Wakeups {
-			run.WritersWakeup = outbox.WakeupDebounced.String()
-		}
+		run.WritersWakeup = cfg.writerWakeup().String()
 	}
 
 	var topic string
@@ -252,6 +302,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		defer e.dropTopic(topic)
 	}
 	var snd sender
+	var counter *notifyCounter
 	var rel runningRelay
 	var db *runDB
 	var probe *costProbe
@@ -270,15 +321,20 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		}
 		defer db.Close()
 		channel := db.Schema
-		wcfg := outbox.WriterConfig{Channel: channel, Wakeup: outbox.WakeupNone}
-		if cfg.wakeups() {
-			wcfg.Wakeup = outbox.WakeupDebounced // the writer's default
-		}
+		wcfg := outbox.WriterConfig{Channel: channel, Wakeup: cfg.writerWakeup()}
 		w, err := outbox.NewWriter(wcfg)
 		if err != nil {
 			return run, err
 		}
-		snd = &dbSender{db: db, writer: w}
+		snd = &dbSender{db: db, writer: w, wake: wcfg.Wakeup == outbox.WakeupAfterCommit}
+		if cfg.Listen {
+			l, err := startNotifyCounter(ctx, db, channel)
+			if err != nil {
+				return run, err
+			}
+			defer l.Stop() // on an early return
+			counter = l
+		}
 		if err := warmPool(ctx, db, cfg.Writers); err != nil {
 			return run, err
 		}
@@ -443,6 +499,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 	if tr != nil {
 		tr.Stop()
+	}
+	if counter != nil {
+		run.Notifications = counter.Stop()
 	}
 	if err := ctx.Err(); err != nil {
 		return run, err

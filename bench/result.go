@@ -152,6 +152,9 @@ type Latency struct {
 	// IdleWindowS seconds after the warm-up, before the measured events.
 	IdleClaimsPerS float64 `json:"idle_claims_per_s"`
 	IdleWindowS    float64 `json:"idle_window_s"`
+	// Notifications is how many notifications the run's LISTEN session
+	// received (writers-only runs with LatencyConfig.Listen).
+	Notifications int64 `json:"notifications,omitempty"`
 	// Relay wake-ups during the send phase by cause.
 	WakeNotify  int64 `json:"wake_notify"`
 	WakePoll    int64 `json:"wake_poll"`

@@ -91,6 +91,11 @@ type SuiteConfig struct {
 	// 1000000) are preloaded with INSERT ... SELECT and drained by one
 	// relay process.
 	Backlog DrainConfig
+	// NotifyCostRates are the commit rates, per second, of the
+	// notify-cost scenario (ScenarioNotifyCost): writers only, one run per
+	// rate and writer wake-up mode, each lasting Latency.Duration (and
+	// MinEvents). Defaults to DefaultNotifyCostRates (10, 1000, 10000).
+	NotifyCostRates []float64
 }
 
 // writersFor returns the writer count of a latency run at rate: at least
@@ -125,10 +130,13 @@ func (c *SuiteConfig) setDefaults() {
 	if c.Backlog.Events == 0 {
 		c.Backlog.Events = 1000000
 	}
+	if len(c.NotifyCostRates) == 0 {
+		c.NotifyCostRates = DefaultNotifyCostRates
+	}
 }
 
 // allScenarios is every scenario in the order RunSuite runs them.
-var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDrain, ScenarioBacklog, ScenarioWriters, ScenarioSweep, ScenarioBrokerDown}
+var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDrain, ScenarioBacklog, ScenarioWriters, ScenarioNotifyCost, ScenarioSweep, ScenarioBrokerDown}
 
 // Validate applies defaults and returns an error naming the first invalid
 // field.
@@ -136,7 +144,12 @@ func (c *SuiteConfig) Validate() error {
 	c.setDefaults()
 	for _, s := range c.Scenarios {
 		if !slices.Contains(allScenarios, s) {
-			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, sweep, broker-down, burst or backlog", s)
+			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, notify-cost, sweep, broker-down, burst or backlog", s)
+		}
+	}
+	for _, r := range c.NotifyCostRates {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return fmt.Errorf("bench: SuiteConfig.NotifyCostRates: must be positive, got %v", r)
 		}
 	}
 	for _, r := range c.ExtraRates {
@@ -426,6 +439,26 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 				}
 				add(none, failed)
 				add(with, failed)
+			}
+		case ScenarioNotifyCost:
+			for _, rate := range cfg.NotifyCostRates {
+				for _, m := range wakeupModes {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					lc := cfg.Latency
+					lc.Mode, lc.Scenario, lc.Rate = ModeWritersOnly, ScenarioNotifyCost, rate
+					lc.WakeupMode, lc.Listen, lc.NoCost = m.String(), true, cfg.NoCost
+					lc.Writers = writersFor(rate, cfg.Latency.Writers)
+					if cfg.MinEvents > 0 {
+						lc.Duration = max(lc.Duration, time.Duration(float64(cfg.MinEvents)/rate*float64(time.Second)))
+					}
+					r, err := e.Latency(ctx, lc)
+					if r.Scenario == "" {
+						r = Run{Scenario: ScenarioNotifyCost, Mode: ModeWritersOnly}
+					}
+					add(r, err)
+				}
 			}
 		case ScenarioSweep:
 			for _, m := range []string{ModeNotify, ModePoll} {

@@ -65,13 +65,15 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "DB CPU: %s\n", m.DBCPUSource)
 	}
 	fmt.Fprintln(w)
-	var lat, drain, writers, down, bursts, costs []*Run
+	var lat, drain, writers, down, bursts, costs, notify []*Run
 	for i := range r.Runs {
 		run := &r.Runs[i]
-		if run.Cost != nil {
+		if run.Cost != nil && run.Scenario != ScenarioNotifyCost {
 			costs = append(costs, run)
 		}
 		switch {
+		case run.Scenario == ScenarioNotifyCost:
+			notify = append(notify, run)
 		case run.BrokerDown != nil:
 			down = append(down, run)
 		case run.Burst != nil:
@@ -137,6 +139,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
+	}
+	if len(notify) > 0 {
+		writeNotifyCost(w, notify)
 	}
 	if len(bursts) > 0 {
 		writeBursts(w, bursts)
@@ -233,4 +238,40 @@ func firstWords(s string, n int) string {
 		f = f[:n]
 	}
 	return strings.Join(f, " ")
+}
+
+// writeNotifyCost writes the notify-cost runs: per commit rate and writer
+// wake-up mode, what the writers reached and what each commit cost the
+// database, against the run without wake-ups at the same rate.
+func writeNotifyCost(w io.Writer, runs []*Run) {
+	none := map[float64]*Run{}
+	for _, run := range runs {
+		if run.Latency != nil && run.WritersWakeup == "none" && run.Error == "" {
+			none[run.Rate] = run
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "wake-up cost (writers only)	rate/s	writers	commits/s	vs none	commit p50 ms	p99 ms	DB CPU ms/commit	vs none ms	DB xact/commit	WAL B/commit	notifications	")
+	for _, run := range runs {
+		if run.Latency == nil || run.Cost == nil {
+			fmt.Fprintf(w, "%s %s: error: %s\n", run.Scenario, run.Mode, run.Error)
+			continue
+		}
+		c := run.Cost
+		ratio, dCPU := "-", "-"
+		if b := none[run.Rate]; b != nil && b != run {
+			if b.AchievedRate > 0 {
+				ratio = fmt.Sprintf("%.2f", run.AchievedRate/b.AchievedRate)
+			}
+			if c.DBCPUMSPerEvent != nil && b.Cost != nil && b.Cost.DBCPUMSPerEvent != nil {
+				dCPU = fmt.Sprintf("%+.3f", *c.DBCPUMSPerEvent-*b.Cost.DBCPUMSPerEvent)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%d\t%.0f\t%s\t%.2f\t%.2f\t%s\t%s\t%.3f\t%.0f\t%d\t%s\n",
+			run.WritersWakeup, run.Rate, run.WriterCount, run.AchievedRate, ratio, run.CommitP50MS, run.CommitP99MS,
+			optF(c.DBCPUMSPerEvent, "%.3f"), dCPU, c.DBXactsPerEvent, c.WALBytesPerEvent, run.Notifications, errNote(run))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(one event per commit; commit time includes Writer.Wake for after-commit; a LISTEN session reads every notification)")
+	fmt.Fprintln(w)
 }

@@ -223,10 +223,12 @@ func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []ka
 	// and publishes them again.
 	pctx, cancel := context.WithDeadline(work, deadline.Add(-r.lease.Lease/10))
 	defer cancel()
-	r.progress.inFlight.Store(time.Now().UnixNano())
+	began := time.Now()
+	r.progress.inFlight.Store(began.UnixNano())
 	defer r.progress.inFlight.Store(0)
 	err := r.pub.Publish(pctx, msgs)
 	errs := make([]error, len(msgs))
+	defer func() { r.progress.publishAnswered(began, errs) }()
 	var perr *kafka.PublishError
 	switch {
 	case err == nil:

@@ -37,21 +37,17 @@ SELECT gen_random_uuid(), 'agg-' || (i %% 1000), 'burst', '{"n": 1}' FROM genera
 	return time.Since(began)
 }
 
-// TestBurstAfterIdleDrainsAsFast: a relay idle for 30 s, then one
-// transaction of 100,000 events, drains about as fast as a relay that was
-// not idle. Before the plan settings (lease.planSettings), the claim's
-// cached generic plan, made while the table was empty, read and sorted
-// the whole table at every claim: 20.6 s against 5.8 s (0.28x). The
-// benchmark holds the issue's 0.8x target (make bench, burst scenario);
-// this test, run beside the others on a 2-core machine, holds 0.6x, which
-// the old plan is far from.
-func TestBurstAfterIdleDrainsAsFast(t *testing.T) {
+// TestBurstAfterIdleDrains: a relay idles on a table whose statistics say
+// it is empty (ANALYZE, what autovacuum leaves after every event was
+// published and deleted) for long enough that its cached claim statement
+// switched to the generic plan (five executions, one per 500 ms poll),
+// then one transaction of 100,000 events arrives: every event is
+// published. Whether that plan is the index scan is proven without timing
+// by lease's TestClaimGenericPlanUsesTheIndex; the drain rate after idle
+// against a fresh relay (issue 11: 0.28x before the plan settings, goal
+// 0.8x) is a benchmark figure (make bench, burst scenario), logged here.
+func TestBurstAfterIdleDrains(t *testing.T) {
 	const n = 100000
-	fresh := burstDrain(t, n, 0, false)
-	idle := burstDrain(t, n, 30*time.Second, false)
-	t.Logf("%d events: %s (%.0f/s) with no idle period, %s (%.0f/s) after 30 s idle (ratio %.2f)",
-		n, fresh.Round(time.Millisecond), n/fresh.Seconds(), idle.Round(time.Millisecond), n/idle.Seconds(), fresh.Seconds()/idle.Seconds())
-	if fresh.Seconds()/idle.Seconds() < 0.6 {
-		t.Errorf("after an idle period the burst drains at %.2fx the rate of a fresh relay, want at least 0.6x", fresh.Seconds()/idle.Seconds())
-	}
+	d := burstDrain(t, n, 5*time.Second, true)
+	t.Logf("%d events drained in %s (%.0f/s) after 5 s idle on an analyzed empty table", n, d.Round(time.Millisecond), n/d.Seconds())
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/kafka"
 )
 
 // Health says whether the relay is moving events: the answer behind
@@ -17,8 +19,9 @@ type Health struct {
 	// for longer than Config.StallTimeout.
 	Moving bool `json:"moving"`
 	// Step names the stalled step: "claim" (every claim failed), "publish"
-	// (rows were claimed but none was published or dead-lettered) or
-	// "mark" (every mark failed). Empty while moving.
+	// (rows were claimed but none was published or dead-lettered, or the
+	// broker has left publishes unanswered, even if a few rows got
+	// through) or "mark" (every mark failed). Empty while moving.
 	Step string `json:"step,omitempty"`
 	// Reason says what was seen, with the last error.
 	Reason string `json:"reason,omitempty"`
@@ -68,6 +71,26 @@ type progress struct {
 	publishErr atomic.Pointer[string]
 	// inFlight is when the publish under way started (unix nanos), 0 if none.
 	inFlight atomic.Int64
+	// outage is when the current run of publishes that the broker left
+	// unanswered began (unix nanos): set by a publish with any message
+	// unreachable (kafka.IsUnreachable), cleared by one the broker
+	// answered in full. Rows published meanwhile (a chunk split by the
+	// outage's start, a partition whose broker still answers) do not end
+	// it, so a broker outage is one stall, not one per partial success.
+	outage atomic.Int64
+}
+
+// publishAnswered records a publish that started at began: any
+// unreachable message starts (or continues) an outage, a publish the
+// broker answered in full ends it.
+func (p *progress) publishAnswered(began time.Time, errs []error) {
+	for _, e := range errs {
+		if e != nil && kafka.IsUnreachable(e) {
+			p.outage.CompareAndSwap(0, began.UnixNano())
+			return
+		}
+	}
+	p.outage.Store(0)
 }
 
 // claimedRows records a claim that returned rows.
@@ -97,7 +120,11 @@ func (p *progress) health(now time.Time) Health {
 	if h.ClaimFailures > 0 {
 		stalled("claim", p.claims.since.Load(), fmt.Sprintf("%d claims failed in a row", h.ClaimFailures))
 	}
-	stalled("publish", p.waiting.Load(), "rows claimed but none published or dead-lettered")
+	if w, o := p.waiting.Load(), p.outage.Load(); o != 0 && (w == 0 || o < w) {
+		stalled("publish", o, "the broker has left publishes unanswered")
+	} else {
+		stalled("publish", w, "rows claimed but none published or dead-lettered")
+	}
 	if h.MarkFailures > 0 {
 		stalled("mark", p.marks.since.Load(), fmt.Sprintf("%d marks failed in a row", h.MarkFailures))
 	}

@@ -54,6 +54,11 @@ Scenarios (--scenario, comma-separated; run in this order):
            process (its defaults) drains them: events/s and the cost
   writers  --connections writers committing as fast as they can, with the
            product's wake-ups and with none; commits/s and the ratio
+  notify-cost
+           writers only (no relay; a session LISTENs) at each of
+           --notify-cost-rates commits/s, once per writer wake-up mode
+           (none, debounced, every-tx, after-commit): database CPU,
+           transactions and WAL per commit, commits/s reached, commit time
   sweep    latency and claim load across --poll-interval x --lease values
   broker-down
            the relay as a process (outbox-relay run); writers at --rate; the
@@ -176,7 +181,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env OUTBOX_DATABASE_URL or DATABASE_URL); empty: start a throwaway cluster with fsync on")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port; empty: an in-process kfake broker")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
-	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,sweep,broker-down,burst,backlog")
+	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog")
 	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc (notify-proc: the relay as a process, latency and drain)")
 	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
 	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
@@ -195,6 +200,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&s.Latency.Aggregates, "aggregates", 1000, "distinct aggregate IDs (Kafka keys)")
 	fs.DurationVar(&s.SweepDuration, "sweep-duration", 10*time.Second, "sweep: how long events are sent per run")
 	fs.Var(floats(&s.ExtraRates), "extra-rates", "latency: further rates, events/s, for the product relay only (notify-proc if in --mode, else notify), e.g. 10000,10; at least one writer per 400 events/s")
+	fs.Var(floats(&s.NotifyCostRates), "notify-cost-rates", "notify-cost: commit rates, per second (default 10,1000,10000)")
 	fs.IntVar(&s.MinEvents, "min-events", 200, "latency: every run lasts at least this many events (a longer --duration at low rates)")
 	fs.DurationVar(&s.BaselineDuration, "baseline-duration", 0, "latency and sweep: how long each writers-only baseline writes (0: --duration; negative: no baselines, no relay share of the cost)")
 	fs.BoolVar(&s.NoCost, "no-cost", false, "do not measure what runs cost (DB and relay CPU, transactions, WAL) and run no baselines")
@@ -419,7 +425,7 @@ func flagError(err error) string {
 		"LatencyConfig.EventsPerTx": "--events-per-tx", "LatencyConfig.PayloadBytes": "--payload-bytes",
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
 		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",
-		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events",
+		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates",
 		"BurstConfig.Events": "--burst-events", "BurstConfig.IdleSettle": "--idle-settle", "SuiteConfig.Backlog.Events": "--backlog-events",
 	} {
 		if i := strings.Index(s, field+": "); i >= 0 {
