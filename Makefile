@@ -36,7 +36,7 @@ test: vet tidy-check
 run:
 	$(GO) run ./cmd/outbox-dev $(ARGS)
 
-# A short benchmark suite (about 5 minutes) on a throwaway Postgres (fsync
+# A short benchmark suite (about 8 minutes) on a throwaway Postgres (fsync
 # on) and an in-process kfake broker, unless DATABASE_URL / OUTBOX_BROKERS
 # are set. Writes bench/results/latest.json, latest.png (latency CDF) and
 # latest-cost.png (latency against DB CPU per event), and prints the tables
@@ -45,12 +45,13 @@ run:
 # of idling), latency at 1,000 events/s per mode and at 10,000 and 10
 # events/s for the product relay (a process with its defaults), each with
 # what it cost the database and the relay against a writers-only baseline,
-# drain, a 1,000,000-event backlog, writers, broker-down. Extra flags:
+# drain, a 1,000,000-event backlog, writers, what waking the relay costs
+# the writers at 10, 1,000 and 10,000 commits/s (notify-cost), broker-down. Extra flags:
 # make bench BENCH_FLAGS='--rate 2000'. See `go run ./cmd/outbox-bench --help`.
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario burst,latency,drain,backlog,writers,broker-down --mode notify,poll,naive,floor,notify-proc \
+		--scenario burst,latency,drain,backlog,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 200 --duration 10s --baseline-duration 6s \
 		--grace 5s --idle-window 1s --poll-interval 500ms \
 		--idle 60s --burst-events 100000 --backlog-events 1000000 \
@@ -65,7 +66,7 @@ bench:
 .PHONY: bench-full
 bench-full:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario burst,latency,drain,backlog,writers,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
+		--scenario burst,latency,drain,backlog,writers,notify-cost,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 300 --duration 30s \
 		--poll-interval 50ms,100ms,500ms --lease 5s,30s --outage 20s \
 		--idle 60s --burst-events 100000 --backlog-events 1000000 \

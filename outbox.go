@@ -154,8 +154,7 @@ type WriterConfig struct {
 	// Wakeup chooses how the relay is woken after commit. Defaults to
 	// WakeupDebounced.
 	Wakeup WakeupMode
-	// WakeupInterval is the debounce window of WakeupDebounced and
-	// WakeupAfterCommit: at most one
+	// WakeupInterval is the debounce window of WakeupDebounced: at most one
 	// transaction per window, per Writer, carries a notification (outbox.Add
 	// uses one Writer per process). It must not exceed the relay's
 	// --claim-window (relay.Config.ClaimWindow, 25ms). Defaults to 20ms.
@@ -182,17 +181,6 @@ const (
 	// WakeupNone never notifies; the relay finds the events by polling
 	// (--poll-interval).
 	WakeupNone
-	// WakeupAfterCommit queues nothing in the business transaction: the
-	// caller calls Writer.Wake after its commit returned, which sends the
-	// notification in a transaction of its own, debounced like
-	// WakeupDebounced. A NOTIFY always gets a transaction ID and holds
-	// Postgres' notify commit lock through its commit (PreCommit_Notify in
-	// src/backend/commands/async.c); Wake commits with synchronous_commit
-	// off, so that lock is not held while the commit record is flushed, and
-	// no business commit waits behind it. The price is one extra round trip
-	// per WakeupInterval for the caller. Measured by `outbox-bench
-	// --scenarios notify-cost` (docs/benchmarks.md).
-	WakeupAfterCommit
 )
 
 func (m WakeupMode) String() string {
@@ -203,8 +191,6 @@ func (m WakeupMode) String() string {
 		return "every-tx"
 	case WakeupNone:
 		return "none"
-	case WakeupAfterCommit:
-		return "after-commit"
 	}
 	return fmt.Sprintf("WakeupMode(%d)", int(m))
 }
@@ -247,7 +233,7 @@ func (c WriterConfig) Validate() error {
 		return bad("MaxRecordBytes", "must be positive, got %d", c.MaxRecordBytes)
 	case c.WakeupInterval < 0:
 		return bad("WakeupInterval", "must be positive, got %s", c.WakeupInterval)
-	case c.Wakeup < WakeupDebounced || c.Wakeup > WakeupAfterCommit:
+	case c.Wakeup < WakeupDebounced || c.Wakeup > WakeupNone:
 		return bad("Wakeup", "unknown mode %d", int(c.Wakeup))
 	case strings.Count(c.Table, ".") > 1 || strings.HasPrefix(c.Table, ".") || strings.HasSuffix(c.Table, "."):
 		return bad("Table", "%q is not a table or schema.table name", c.Table)

@@ -3,13 +3,11 @@ package outbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -19,7 +17,6 @@ type Writer struct {
 	cfg        WriterConfig
 	insertSQL  string
 	notifySQL  string // insertSQL plus a pg_notify, in one statement
-	wakeSQL    string // Wake's statement
 	lastNotify atomic.Int64
 	now        func() time.Time
 }
@@ -40,10 +37,7 @@ SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[]::jso
 		cfg:       cfg,
 		insertSQL: insert,
 		notifySQL: `WITH ins AS (` + insert + ` RETURNING 1) SELECT pg_notify($7, '') FROM (SELECT 1) AS one`,
-		// set_config runs first (FROM), so the transaction's commit is
-		// asynchronous; the setting ends with that transaction.
-		wakeSQL: `SELECT pg_notify($1, '') FROM set_config('synchronous_commit', 'off', true)`,
-		now:     time.Now,
+		now:       time.Now,
 	}, nil
 }
 
@@ -150,59 +144,14 @@ func withTrace(h map[string]string, trace propagation.MapCarrier) map[string]str
 	return out
 }
 
-// ErrWakeInTransaction is returned by Writer.Wake when its Querier is a
-// transaction (pgx.Tx): the wake-up must run after the business
-// transaction committed, on a connection outside any transaction.
-var ErrWakeInTransaction = errors.New("outbox: Wake needs a pool or a connection outside a transaction, not a pgx.Tx")
-
-// Wake wakes the relay after the caller's transaction committed, in
-// WakeupAfterCommit mode: at most once per WakeupInterval (20ms by
-// default) per Writer it runs one statement through q, a pool or a
-// connection outside any transaction,
-//
-//	SELECT pg_notify(channel, '') FROM set_config('synchronous_commit', 'off', true)
-//
-// in a transaction of its own that commits without waiting for its commit
-// record's flush, so Postgres' notify commit lock is held only briefly
-// (see WakeupAfterCommit). Within the window it returns nil without a
-// round trip: the relay keeps claiming for its claim window (25ms) after a
-// claim that found events. In the other modes Add already queued the
-// wake-up and Wake does nothing. A wake-up that is lost (an error here,
-// the caller dying after its commit) delays the events until the relay's
-// fallback poll (--poll-interval, 500ms by default); nothing is lost.
-//
-// It returns ErrWakeInTransaction if q is a pgx.Tx, and the database
-// error wrapped as "outbox: wake relay: ...".
-func (w *Writer) Wake(ctx context.Context, q Querier) error {
-	if w.cfg.Wakeup != WakeupAfterCommit {
-		return nil
-	}
-	if _, ok := q.(pgx.Tx); ok {
-		return ErrWakeInTransaction
-	}
-	if !w.debounce() {
-		return nil
-	}
-	if _, err := q.Exec(ctx, w.wakeSQL, w.cfg.Channel); err != nil {
-		return fmt.Errorf("outbox: wake relay: %w", err)
-	}
-	return nil
-}
-
-// shouldNotify decides whether Add's statement carries a notification.
+// shouldNotify decides whether this call carries a notification.
 func (w *Writer) shouldNotify() bool {
 	switch w.cfg.Wakeup {
 	case WakeupEveryTx:
 		return true
-	case WakeupNone, WakeupAfterCommit:
+	case WakeupNone:
 		return false
 	}
-	return w.debounce()
-}
-
-// debounce reports whether a wake-up is due: true at most once per
-// WakeupInterval across all callers.
-func (w *Writer) debounce() bool {
 	now := w.now().UnixNano()
 	last := w.lastNotify.Load()
 	if now-last < int64(w.cfg.WakeupInterval) {

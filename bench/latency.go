@@ -31,9 +31,11 @@ type LatencyConfig struct {
 	// debounced wake-ups (outbox.WakeupDebounced, as in the notify modes)
 	// instead of none (as in poll and naive). Defaults to false.
 	Wakeups bool
-	// WakeupMode is for ModeWritersOnly: the writers' outbox.WakeupMode by
-	// name (none, debounced, every-tx, after-commit: Writer.Wake after
-	// each commit); it overrides Wakeups. Defaults to "": Wakeups decides.
+	// WakeupMode is for ModeWritersOnly: the writers' wake-up by name:
+	// an outbox.WakeupMode (none, debounced, every-tx) or after-commit
+	// (the bench's own debounced pg_notify after each commit, see
+	// afterCommitWaker); it overrides Wakeups. Defaults to "": Wakeups
+	// decides.
 	WakeupMode string
 	// Listen is for ModeWritersOnly: a session LISTENs on the run's
 	// channel and reads every notification, as a relay's listener would,
@@ -135,8 +137,8 @@ func (c *LatencyConfig) validate() error {
 		if c.Mode != ModeWritersOnly {
 			return fmt.Errorf("bench: LatencyConfig.WakeupMode and Listen are for mode %s, not %s", ModeWritersOnly, c.Mode)
 		}
-		if _, err := parseWakeup(c.WakeupMode); err != nil {
-			return err
+		if _, _, err := parseWakeup(c.WakeupMode); err != nil {
+			return fmt.Errorf("bench: LatencyConfig.WakeupMode: %w", err)
 		}
 	}
 	if c.hasRelay() {
@@ -152,33 +154,53 @@ func (c *LatencyConfig) validate() error {
 // writers-only).
 func (c *LatencyConfig) hasRelay() bool { return c.Mode != ModeFloor && c.Mode != ModeWritersOnly }
 
-// wakeupModes are the writer's wake-up modes by name.
-var wakeupModes = []outbox.WakeupMode{outbox.WakeupNone, outbox.WakeupDebounced, outbox.WakeupEveryTx, outbox.WakeupAfterCommit}
+// Writer wake-up modes by name: outbox.WakeupMode's names, plus
+// wakeAfterCommit, which the writer API does not offer: the bench itself
+// sends the debounced pg_notify after each commit, in a transaction of its
+// own with synchronous_commit off (see afterCommitWaker), to measure that
+// alternative against the writer's in-transaction wake-up.
+const wakeAfterCommit = "after-commit"
 
-// parseWakeup returns the outbox.WakeupMode named s; "" is
-// WakeupDebounced.
-func parseWakeup(s string) (outbox.WakeupMode, error) {
-	if s == "" {
-		return outbox.WakeupDebounced, nil
+// wakeupNames are the notify-cost scenario's modes, in its order.
+var wakeupNames = []string{outbox.WakeupNone.String(), outbox.WakeupDebounced.String(), outbox.WakeupEveryTx.String(), wakeAfterCommit}
+
+// parseWakeup returns the writer mode named s ("": debounced) and whether
+// the bench wakes the relay after commit instead (after-commit; the writer
+// then sends none).
+func parseWakeup(s string) (outbox.WakeupMode, bool, error) {
+	switch s {
+	case "", outbox.WakeupDebounced.String():
+		return outbox.WakeupDebounced, false, nil
+	case outbox.WakeupEveryTx.String():
+		return outbox.WakeupEveryTx, false, nil
+	case outbox.WakeupNone.String():
+		return outbox.WakeupNone, false, nil
+	case wakeAfterCommit:
+		return outbox.WakeupNone, true, nil
 	}
-	for _, m := range wakeupModes {
-		if m.String() == s {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("bench: LatencyConfig.WakeupMode: %q is not none, debounced, every-tx or after-commit", s)
+	return 0, false, fmt.Errorf("bench: wake-up mode %q is not none, debounced, every-tx or after-commit", s)
 }
 
-// writerWakeup is the run's writers' wake-up mode.
-func (c *LatencyConfig) writerWakeup() outbox.WakeupMode {
+// writerWakeup is the run's writers' wake-up: the writer's mode, and
+// whether the bench wakes the relay after each commit instead.
+func (c *LatencyConfig) writerWakeup() (outbox.WakeupMode, bool) {
 	if c.Mode == ModeWritersOnly && c.WakeupMode != "" {
-		m, _ := parseWakeup(c.WakeupMode) // checked by validate
-		return m
+		m, after, _ := parseWakeup(c.WakeupMode) // checked by validate
+		return m, after
 	}
 	if c.wakeups() {
-		return outbox.WakeupDebounced // the writer's default
+		return outbox.WakeupDebounced, false // the writer's default
 	}
-	return outbox.WakeupNone
+	return outbox.WakeupNone, false
+}
+
+// wakeupName names the run's writers' wake-up.
+func (c *LatencyConfig) wakeupName() string {
+	m, after := c.writerWakeup()
+	if after {
+		return wakeAfterCommit
+	}
+	return m.String()
 }
 
 // wakeups reports whether the run's writers queue debounced wake-ups.
@@ -211,8 +233,8 @@ type sender interface {
 type dbSender struct {
 	db     *runDB
 	writer *outbox.Writer
-	// wake: Writer.Wake after each commit (outbox.WakeupAfterCommit).
-	wake bool
+	// wake, if set, wakes the relay after each commit (after-commit).
+	wake *afterCommitWaker
 }
 
 func (s *dbSender) send(ctx context.Context, evs []outbox.Event) error {
@@ -227,8 +249,8 @@ func (s *dbSender) send(ctx context.Context, evs []outbox.Event) error {
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	if s.wake {
-		return s.writer.Wake(ctx, s.db.Pool)
+	if s.wake != nil {
+		return s.wake.wake(ctx, s.db.Pool)
 	}
 	return nil
 }
@@ -290,7 +312,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		run.RelayDefaults = cfg.Relay.ProcDefaults && cfg.Mode == ModeNotifyProc
 	}
 	if cfg.Mode == ModeWritersOnly {
-		run.WritersWakeup = cfg.writerWakeup().String()
+		run.WritersWakeup = cfg.wakeupName()
 	}
 
 	var topic string
@@ -321,12 +343,16 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		}
 		defer db.Close()
 		channel := db.Schema
-		wcfg := outbox.WriterConfig{Channel: channel, Wakeup: cfg.writerWakeup()}
-		w, err := outbox.NewWriter(wcfg)
+		mode, after := cfg.writerWakeup()
+		w, err := outbox.NewWriter(outbox.WriterConfig{Channel: channel, Wakeup: mode})
 		if err != nil {
 			return run, err
 		}
-		snd = &dbSender{db: db, writer: w, wake: wcfg.Wakeup == outbox.WakeupAfterCommit}
+		ds := &dbSender{db: db, writer: w}
+		if after {
+			ds.wake = newAfterCommitWaker(channel)
+		}
+		snd = ds
 		if cfg.Listen {
 			l, err := startNotifyCounter(ctx, db, channel)
 			if err != nil {
@@ -619,10 +645,7 @@ func label(cfg LatencyConfig) string {
 	case ModePoll, ModeNaive:
 		return fmt.Sprintf("%s(%s)", cfg.Mode, cfg.Relay.PollInterval)
 	case ModeWritersOnly:
-		if cfg.Wakeups {
-			return cfg.Mode + "(" + outbox.WakeupDebounced.String() + ")"
-		}
-		return cfg.Mode + "(" + outbox.WakeupNone.String() + ")"
+		return cfg.Mode + "(" + cfg.wakeupName() + ")"
 	}
 	return cfg.Mode
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox"
 )
 
 // SuiteConfig selects what RunSuite runs.
@@ -60,6 +62,10 @@ type SuiteConfig struct {
 	// Connections are the writers runs' connection counts. Defaults to
 	// [16, 32, 64].
 	Connections []int
+	// WritersWakeup is the writers' wake-up mode in the writers runs with
+	// wake-ups: debounced, every-tx or after-commit. Defaults to ""
+	// (debounced, the writer's default).
+	WritersWakeup string
 	// BrokerDown is the template of the broker-down run (its Relay is
 	// set from FallbackPoll, the first lease, BatchSize and ClaimWindow).
 	BrokerDown BrokerDownConfig
@@ -146,6 +152,9 @@ func (c *SuiteConfig) Validate() error {
 		if !slices.Contains(allScenarios, s) {
 			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, notify-cost, sweep, broker-down, burst or backlog", s)
 		}
+	}
+	if m, after, err := parseWakeup(c.WritersWakeup); err != nil || (m == outbox.WakeupNone && !after) {
+		return fmt.Errorf("bench: SuiteConfig.WritersWakeup: %q is not debounced, every-tx or after-commit", c.WritersWakeup)
 	}
 	for _, r := range c.NotifyCostRates {
 		if !(r > 0) || math.IsInf(r, 0) {
@@ -424,6 +433,9 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					}
 					wc := cfg.Writers
 					wc.Connections, wc.Wakeups = c, wake
+					if wake {
+						wc.WakeupMode = cfg.WritersWakeup
+					}
 					wc.Duration = max(wc.Duration/4, time.Second)
 					wc.Relay = RelayConfig{PollInterval: cfg.FallbackPoll, Lease: lease0, BatchSize: cfg.BatchSize, ClaimWindow: cfg.ClaimWindow, ClaimWindowPoll: cfg.ClaimWindowPoll}
 					r, err := e.Writers(ctx, wc)
@@ -442,13 +454,13 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 			}
 		case ScenarioNotifyCost:
 			for _, rate := range cfg.NotifyCostRates {
-				for _, m := range wakeupModes {
+				for _, m := range wakeupNames {
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
 					lc := cfg.Latency
 					lc.Mode, lc.Scenario, lc.Rate = ModeWritersOnly, ScenarioNotifyCost, rate
-					lc.WakeupMode, lc.Listen, lc.NoCost = m.String(), true, cfg.NoCost
+					lc.WakeupMode, lc.Listen, lc.NoCost = m, true, cfg.NoCost
 					lc.Writers = writersFor(rate, cfg.Latency.Writers)
 					if cfg.MinEvents > 0 {
 						lc.Duration = max(lc.Duration, time.Duration(float64(cfg.MinEvents)/rate*float64(time.Second)))

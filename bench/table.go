@@ -272,6 +272,6 @@ func writeNotifyCost(w io.Writer, runs []*Run) {
 			optF(c.DBCPUMSPerEvent, "%.3f"), dCPU, c.DBXactsPerEvent, c.WALBytesPerEvent, run.Notifications, errNote(run))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(one event per commit; commit time includes Writer.Wake for after-commit; a LISTEN session reads every notification)")
+	fmt.Fprintln(w, "(one event per commit; for after-commit the commit time includes the bench's pg_notify after the commit; a LISTEN session reads every notification, and each read is a transaction of its own)")
 	fmt.Fprintln(w)
 }

@@ -25,6 +25,11 @@ type WritersConfig struct {
 	// in production) or none (outbox.WakeupNone, relay polling only). A
 	// relay publishes the events in both cases, so both carry its load.
 	Wakeups bool
+	// WakeupMode is the writers' wake-up by name when Wakeups is set:
+	// debounced, every-tx or after-commit (the bench's own debounced
+	// pg_notify after each commit, on the same connection; see
+	// afterCommitWaker). Defaults to "" (debounced, the writer's default).
+	WakeupMode string
 	// Relay configures that relay (Relay.Mode is set from Wakeups).
 	Relay RelayConfig
 	// PayloadBytes is the approximate JSON payload size in bytes. Defaults
@@ -57,6 +62,9 @@ func (c *WritersConfig) validate() error {
 	case c.Aggregates < 0:
 		return fmt.Errorf("bench: WritersConfig.Aggregates: must be positive, got %d", c.Aggregates)
 	}
+	if m, after, err := parseWakeup(c.WakeupMode); err != nil || (c.WakeupMode != "" && (!c.Wakeups || (m == outbox.WakeupNone && !after))) {
+		return fmt.Errorf("bench: WritersConfig.WakeupMode: %q is not debounced, every-tx or after-commit (with Wakeups)", c.WakeupMode)
+	}
 	c.Relay.Mode = ModePoll
 	if c.Wakeups {
 		c.Relay.Mode = ModeNotify
@@ -76,13 +84,19 @@ func (e *Env) Writers(ctx context.Context, cfg WritersConfig) (Run, error) {
 	}
 	wcfg := outbox.WriterConfig{Wakeup: outbox.WakeupNone}
 	mode := ModePoll
+	var waker *afterCommitWaker
+	wakeName := outbox.WakeupNone.String()
 	if cfg.Wakeups {
-		wcfg.Wakeup = outbox.WakeupDebounced // the writer's default
-		mode = ModeNotify
+		var after bool
+		wcfg.Wakeup, after, _ = parseWakeup(cfg.WakeupMode) // "": debounced, the writer's default
+		mode, wakeName = ModeNotify, wcfg.Wakeup.String()
+		if after {
+			wakeName = wakeAfterCommit
+		}
 	}
 	log := e.Log.Named("writers").Named(mode)
 	run := Run{Scenario: ScenarioWriters, Mode: mode, Writers: &Writers{
-		Connections: cfg.Connections, Wakeups: cfg.Wakeups, WakeupMode: wcfg.Wakeup.String(),
+		Connections: cfg.Connections, Wakeups: cfg.Wakeups, WakeupMode: wakeName,
 	}}
 	db, err := e.freshDB(ctx, int32(cfg.Connections))
 	if err != nil {
@@ -90,6 +104,9 @@ func (e *Env) Writers(ctx context.Context, cfg WritersConfig) (Run, error) {
 	}
 	defer db.Close()
 	wcfg.Channel = db.Schema
+	if wakeName == wakeAfterCommit {
+		waker = newAfterCommitWaker(db.Schema)
+	}
 	w, err := outbox.NewWriter(wcfg)
 	if err != nil {
 		return run, err
@@ -111,7 +128,7 @@ func (e *Env) Writers(ctx context.Context, cfg WritersConfig) (Run, error) {
 	body := payload(cfg.PayloadBytes)
 	var commits, failed atomic.Int64
 	hists := make([]*hdrhistogram.Histogram, cfg.Connections)
-	e.Progress.Begin(fmt.Sprintf("writers %d %s", cfg.Connections, wcfg.Wakeup), func() string {
+	e.Progress.Begin(fmt.Sprintf("writers %d %s", cfg.Connections, wakeName), func() string {
 		return fmt.Sprintf("commits %d errors %d", commits.Load(), failed.Load())
 	})
 	defer e.Progress.End()
@@ -140,7 +157,9 @@ func (e *Env) Writers(ctx context.Context, cfg WritersConfig) (Run, error) {
 				tx, err := conn.Begin(ctx)
 				if err == nil {
 					if err = w.Add(ctx, tx, ev); err == nil {
-						err = tx.Commit(ctx)
+						if err = tx.Commit(ctx); err == nil && waker != nil {
+							err = waker.wake(ctx, conn)
+						}
 					} else {
 						_ = tx.Rollback(context.WithoutCancel(ctx))
 					}

@@ -98,7 +98,8 @@ type Config struct {
 	// StallTimeout is how long a step may make no progress before Health
 	// reports the relay stalled (and /readyz fails, and one error line is
 	// logged): every claim failing, rows claimed but none published or
-	// dead-lettered, or every mark failing. Defaults to
+	// dead-lettered, publishes the broker leaves unanswered (see
+	// Health.Step), or every mark failing. Defaults to
 	// DefaultStallTimeout (30s); at least 1s.
 	StallTimeout time.Duration
 	// Observer is told what the relay does (metrics, tests, benchmarks).

@@ -200,6 +200,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&s.Latency.Aggregates, "aggregates", 1000, "distinct aggregate IDs (Kafka keys)")
 	fs.DurationVar(&s.SweepDuration, "sweep-duration", 10*time.Second, "sweep: how long events are sent per run")
 	fs.Var(floats(&s.ExtraRates), "extra-rates", "latency: further rates, events/s, for the product relay only (notify-proc if in --mode, else notify), e.g. 10000,10; at least one writer per 400 events/s")
+	fs.StringVar(&s.WritersWakeup, "writers-wakeup", "", "writers: the writers' wake-up mode in the runs with wake-ups: debounced (default), every-tx or after-commit")
 	fs.Var(floats(&s.NotifyCostRates), "notify-cost-rates", "notify-cost: commit rates, per second (default 10,1000,10000)")
 	fs.IntVar(&s.MinEvents, "min-events", 200, "latency: every run lasts at least this many events (a longer --duration at low rates)")
 	fs.DurationVar(&s.BaselineDuration, "baseline-duration", 0, "latency and sweep: how long each writers-only baseline writes (0: --duration; negative: no baselines, no relay share of the cost)")
@@ -425,7 +426,7 @@ func flagError(err error) string {
 		"LatencyConfig.EventsPerTx": "--events-per-tx", "LatencyConfig.PayloadBytes": "--payload-bytes",
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
 		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",
-		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates",
+		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates", "SuiteConfig.WritersWakeup": "--writers-wakeup", "WritersConfig.WakeupMode": "--writers-wakeup",
 		"BurstConfig.Events": "--burst-events", "BurstConfig.IdleSettle": "--idle-settle", "SuiteConfig.Backlog.Events": "--backlog-events",
 	} {
 		if i := strings.Index(s, field+": "); i >= 0 {

@@ -69,7 +69,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.DurationVar(&f.relay.RetryMin, "retry-min", relay.DefaultRetryMin, "first retry delay of a failed event; doubles per attempt")
 	fs.DurationVar(&f.relay.RetryMax, "retry-max", relay.DefaultRetryMax, "longest retry delay of a failed event")
 	fs.DurationVar(&f.relay.ShutdownTimeout, "shutdown-timeout", relay.DefaultShutdownTimeout, "on SIGTERM, how long in-flight publishes may take before leases are released")
-	fs.DurationVar(&f.relay.StallTimeout, "stall-timeout", relay.DefaultStallTimeout, "after this long without progress (every claim or mark failing, or claimed events none of which is published or dead-lettered) the relay logs one error, /readyz answers 503 naming the step, and outbox_relay_stalled is 1")
+	fs.DurationVar(&f.relay.StallTimeout, "stall-timeout", relay.DefaultStallTimeout, "after this long without progress (every claim or mark failing, claimed events none of which is published or dead-lettered, or publishes the broker leaves unanswered) the relay logs one error, /readyz answers 503 naming the step, and outbox_relay_stalled is 1")
 	fs.DurationVar(&f.startupWait, "startup-wait", 0, "how long to wait for Postgres and Kafka at start before giving up (0: forever)")
 	fs.StringVar(&f.kafka.ClientID, "kafka-client-id", kafka.DefaultClientID, "Kafka client.id")
 	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 0, fmt.Sprintf("timeout of one produce attempt; kafka-go makes up to %d, which with their backoffs must fit in half of --lease (default %s, less with a --lease under 26s: what fits; 0 is refused)", kafka.DefaultMaxAttempts, kafka.DefaultWriteTimeout))
