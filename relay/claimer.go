@@ -22,9 +22,11 @@ type schedule struct {
 	// activeUntil (see Config.ClaimWindow).
 	activeUntil, lastClaim time.Time
 	gap                    time.Duration
-	rate                   float64 // events per second found by recent claims, smoothed
-	backlog                bool    // claim at once
-	failures               int     // claims failed in a row
+	rate                   float64    // events per second found by recent claims, smoothed
+	backlog                bool       // claim at once
+	failures               int        // claims failed in a row
+	cause                  wakeCause  // why the current claim runs
+	mode                   windowMode // dense or sparse claim window
 }
 
 func newSchedule(r *Relay) *schedule {
@@ -45,12 +47,14 @@ func (s *schedule) wait(ctx context.Context) bool {
 	if s.backlog {
 		st.wakeBacklog.Add(1)
 		s.backlog = false
+		s.cause = causeBacklog
 	} else {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-s.r.wake:
 			st.wakeNotify.Add(1)
+			s.cause = causeNotify
 			// Debounce: a notification claims no sooner than
 			// ClaimWindowPoll after the previous claim; the notifications
 			// meanwhile are covered by that one claim.
@@ -59,8 +63,10 @@ func (s *schedule) wait(ctx context.Context) bool {
 			}
 		case <-s.poll.C:
 			st.wakePoll.Add(1)
+			s.cause = causePoll
 		case <-s.linger.C:
 			st.wakeWindow.Add(1)
+			s.cause = causeWindow
 		}
 	}
 	if !sleepCtx(ctx, time.Until(time.Unix(0, s.r.pauseUntil.Load()))) {
@@ -112,7 +118,7 @@ func (s *schedule) claimFailed(ctx context.Context) bool {
 func (s *schedule) claimedEmpty(sinceLast time.Duration) {
 	s.failures = 0
 	s.rate = arrivalRate(s.rate, 0, sinceLast)
-	if now := time.Now(); now.Before(s.activeUntil) {
+	if now := time.Now(); now.Before(s.activeUntil) && s.mode.dense(now) {
 		s.gap = min(2*s.gap, 4*s.r.cfg.ClaimWindowPoll)
 		resetTimer(s.linger, min(s.gap, s.activeUntil.Sub(now)))
 	}
@@ -126,7 +132,24 @@ func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
 	case n >= s.r.lease.BatchSize:
 		s.backlog = true
 	case cfg.ClaimWindow > 0:
-		s.activeUntil = time.Now().Add(cfg.ClaimWindow)
+		now := time.Now()
+		s.mode.found(s.cause, now)
+		if !s.mode.dense(now) {
+			// Every recent event came with its own notification: one
+			// claim ClaimWindow after the first hit instead of one per
+			// ClaimWindowPoll (windowMode). Later hits do not push it
+			// back, so that notifications arriving more often than the
+			// window cannot hide events that came without one.
+			s.rate = arrivalRate(s.rate, n, sinceLast)
+			if now.Before(s.activeUntil) {
+				return
+			}
+			s.activeUntil = now.Add(cfg.ClaimWindow)
+			s.gap = cfg.ClaimWindow
+			resetTimer(s.linger, cfg.ClaimWindow)
+			return
+		}
+		s.activeUntil = now.Add(cfg.ClaimWindow)
 		// Below busyRate a claim follows every ClaimWindowPoll, for
 		// latency. Above it the relay is busy and claims every busyGap
 		// instead, taking bigger batches rather than a round trip per few

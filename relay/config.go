@@ -57,10 +57,15 @@ type Config struct {
 	// event. Writers in the default outbox.WakeupDebounced mode notify once
 	// per WakeupInterval (20ms) per process; the events committed inside
 	// that window carry no notification and are found by these claims, so
-	// ClaimWindow must be at least the writers' WakeupInterval. Defaults to
-	// DefaultClaimWindow (25ms); negative disables lingering (then use
-	// outbox.WakeupEveryTx). A relay without notifications (New with a nil
-	// wake channel) never lingers: it polls every PollInterval.
+	// ClaimWindow must be at least the writers' WakeupInterval. While every
+	// event found comes with its own notification (a writer committing less
+	// often than once per WakeupInterval) the window is sparse: one claim
+	// ClaimWindow after a hit, instead of one per ClaimWindowPoll; a window
+	// or poll claim that finds events makes it dense again for 1s (see
+	// windowMode in window.go). Defaults to DefaultClaimWindow (25ms);
+	// negative disables lingering (then use outbox.WakeupEveryTx). A relay
+	// without notifications (New with a nil wake channel) never lingers: it
+	// polls every PollInterval.
 	ClaimWindow time.Duration
 	// ClaimWindowPoll is the interval between lingering claims while events
 	// arrive at less than one per ClaimWindowPoll (2,000/s by default, averaged
