@@ -12,20 +12,32 @@ import (
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
-// explainBuffers runs sql with args under EXPLAIN (ANALYZE, BUFFERS), with
-// the Claimer's plan settings, in a transaction it rolls back, and returns
-// the shared buffers the statement touched.
-func explainBuffers(t *testing.T, c *Claimer, sql string, args ...any) int64 {
+// planTx begins a transaction on c's pool, with the Claimer's plan
+// settings (planSettings) when withSettings; the caller rolls it back.
+func planTx(t *testing.T, c *Claimer, withSettings bool) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT "+planSettings); err != nil {
-		t.Fatal(err)
+	if withSettings {
+		if _, err := tx.Exec(ctx, "SELECT "+planSettings); err != nil {
+			_ = tx.Rollback(ctx)
+			t.Fatal(err)
+		}
 	}
+	return tx
+}
+
+// explainBuffers runs sql with args under EXPLAIN (ANALYZE, BUFFERS), with
+// the Claimer's plan settings, in a transaction it rolls back, and returns
+// the shared buffers the statement touched.
+func explainBuffers(t *testing.T, c *Claimer, sql string, args ...any) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx := planTx(t, c, true)
+	defer func() { _ = tx.Rollback(ctx) }()
 	var plan []byte
 	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
 		t.Fatal(err)
@@ -145,16 +157,8 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 func genericClaimPlan(t *testing.T, c *Claimer, withSettings bool) string {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := planTx(t, c, withSettings)
 	defer func() { _ = tx.Rollback(ctx) }()
-	if withSettings {
-		if _, err := tx.Exec(ctx, "SELECT "+planSettings); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
