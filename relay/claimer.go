@@ -27,6 +27,7 @@ type schedule struct {
 	failures               int        // claims failed in a row
 	cause                  wakeCause  // why the current claim runs
 	mode                   windowMode // dense or sparse claim window
+	lastHit                time.Time  // when a claim last found events
 }
 
 func newSchedule(r *Relay) *schedule {
@@ -118,9 +119,22 @@ func (s *schedule) claimFailed(ctx context.Context) bool {
 func (s *schedule) claimedEmpty(sinceLast time.Duration) {
 	s.failures = 0
 	s.rate = arrivalRate(s.rate, 0, sinceLast)
-	if now := time.Now(); now.Before(s.activeUntil) && s.mode.dense(now) {
-		s.gap = min(2*s.gap, 4*s.r.cfg.ClaimWindowPoll)
-		resetTimer(s.linger, min(s.gap, s.activeUntil.Sub(now)))
+	now := time.Now()
+	switch {
+	case s.mode.dense(now):
+		if now.Before(s.activeUntil) {
+			s.gap = min(2*s.gap, 4*s.r.cfg.ClaimWindowPoll)
+			resetTimer(s.linger, min(s.gap, s.activeUntil.Sub(now)))
+		}
+	case s.cause == causeWindow:
+		// The sparse window's claim came back empty: the hits since the
+		// window opened get their own claim, ClaimWindow after the last
+		// one, for the events their writers committed without a
+		// notification.
+		if end := s.lastHit.Add(s.r.cfg.ClaimWindow); end.After(now) {
+			s.activeUntil = end
+			resetTimer(s.linger, end.Sub(now))
+		}
 	}
 }
 
@@ -133,13 +147,16 @@ func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
 		s.backlog = true
 	case cfg.ClaimWindow > 0:
 		now := time.Now()
+		s.lastHit = now
 		s.mode.found(s.cause, now)
 		if !s.mode.dense(now) {
 			// Every recent event came with its own notification: one
 			// claim ClaimWindow after the first hit instead of one per
 			// ClaimWindowPoll (windowMode). Later hits do not push it
 			// back, so that notifications arriving more often than the
-			// window cannot hide events that came without one.
+			// window cannot hide events that came without one; if that
+			// claim comes back empty, the next one follows ClaimWindow
+			// after the last hit (claimedEmpty).
 			s.rate = arrivalRate(s.rate, n, sinceLast)
 			if now.Before(s.activeUntil) {
 				return

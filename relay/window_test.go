@@ -6,7 +6,7 @@ import (
 )
 
 // TestWindowModeFollowsEventsWithoutNotifications: the claim window is
-// sparse while every event found came with a notification, dense for 1s
+// sparse while every event found came with a notification, dense for 10s
 // after a window or poll claim found events, and sparse again after that.
 func TestWindowModeFollowsEventsWithoutNotifications(t *testing.T) {
 	var m windowMode
@@ -23,11 +23,11 @@ func TestWindowModeFollowsEventsWithoutNotifications(t *testing.T) {
 		{"a notified event", causeNotify, true, 10, false},
 		{"a backlog claim", causeBacklog, true, 20, false},
 		{"the window's claim finds an event without a notification", causeWindow, true, 35, true},
-		{"notified events meanwhile", causeNotify, true, 500, true},
-		{"one second later", 0, false, 1034, true},
-		{"just after", 0, false, 1036, false},
-		{"a poll finds an event without a notification", causePoll, true, 2000, true},
-		{"a second later", 0, false, 3001, false},
+		{"notified events meanwhile", causeNotify, true, 5000, true},
+		{"ten seconds later", 0, false, 10034, true},
+		{"just after", 0, false, 10036, false},
+		{"a poll finds an event without a notification", causePoll, true, 20000, true},
+		{"ten seconds later", 0, false, 30001, false},
 	}
 	for _, s := range steps {
 		if s.found {
