@@ -139,10 +139,13 @@ func TestWakeupIsDeliveredOnlyOnCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listen.Close(ctx)
-	if _, err := listen.Exec(ctx, "LISTEN outbox"); err != nil {
+	// The test's own channel: channels are per database, and the other
+	// tests of this package notify on "outbox" in the same database.
+	ch := db.Schema
+	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupEveryTx})
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupEveryTx, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +163,7 @@ func TestWakeupIsDeliveredOnlyOnCommit(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'sentinel')"); err != nil {
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify($1, 'sentinel')", ch); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -185,7 +188,7 @@ func TestWakeupIsDeliveredOnlyOnCommit(t *testing.T) {
 	if err := w.Add(ctx, tx, ev); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'before-commit')"); err != nil {
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify($1, 'before-commit')", ch); err != nil {
 		t.Fatal(err)
 	}
 	if n, err = listen.WaitForNotification(wctx); err != nil || n.Payload != "before-commit" {
@@ -194,8 +197,8 @@ func TestWakeupIsDeliveredOnlyOnCommit(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err = listen.WaitForNotification(wctx); err != nil || n.Payload != "" || n.Channel != "outbox" {
-		t.Fatalf("notification after commit = %+v, %v; want an empty payload on channel outbox", n, err)
+	if n, err = listen.WaitForNotification(wctx); err != nil || n.Payload != "" || n.Channel != ch {
+		t.Fatalf("notification after commit = %+v, %v; want an empty payload on channel %s", n, err, ch)
 	}
 }
 
@@ -208,11 +211,12 @@ func TestDebouncedWakeupNotifiesAtMostOncePerInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listen.Close(ctx)
-	if _, err := listen.Exec(ctx, "LISTEN outbox"); err != nil {
+	ch := db.Schema // the test's own channel (see TestWakeupIsDeliveredOnlyOnCommit)
+	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	// A window far longer than the test: only the first Add notifies.
-	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupDebounced, WakeupInterval: time.Hour})
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupDebounced, WakeupInterval: time.Hour, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +225,7 @@ func TestDebouncedWakeupNotifiesAtMostOncePerInterval(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify('outbox', 'sentinel')"); err != nil {
+	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify($1, 'sentinel')", ch); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

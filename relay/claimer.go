@@ -28,6 +28,7 @@ type schedule struct {
 	cause                  wakeCause  // why the current claim runs
 	mode                   windowMode // dense or sparse claim window
 	lastHit                time.Time  // when a claim last found events
+	drained                bool       // a notification was pending when the current claim began
 }
 
 func newSchedule(r *Relay) *schedule {
@@ -56,6 +57,7 @@ func (s *schedule) wait(ctx context.Context) bool {
 		case <-s.r.wake:
 			st.wakeNotify.Add(1)
 			s.cause = causeNotify
+			s.mode.notified(time.Now())
 			// Debounce: a notification claims no sooner than
 			// ClaimWindowPoll after the previous claim; the notifications
 			// meanwhile are covered by that one claim.
@@ -77,8 +79,11 @@ func (s *schedule) wait(ctx context.Context) bool {
 		return false
 	}
 	// Drain a pending notification: this claim covers it.
+	s.drained = false
 	select {
 	case <-s.r.wake:
+		s.drained = true
+		s.mode.notified(time.Now())
 	default:
 	}
 	resetTimer(s.poll, jitter(s.r.cfg.PollInterval, 0.1))
@@ -148,7 +153,7 @@ func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
 	case cfg.ClaimWindow > 0:
 		now := time.Now()
 		s.lastHit = now
-		s.mode.found(s.cause, now)
+		s.mode.found((s.cause == causeWindow || s.cause == causePoll) && !s.drained, now)
 		if !s.mode.dense(now) {
 			// Every recent event came with its own notification: one
 			// claim ClaimWindow after the first hit instead of one per

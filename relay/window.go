@@ -38,20 +38,43 @@ const unnotifiedFor = 10 * time.Second
 // (25ms) late, and turn the dense mode back on.
 //
 // The sign is a claim that was not triggered by a notification (a window
-// or poll claim) and found events. The mode is dense for unnotifiedFor
-// (10s) after the last one; a new relay starts sparse.
+// or poll claim), began with no notification pending, found events, and
+// was not followed by a notification within notifyGrace (a notification
+// is delivered at its transaction's commit, so one that was on its way
+// while such a claim ran arrives within a millisecond or so: at 10 events/s
+// about one window claim in twenty met a commit that way, and counting
+// those kept the window dense). The mode is dense for unnotifiedFor (10s)
+// after the last sign; a new relay starts sparse.
 type windowMode struct {
 	lastUnnotified time.Time
+	// suspect is when a claim found events no notification had announced;
+	// it becomes a sign unless a notification arrives within notifyGrace.
+	suspect time.Time
 }
 
-// found records a claim that found events, woken by cause.
-func (m *windowMode) found(cause wakeCause, now time.Time) {
-	if cause == causeWindow || cause == causePoll {
-		m.lastUnnotified = now
+// notifyGrace: see windowMode.
+const notifyGrace = 10 * time.Millisecond
+
+// found records a claim that found events at now; unnotified says it was
+// a window or poll claim that began with no notification pending.
+func (m *windowMode) found(unnotified bool, now time.Time) {
+	if unnotified && m.suspect.IsZero() {
+		m.suspect = now
+	}
+}
+
+// notified records a notification at now: events found just before came
+// with one after all.
+func (m *windowMode) notified(now time.Time) {
+	if !m.suspect.IsZero() && now.Sub(m.suspect) < notifyGrace {
+		m.suspect = time.Time{}
 	}
 }
 
 // dense reports whether the window is polled every ClaimWindowPoll at now.
 func (m *windowMode) dense(now time.Time) bool {
+	if !m.suspect.IsZero() && now.Sub(m.suspect) >= notifyGrace {
+		m.lastUnnotified, m.suspect = m.suspect, time.Time{}
+	}
 	return !m.lastUnnotified.IsZero() && now.Sub(m.lastUnnotified) < unnotifiedFor
 }
