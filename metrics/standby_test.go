@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/notify"
@@ -20,21 +19,10 @@ import (
 // database check fails naming the standby, and passes once it is promoted.
 func TestReadinessNamesAStandby(t *testing.T) {
 	t.Parallel()
-	if _, err := pgtemp.FindBinDir(); err != nil {
-		t.Skipf("no PostgreSQL server binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	primary, err := pgtemp.Start(ctx, pgtemp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = primary.Stop() })
-	standby, err := primary.StartReplica(ctx, pgtemp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = standby.Stop() })
+	primary := testenv.Cluster(t)
+	standby := testenv.Replica(t, primary)
 	pool, err := pgxpool.New(ctx, standby.DSN())
 	if err != nil {
 		t.Fatal(err)

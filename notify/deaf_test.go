@@ -44,20 +44,7 @@ func countMessages(logs *observer.ObservedLogs, level zapcore.Level, prefix stri
 }
 
 // startCluster starts a throwaway cluster of the test's own, or skips.
-func startCluster(t *testing.T) *pgtemp.Cluster {
-	t.Helper()
-	if _, err := pgtemp.FindBinDir(); err != nil {
-		t.Skipf("no PostgreSQL server binaries: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := pgtemp.Start(ctx, pgtemp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	return c
-}
+func startCluster(t *testing.T) *pgtemp.Cluster { return testenv.Cluster(t) }
 
 func newPool(t *testing.T, dsn string) *pgxpool.Pool {
 	t.Helper()
@@ -227,13 +214,9 @@ func TestDeafAfterSilentConnectionsWithoutPooler(t *testing.T) {
 func TestStandbyReportedUntilPromoted(t *testing.T) {
 	t.Parallel()
 	primary := startCluster(t)
+	standby := testenv.Replica(t, primary)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	standby, err := primary.StartReplica(ctx, pgtemp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = standby.Stop() })
 	var at attempts
 	log, logs := observed(t)
 	l, err := New(Config{ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, PingInterval: 200 * time.Millisecond, PingTimeout: time.Second},

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox/internal/pgtemp"
+	"github.com/pgoutbox/outbox/internal/testenv"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -51,16 +51,9 @@ func TestListenDatabaseURLIsValidatedNamingTheFlag(t *testing.T) {
 // faults.TestProcStandbyPromotedUnderTheRelay.)
 func TestStandbyAtStartIsNamed(t *testing.T) {
 	t.Parallel()
-	if _, err := pgtemp.FindBinDir(); err != nil {
-		t.Skipf("no PostgreSQL server binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	primary, err := pgtemp.Start(ctx, pgtemp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = primary.Stop() })
+	primary := testenv.Cluster(t)
 	pool, err := pgxpool.New(ctx, primary.DSN())
 	if err != nil {
 		t.Fatal(err)
@@ -69,11 +62,7 @@ func TestStandbyAtStartIsNamed(t *testing.T) {
 	if _, err := outboxsql.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	standby, err := primary.StartReplica(ctx, pgtemp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = standby.Stop() })
+	standby := testenv.Replica(t, primary)
 	if err := standby.CatchUp(ctx, primary); err != nil {
 		t.Fatal(err)
 	}

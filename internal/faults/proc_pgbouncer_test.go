@@ -53,12 +53,8 @@ func startBouncerEnv(t *testing.T) *bouncerEnv {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e := &bouncerEnv{}
+	e := &bouncerEnv{cluster: testenv.Cluster(t)}
 	var err error
-	if e.cluster, err = pgtemp.Start(ctx, pgtemp.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.cluster.Stop() })
 	if e.bouncer, err = pgtemp.StartPgBouncer(ctx, e.cluster, pgtemp.PgBouncerOptions{}); err != nil {
 		t.Fatal(err)
 	}

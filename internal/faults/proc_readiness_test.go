@@ -20,7 +20,6 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/faultnet"
-	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/metrics"
 	outboxsql "github.com/pgoutbox/outbox/sql"
@@ -139,14 +138,7 @@ func TestProcReadinessBrokerBlackholed(t *testing.T) {
 func TestProcReadinessDatabaseReadOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	if _, err := pgtemp.FindBinDir(); err != nil {
-		t.Skipf("no PostgreSQL server binaries: %v", err)
-	}
-	cluster, err := pgtemp.Start(ctx, pgtemp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cluster.Stop() })
+	cluster := testenv.Cluster(t)
 	pool, err := pgxpool.New(ctx, cluster.DSN())
 	if err != nil {
 		t.Fatal(err)

@@ -27,24 +27,14 @@ import (
 // and a streaming replica that has caught up with it.
 func primaryAndStandby(t *testing.T) (primary, standby *pgtemp.Cluster, pool *pgxpool.Pool) {
 	t.Helper()
-	if _, err := pgtemp.FindBinDir(); err != nil {
-		t.Skipf("no PostgreSQL server binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	primary, err := pgtemp.Start(ctx, pgtemp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = primary.Stop() })
+	primary = testenv.Cluster(t)
 	pool = stPool(t, primary.DSN())
 	if _, err := outboxsql.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if standby, err = primary.StartReplica(ctx, pgtemp.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = standby.Stop() }) // before the primary's
+	standby = testenv.Replica(t, primary) // stopped before the primary
 	if err := standby.CatchUp(ctx, primary); err != nil {
 		t.Fatal(err)
 	}
