@@ -267,11 +267,12 @@ func TestInprocPoisonRetriedUntilMaxAttempts(t *testing.T) {
 		t.Fatalf("requeue: %d, %v", n, err)
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "not everything published after the requeue")
-	// The followers went out after their (requeued) first event.
-	if n := ipCount(t, db.Pool, `SELECT count(*) FROM outbox f JOIN outbox p ON p.aggregate_id = f.aggregate_id AND p.seq < f.seq
-		WHERE f.aggregate_id LIKE 'poison-%' AND f.published_at < p.published_at`); n != 0 {
-		t.Fatalf("%d followers published before their requeued first event", n)
-	}
+	// The followers went out after their (requeued) first event: the
+	// checker below reads the topics and fails on any aggregate whose
+	// events arrived out of order. (Not published_at: it is when the mark
+	// ran, and the marks of two batches may run on two connections in
+	// either order; comparing it failed 3 runs in 15 while Kafka's order
+	// was right.)
 	ipCheckTopics(t, db.Pool, k.Brokers, topic, []string{topic, sick}, "poison: 3 events failing until max attempts (5), then requeued")
 }
 
