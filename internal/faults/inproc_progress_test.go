@@ -196,9 +196,12 @@ func TestInprocProgressAfterTimeoutsAfterAppend(t *testing.T) {
 	topic := k.Topic(t, 3)
 	var fault *kfake.FaultHandle
 	prog := &ipProgress{}
-	// Batches of 200: the relay gets through most of the load even with
-	// 60% of requests failing, and the backlog must still reach 10 batches.
-	h := ipStartRelay(t, db, k.Brokers, topic, ipConfig{OnPublished: prog.observe, Lease: lease.Config{BatchSize: 200}})
+	// Batches of 100: with 200 the relay sometimes got through most of
+	// the load even with 60% of requests failing (a CI run ended the fault
+	// with 1,530 events waiting, 7.7 batches, and failed the test's own
+	// precondition); with 100 seven runs ended it with 9,729-9,818 waiting
+	// (97-98 batches), far above the 10 batches the test needs.
+	h := ipStartRelay(t, db, k.Brokers, topic, ipConfig{OnPublished: prog.observe, Lease: lease.Config{BatchSize: 100}})
 	ipFaultEpisode{
 		Name: "60% REQUEST_TIMED_OUT after append for 30s at 500 events/s", TxPerSec: 100, PerTx: 5, Aggs: 50, Workers: 4,
 		FaultFor: 30 * time.Second, After: 10 * time.Second, ResumeWithin: 5 * time.Second, DrainFor: 60 * time.Second,
