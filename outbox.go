@@ -50,9 +50,9 @@ const DefaultMaxRecordBytes = 1_000_000
 // ... exceeds btree version 4 maximum 2704"), which an incompressible ID of
 // about 2,680 bytes already reaches. Without this limit such an ID would
 // pass validation and then abort the caller's transaction at the INSERT.
-// 1024 bytes stays well under the index limit, and the table's CHECK
-// constraint outbox_aggregate_id_check (migration 00007) refuses the same
-// rows from plain-SQL writers.
+// 1024 bytes stays well under the index limit, and the table's row check
+// outbox_aggregate_id_check (migration 00008's trigger; a CHECK constraint
+// in 00007) refuses the same rows from plain-SQL writers.
 const MaxAggregateIDBytes = 1024
 
 // DefaultChannel is the Postgres NOTIFY channel the relay listens on.

@@ -62,10 +62,10 @@ func Add(ctx context.Context, q Querier, events ...Event) error {
 // nothing if any event is invalid: an empty AggregateID or one over
 // MaxAggregateIDBytes (1024 bytes), an empty Type, an empty or invalid
 // Payload, a record over MaxRecordBytes, an empty or reserved header name,
-// or an illegal Topic. The outbox table's CHECK constraints (migration
-// 00007: outbox_aggregate_id_check, outbox_event_type_check,
-// outbox_headers_check, outbox_topic_check) refuse the same rows from
-// plain-SQL writers. Otherwise it returns the database error wrapped as
+// or an illegal Topic. The outbox table's row checks (migration 00008's
+// trigger, raising check_violation, SQLSTATE 23514, that names
+// outbox_aggregate_id_check, outbox_event_type_check, outbox_headers_check
+// or outbox_topic_check) refuse the same rows from plain-SQL writers. Otherwise it returns the database error wrapped as
 // "outbox: insert events: ...". A duplicate ID is a unique violation on
 // outbox_pkey (SQLSTATE 23505) and, inside a transaction, aborts it.
 func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {

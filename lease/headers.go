@@ -9,10 +9,11 @@ import (
 
 // decodeHeaderJSON decodes a row's headers column, the jsonb text
 // PostgreSQL prints (jsonb_out), into Kafka headers. The outbox writer only
-// writes an object of strings, and the table's outbox_headers_check
-// constraint (migration 00007; <table>_headers_check on a table prepared by
-// sql.Adopt) refuses anything else, but rows written before the constraint
-// was added are exempt from it and can hold any JSON. Each member of the
+// writes an object of strings, and the table's row checks refuse anything
+// else (outbox_headers_check, migrations 00007 and 00008;
+// <table>_headers_check on a table prepared by sql.Adopt), but rows written
+// before the checks were added, or with triggers off
+// (session_replication_role = replica), can hold any JSON. Each member of the
 // object becomes one header, with the name as it is (the relay itself
 // drops the names it sets, event_id, event_type and aggregate_id), and a
 // value by its JSON type:

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/pgoutbox/outbox/internal/sqlname"
-	"slices"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -14,7 +14,7 @@ import (
 )
 
 // AdoptColumns names the columns of an adopted table that hold an event's
-// aggregate ID and type; AdoptTable's CHECK constraints and indexes use
+// aggregate ID and type; AdoptTable's row checks and indexes use
 // them. The relay's own columns (headers, topic, seq, ...) always have
 // pgoutbox's names.
 type AdoptColumns struct {
@@ -29,7 +29,7 @@ type AdoptColumns struct {
 // Adopt is AdoptTable with the aggregate ID column aggregateColumn
 // ("aggregate_id" if empty) and the event type column found in the table:
 // "event_type" if it has one, else "type" (Debezium's); with neither, the
-// <table>_event_type_check constraint is not added. Errors are wrapped as
+// <table>_event_type_check rule is left out. Errors are wrapped as
 // "adopt <table>: ...".
 func Adopt(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn string) error {
 	t := sqlname.Quote(table)
@@ -59,24 +59,24 @@ WHERE attrelid = $1::regclass AND attname IN ('event_type', 'type') AND attnum >
 // settings as the migrations give the outbox table, and the table's
 // order-guard table (<table>_order_guard). table may be schema-qualified.
 //
-// It also adds the CHECK constraints of migration 00007 on the mapped
-// columns, so that producers cannot insert a row the Go writer would
-// refuse: <table>_aggregate_id_check (cols.AggregateID: not empty, at most
+// It also adds the row checks of migration 00008 on the mapped columns, so
+// that producers cannot insert a row the Go writer would refuse: triggers
+// <table>_row_checks (BEFORE INSERT) and <table>_row_checks_on_update
+// (AFTER UPDATE of the checked columns) running the function
+// <table>_check_row, in the table's schema, that
+// refuses a new row with SQLSTATE 23514 (check_violation) naming one of
+// <table>_aggregate_id_check (cols.AggregateID: not empty, at most
 // outbox.MaxAggregateIDBytes = 1024 bytes as octet_length counts them),
 // <table>_event_type_check (cols.EventType: not empty),
 // <table>_headers_check (NULL or a JSON object of strings, no empty or
-// reserved name) and <table>_topic_check (NULL or a legal Kafka topic
-// name), named so whatever the mapped columns are called. A refused row
-// fails with SQLSTATE 23514 (check_violation) naming the constraint. The
-// rows already in the table are kept and exempt: each check is "seq <= N
-// OR (rule)", N the last seq handed out when it is added, and NOT VALID, so
-// adding it scans nothing, and the relay's updates of an old row that
-// breaks a rule still succeed (PostgreSQL checks every new row version,
-// NOT VALID or not). A table that never had a row gets the plain rules,
-// valid. A table name too long for PostgreSQL's 63-byte identifiers is
-// shortened in the names, keeping the suffix, as PostgreSQL shortens the
-// names it chooses. A constraint that exists under its name is left as it
-// is.
+// reserved name) or <table>_topic_check (NULL or a legal Kafka topic
+// name), with PostgreSQL's message for a CHECK constraint and a DETAIL
+// giving the rule. The rows already in the table are kept as they are, and
+// the relay's updates (which name none of those columns) never run the
+// checks. The CHECK constraints of those names that an earlier adopt added
+// are dropped: the trigger replaces them. A table name too long for
+// PostgreSQL's 63-byte identifiers is shortened in these names, keeping
+// the suffix, as PostgreSQL shortens the names it chooses.
 //
 // It is idempotent and serialized by an advisory lock, so it is safe to run
 // twice and from two processes. Adding seq rewrites the table (an identity
@@ -97,7 +97,7 @@ func AdoptTable(ctx context.Context, pool *pgxpool.Pool, table string, cols Adop
 }
 
 // adopt is AdoptTable without the defaults: an empty cols.EventType leaves
-// out the event type's constraint.
+// out the event type's rule.
 func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
 	parts := strings.Split(table, ".")
 	t := sqlname.Quote(table)
@@ -129,54 +129,40 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 		`CREATE INDEX IF NOT EXISTS ` + idx("_published_at_idx") + ` ON ` + t + ` (published_at) WHERE published_at IS NOT NULL`,
 		`CREATE TABLE IF NOT EXISTS ` + guard + ` (key text PRIMARY KEY, until timestamptz NOT NULL)`,
 	}
-	checks := rowChecks(name, cols)
+	schema := ""
+	if len(parts) > 1 {
+		schema = pgx.Identifier(parts[:len(parts)-1]).Sanitize() + "."
+	}
+	fn := schema + sqlname.Column(constraintName(name, "_check_row"))
+	trigger := sqlname.Column(constraintName(name, "_row_checks"))
+	onUpdate := sqlname.Column(constraintName(name, "_row_checks_on_update"))
+	on := []string{plpgsqlName(cols.AggregateID)}
+	if cols.EventType != "" {
+		on = append(on, plpgsqlName(cols.EventType))
+	}
+	on = append(on, "headers", "topic")
+	// The CHECK constraints an earlier adopt added are replaced by the
+	// trigger (see migrations/00008_row_check_trigger.sql).
+	var drop []string
+	for _, c := range rowChecks(name, cols) {
+		drop = append(drop, `DROP CONSTRAINT IF EXISTS `+sqlname.Column(c.name))
+	}
+	stmts = append(stmts,
+		`ALTER TABLE `+t+"\n  "+strings.Join(drop, ",\n  "),
+		`CREATE OR REPLACE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $fn$`+rowCheckBody(name, cols)+`$fn$`,
+		// Two triggers, for the reason migration 00008 gives (no BEFORE
+		// UPDATE trigger: it would lock every row the relay updates). The
+		// advisory lock keeps a concurrent adopt out between DROP and CREATE.
+		`DROP TRIGGER IF EXISTS `+trigger+` ON `+t,
+		`CREATE TRIGGER `+trigger+` BEFORE INSERT ON `+t+`
+    FOR EACH ROW EXECUTE FUNCTION `+fn+`()`,
+		`DROP TRIGGER IF EXISTS `+onUpdate+` ON `+t,
+		`CREATE TRIGGER `+onUpdate+` AFTER UPDATE OF `+strings.Join(on, ", ")+` ON `+t+`
+    FOR EACH ROW EXECUTE FUNCTION `+fn+`()`,
+	)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for _, s := range stmts {
 			if _, err := tx.Exec(ctx, s); err != nil {
-				return err
-			}
-		}
-		// PostgreSQL has no ADD CONSTRAINT IF NOT EXISTS: add the missing
-		// ones (the advisory lock keeps a concurrent Adopt out).
-		rows, err := tx.Query(ctx, `SELECT conname::text FROM pg_constraint WHERE conrelid = $1::regclass`, t)
-		if err != nil {
-			return err
-		}
-		have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		// The last seq handed out, read under the ACCESS EXCLUSIVE lock
-		// that ADD COLUMN took, so no inserting transaction is in flight:
-		// rows up to it are exempt (see migrations/00007_row_checks.sql).
-		var seqName string
-		if err := tx.QueryRow(ctx, `SELECT pg_get_serial_sequence($1, 'seq')`, t).Scan(&seqName); err != nil {
-			return err
-		}
-		var lastSeq *int64
-		if err := tx.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value END FROM `+seqName).Scan(&lastSeq); err != nil {
-			return err
-		}
-		if lastSeq == nil {
-			// No seq handed out: rows only from OVERRIDING SYSTEM VALUE.
-			if err := tx.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM `+t).Scan(&lastSeq); err != nil {
-				return err
-			}
-		}
-		var add []string
-		for _, c := range checks {
-			if slices.Contains(have, c.name) {
-				continue
-			}
-			if *lastSeq > 0 {
-				add = append(add, `ADD CONSTRAINT `+pgx.Identifier{c.name}.Sanitize()+
-					` CHECK (seq <= `+strconv.FormatInt(*lastSeq, 10)+` OR (`+c.expr+`)) NOT VALID`)
-			} else {
-				add = append(add, `ADD CONSTRAINT `+pgx.Identifier{c.name}.Sanitize()+` CHECK (`+c.expr+`)`)
-			}
-		}
-		if len(add) > 0 {
-			if _, err := tx.Exec(ctx, `ALTER TABLE `+t+"\n  "+strings.Join(add, ",\n  ")); err != nil {
 				return err
 			}
 		}
@@ -190,40 +176,77 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 
 // maxAggregateIDBytes is outbox.MaxAggregateIDBytes (this package cannot
 // import the writer's: the writer's tests import it through testenv), the
-// limit of migration 00007's outbox_aggregate_id_check; the tests compare
-// AdoptTable's constraints with the migration's.
+// limit of migration 00008's outbox_aggregate_id_check; the tests compare
+// AdoptTable's checks with the migration's.
 const maxAggregateIDBytes = 1024
 
-// rowCheck is one of migration 00007's CHECK constraints for a table.
+// rowCheck is one of the rules of migration 00008's trigger function (and
+// of 00007's CHECK constraints before it) for a table.
 type rowCheck struct {
-	name string // <table>_<field>_check, at most 63 bytes
-	expr string // the rule, without the exemption of old rows
+	name   string // <table>_<field>_check, at most 63 bytes: the constraint named in the error
+	expr   string // the rule, on the new row (NEW.<column>)
+	detail string // the error's DETAIL
 }
 
-// rowChecks returns migration 00007's constraints for the table called
-// table (unqualified) with columns cols; an empty cols.EventType leaves
-// out the event type's. The expressions must stay those of
-// migrations/00007_row_checks.sql (TestAdoptAddsTheMigrationsConstraints
-// compares them). Text casts let them apply to varchar (Debezium) columns and
-// to columns of other types, as the relay reads them (::text).
+// rowChecks returns the rules for the table called table (unqualified)
+// with columns cols; an empty cols.EventType leaves out the event type's.
+// For pgoutbox's own column names they must stay the ones of
+// migrations/00008_row_check_trigger.sql (TestAdoptAddsTheMigrationsChecks
+// compares the functions). Text casts let them apply to varchar (Debezium)
+// columns and to columns of other types, as the relay reads them (::text).
 func rowChecks(table string, cols AdoptColumns) []rowCheck {
-	agg := pgx.Identifier{cols.AggregateID}.Sanitize() + "::text"
+	agg := "NEW." + plpgsqlName(cols.AggregateID) + "::text"
 	checks := []rowCheck{
 		{constraintName(table, "_aggregate_id_check"),
-			agg + ` <> '' AND octet_length(` + agg + `) <= ` + strconv.Itoa(maxAggregateIDBytes)},
+			agg + ` <> '' AND octet_length(` + agg + `) <= ` + strconv.Itoa(maxAggregateIDBytes),
+			cols.AggregateID + ` must be 1 to ` + strconv.Itoa(maxAggregateIDBytes) + ` bytes.`},
 	}
 	if cols.EventType != "" {
-		typ := pgx.Identifier{cols.EventType}.Sanitize() + "::text"
-		checks = append(checks, rowCheck{constraintName(table, "_event_type_check"), typ + ` <> ''`})
+		typ := "NEW." + plpgsqlName(cols.EventType) + "::text"
+		checks = append(checks, rowCheck{constraintName(table, "_event_type_check"), typ + ` <> ''`, cols.EventType + ` must not be empty.`})
 	}
 	return append(checks,
 		rowCheck{constraintName(table, "_headers_check"),
-			`headers IS NULL OR (jsonb_typeof(headers) = 'object' AND NOT jsonb_path_exists(headers, 'strict $.* ? (@.type() != "string")')` +
-				` AND NOT (headers ?| ARRAY['', 'event_id', 'event_type', 'aggregate_id']))`},
+			`NEW.headers IS NULL OR (jsonb_typeof(NEW.headers) = 'object' AND NOT jsonb_path_exists(NEW.headers, 'strict $.* ? (@.type() != "string")')` +
+				` AND NOT (NEW.headers ?| ARRAY['', 'event_id', 'event_type', 'aggregate_id']))`,
+			`headers must be NULL or a JSON object of strings, with no empty name and none of event_id, event_type, aggregate_id.`},
 		rowCheck{constraintName(table, "_topic_check"),
-			`topic IS NULL OR (topic ~ '^[a-zA-Z0-9._-]+$' AND octet_length(topic) <= 249 AND topic NOT IN ('.', '..'))`},
+			`NEW.topic IS NULL OR (NEW.topic ~ '^[a-zA-Z0-9._-]+$' AND octet_length(NEW.topic) <= 249 AND NEW.topic NOT IN ('.', '..'))`,
+			`topic must be NULL or a Kafka topic name: 1 to 249 characters of a-z A-Z 0-9 . _ -, not "." or "..".`},
 	)
 }
+
+// rowCheckBody returns the body of table's row-check trigger function:
+// each rule of rowChecks, raising a check_violation (SQLSTATE 23514) that
+// names the rule's constraint with PostgreSQL's own message for a CHECK
+// constraint, as migration 00008 writes it.
+func rowCheckBody(table string, cols AdoptColumns) string {
+	var b strings.Builder
+	b.WriteString("\nBEGIN\n")
+	for _, c := range rowChecks(table, cols) {
+		lit := sqlname.Literal(c.name)
+		b.WriteString("    IF NOT (" + c.expr + ") THEN\n" +
+			"        RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = " + lit + ",\n" +
+			"            TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA,\n" +
+			"            MESSAGE = format('new row for relation \"%s\" violates check constraint \"%s\"', TG_TABLE_NAME, " + lit + "),\n" +
+			"            DETAIL = " + sqlname.Literal(c.detail) + ";\n" +
+			"    END IF;\n")
+	}
+	b.WriteString("    RETURN NEW;\nEND\n")
+	return b.String()
+}
+
+// plpgsqlName returns a column name as PL/pgSQL and SQL read it: as it is
+// if it is a plain lower-case identifier, else quoted.
+func plpgsqlName(col string) string {
+	if plainColumn.MatchString(col) {
+		return col
+	}
+	return sqlname.Column(col)
+}
+
+// plainColumn is a column name that needs no quotes.
+var plainColumn = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // maxIdentifierBytes is PostgreSQL's identifier limit, NAMEDATALEN - 1:
 // longer names are truncated.

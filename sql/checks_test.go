@@ -3,6 +3,7 @@ package sql_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -36,20 +37,92 @@ WHERE conrelid = $1::regclass AND contype = 'c'`, table)
 	return out
 }
 
+// rowCheckTriggers returns the table's triggers that are not internal
+// (foreign keys' are), name to pg_get_triggerdef, and the source of the
+// function they run ("" if none; two functions fail t). A BEFORE UPDATE row
+// trigger fails t: PostgreSQL locks every row an UPDATE touches before it
+// looks at such a trigger's column list (trigger.c, ExecBRUpdateTriggers,
+// GetTupleForTrigger), a WAL record per row the relay claims or marks.
+func rowCheckTriggers(t *testing.T, pool *pgxpool.Pool, table string) (defs map[string]string, src string) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT tg.tgname::text, pg_get_triggerdef(tg.oid), p.prosrc, tg.tgtype & (1|2|16) = (1|2|16)
+FROM pg_trigger tg JOIN pg_proc p ON p.oid = tg.tgfoid
+WHERE tg.tgrelid = $1::regclass AND NOT tg.tgisinternal`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs = map[string]string{}
+	var name, def, fsrc string
+	var beforeUpdate bool
+	if _, err := pgx.ForEachRow(rows, []any{&name, &def, &fsrc, &beforeUpdate}, func() error {
+		defs[name] = def
+		if src != "" && fsrc != src {
+			t.Errorf("%s: the triggers run two functions", table)
+		}
+		src = fsrc
+		if beforeUpdate {
+			t.Errorf("%s: a BEFORE UPDATE row trigger (it locks every row the relay updates): %s", table, def)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return defs, src
+}
+
+// wantRowCheckTriggers fails t unless defs are the two row-check triggers of
+// table, the update one on the columns on.
+func wantRowCheckTriggers(t *testing.T, defs map[string]string, table, fn, on string) {
+	t.Helper()
+	ins, upd := defs[table+"_row_checks"], defs[table+"_row_checks_on_update"]
+	if !strings.Contains(ins, " BEFORE INSERT ON ") || !strings.Contains(ins, "FOR EACH ROW EXECUTE FUNCTION ") || !strings.HasSuffix(ins, fn+"()") ||
+		!strings.Contains(upd, " AFTER UPDATE OF "+on+" ON ") || !strings.HasSuffix(upd, fn+"()") || len(defs) != 2 {
+		t.Errorf("triggers of %s: %v", table, defs)
+	}
+}
+
 // wantCheckViolation fails t unless err is a check_violation (SQLSTATE
-// 23514) of constraint.
+// 23514) of constraint, with PostgreSQL's message for a CHECK constraint
+// and a DETAIL.
 func wantCheckViolation(t *testing.T, what string, err error, constraint string) {
 	t.Helper()
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "23514" || pe.ConstraintName != constraint {
 		t.Errorf("%s: err = %v, want a check violation of %s", what, err, constraint)
+		return
+	}
+	if want := `violates check constraint "` + constraint + `"`; !strings.Contains(pe.Message, want) || pe.Detail == "" || pe.TableName == "" {
+		t.Errorf("%s: message %q, detail %q, table %q: want %q, a detail and the table", what, pe.Message, pe.Detail, pe.TableName, want)
 	}
 }
 
-// A live table with rows that break the new rules, written before
-// migration 00007: the migration succeeds and keeps them, the relay's
-// updates of them (claim, mark) still work, new rows that break a rule are
-// refused, inserted or updated; down and up again work too.
+// checkFunctionCalls runs stmt in a transaction with function call counting
+// on and returns how many times it ran table's row-check function.
+func checkFunctionCalls(t *testing.T, pool *pgxpool.Pool, table, stmt string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var calls int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions WHERE funcname = $1`, table+"_check_row").Scan(&calls)
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+	return calls
+}
+
+// A live table with rows that break the rules, written before migrations
+// 00007 and 00008: they succeed and keep them, the relay's updates of them
+// (claim, mark) still work and never run the checks, new rows that break a
+// rule are refused, inserted or updated; down to 00007 (its CHECK
+// constraints, exempting the rows so far) and to 00006, and up again, work
+// too.
 func TestMigrationChecksNewRowsAndKeepsOldOnes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -81,27 +154,31 @@ func TestMigrationChecksNewRowsAndKeepsOldOnes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate over rows that break the rules: %v", err)
 	}
-	if len(res) != 1 || res[0].Version != 7 {
-		t.Fatalf("applied %+v, want migration 7 only", res)
+	if len(res) != 2 || res[0].Version != 7 || res[1].Version != 8 {
+		t.Fatalf("applied %+v, want migrations 7 and 8", res)
 	}
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil || n != 6 {
 		t.Fatalf("%d rows after the migration (err %v), want the 6 old ones", n, err)
 	}
-	defs := checkConstraints(t, db.Pool, "outbox")
-	for _, name := range []string{"outbox_aggregate_id_check", "outbox_event_type_check", "outbox_headers_check", "outbox_topic_check"} {
-		if def := defs[name]; !strings.HasPrefix(def, "CHECK (((seq <= 6) OR ") || !strings.HasSuffix(def, "NOT VALID") {
-			t.Errorf("%s: %q, want a NOT VALID check exempting seq <= 6", name, def)
+	if defs := checkConstraints(t, db.Pool, "outbox"); len(defs) != 0 {
+		t.Errorf("CHECK constraints after 00008: %v, want none (the trigger replaces them)", defs)
+	}
+	defs, _ := rowCheckTriggers(t, db.Pool, "outbox")
+	wantRowCheckTriggers(t, defs, "outbox", "outbox_check_row", "aggregate_id, event_type, headers, topic")
+	// The relay claims and marks the old rows: UPDATEs that name no
+	// checked column run no check.
+	for _, stmt := range []string{
+		`UPDATE outbox SET locked_until = now() + interval '30 seconds', locked_by = 'relay', claim_token = gen_random_uuid()`,
+		`UPDATE outbox SET published_at = now(), locked_until = NULL, last_error = NULL`,
+		`UPDATE outbox SET locked_until = NULL, locked_by = NULL, claim_token = NULL, attempts = attempts + 1, last_error = 'x', dead_lettered_at = now()`,
+	} {
+		if calls := checkFunctionCalls(t, db.Pool, "outbox", stmt); calls != 0 {
+			t.Errorf("%s ran the row checks %d times, want 0", stmt, calls)
 		}
-		t.Logf("%s %s", name, defs[name])
 	}
-	// The relay claims and marks the old rows: UPDATEs of rows that break
-	// the rules, which PostgreSQL checks like any new row version.
-	if tag, err := db.Pool.Exec(ctx, `UPDATE outbox SET locked_until = now() + interval '30 seconds', locked_by = 'relay', claim_token = gen_random_uuid()`); err != nil || tag.RowsAffected() != 6 {
-		t.Fatalf("claiming the old rows: %v (%d rows)", err, tag.RowsAffected())
-	}
-	if tag, err := db.Pool.Exec(ctx, `UPDATE outbox SET published_at = now(), locked_until = NULL`); err != nil || tag.RowsAffected() != 6 {
-		t.Fatalf("marking the old rows: %v (%d rows)", err, tag.RowsAffected())
+	if calls := checkFunctionCalls(t, db.Pool, "outbox", `INSERT INTO outbox (id, aggregate_id, event_type, payload) SELECT gen_random_uuid(), 'new', 't', '{}' FROM generate_series(1, 3)`); calls != 3 {
+		t.Errorf("a 3-row INSERT ran the row checks %d times, want 3", calls)
 	}
 	for _, c := range []struct{ set, constraint string }{
 		{`aggregate_id = ''`, "outbox_aggregate_id_check"},
@@ -117,44 +194,78 @@ func TestMigrationChecksNewRowsAndKeepsOldOnes(t *testing.T) {
 		}
 		_, err := db.Pool.Exec(ctx, `UPDATE outbox SET `+c.set+` WHERE seq = $1`, seq)
 		wantCheckViolation(t, "UPDATE SET "+c.set, err, c.constraint)
-		_, err = db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'new', 't', '{}')`)
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), '', 't', '{}')`)
 	wantCheckViolation(t, "INSERT of an empty aggregate_id", err, "outbox_aggregate_id_check")
 
+	if _, err := p.DownTo(ctx, 7); err != nil {
+		t.Fatalf("down to 7: %v", err)
+	}
+	if defs, _ := rowCheckTriggers(t, db.Pool, "outbox"); len(defs) != 0 {
+		t.Errorf("triggers after down to 7: %v", defs)
+	}
+	var last int64
+	// The last seq handed out (a refused INSERT took one too).
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_sequence_last_value(pg_get_serial_sequence('outbox', 'seq')::regclass)`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	defs = checkConstraints(t, db.Pool, "outbox")
+	for _, name := range []string{"outbox_aggregate_id_check", "outbox_event_type_check", "outbox_headers_check", "outbox_topic_check"} {
+		if def := defs[name]; !strings.HasPrefix(def, fmt.Sprintf("CHECK (((seq <= %d) OR ", last)) || !strings.HasSuffix(def, "NOT VALID") {
+			t.Errorf("%s after down to 7: %q, want a NOT VALID check exempting seq <= %d", name, def, last)
+		}
+	}
 	if _, err := p.DownTo(ctx, 6); err != nil {
-		t.Fatalf("down: %v", err)
+		t.Fatalf("down to 6: %v", err)
 	}
 	if defs := checkConstraints(t, db.Pool, "outbox"); len(defs) != 0 {
-		t.Fatalf("after down: %v", defs)
+		t.Fatalf("after down to 6: %v", defs)
 	}
 	if _, err := outboxsql.Migrate(ctx, db.Pool); err != nil {
 		t.Fatalf("up again: %v", err)
 	}
+	if defs := checkConstraints(t, db.Pool, "outbox"); len(defs) != 0 {
+		t.Errorf("CHECK constraints after up again: %v", defs)
+	}
 }
 
-// A new installation gets the plain rules, valid.
-func TestMigrationOnAnEmptyTableAddsValidChecks(t *testing.T) {
+// A new installation gets the trigger and no CHECK constraint; each rule's
+// error names its constraint, as a CHECK constraint's would.
+func TestMigrationAddsTheRowCheckTrigger(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	want := map[string]string{
-		"outbox_aggregate_id_check": `CHECK (((aggregate_id <> ''::text) AND (octet_length(aggregate_id) <= 1024)))`,
-		"outbox_event_type_check":   `CHECK ((event_type <> ''::text))`,
-		"outbox_headers_check": `CHECK (((headers IS NULL) OR ((jsonb_typeof(headers) = 'object'::text) AND (NOT jsonb_path_exists(headers, 'strict $.*?(@.type() != "string")'::jsonpath)) AND ` +
-			`(NOT (headers ?| ARRAY[''::text, 'event_id'::text, 'event_type'::text, 'aggregate_id'::text])))))`,
-		"outbox_topic_check": `CHECK (((topic IS NULL) OR ((topic ~ '^[a-zA-Z0-9._-]+$'::text) AND (octet_length(topic) <= 249) AND (topic <> ALL (ARRAY['.'::text, '..'::text])))))`,
+	if defs := checkConstraints(t, db.Pool, "outbox"); len(defs) != 0 {
+		t.Errorf("CHECK constraints %v, want none", defs)
 	}
-	got := checkConstraints(t, db.Pool, "outbox")
-	for name, def := range want {
-		if got[name] != def {
-			t.Errorf("%s:\n got %s\nwant %s", name, got[name], def)
+	defs, src := rowCheckTriggers(t, db.Pool, "outbox")
+	wantRowCheckTriggers(t, defs, "outbox", "outbox_check_row", "aggregate_id, event_type, headers, topic")
+	for _, name := range []string{"outbox_aggregate_id_check", "outbox_event_type_check", "outbox_headers_check", "outbox_topic_check"} {
+		if !strings.Contains(src, "CONSTRAINT = '"+name+"'") {
+			t.Errorf("the function raises no %s:\n%s", name, src)
 		}
 	}
-	if len(got) != len(want) {
-		t.Errorf("constraints %v, want %d", got, len(want))
+	insert := `INSERT INTO outbox (id, aggregate_id, event_type, payload, headers, topic) VALUES (gen_random_uuid(), $1, $2, '{}', $3::jsonb, $4)`
+	for _, c := range []struct {
+		agg, typ   string
+		headers    any
+		topic      any
+		constraint string
+	}{
+		{"", "t", nil, nil, "outbox_aggregate_id_check"},
+		{strings.Repeat("é", 513), "t", nil, nil, "outbox_aggregate_id_check"},
+		{"a", "", nil, nil, "outbox_event_type_check"},
+		{"a", "t", `{"a": 1}`, nil, "outbox_headers_check"},
+		{"a", "t", `{"event_id": "x"}`, nil, "outbox_headers_check"},
+		{"a", "t", `"str"`, nil, "outbox_headers_check"},
+		{"a", "t", nil, "a b", "outbox_topic_check"},
+		{"a", "t", nil, strings.Repeat("t", 250), "outbox_topic_check"},
+	} {
+		_, err := db.Pool.Exec(ctx, insert, c.agg, c.typ, c.headers, c.topic)
+		wantCheckViolation(t, fmt.Sprintf("%.20q %q %v %.20v", c.agg, c.typ, c.headers, c.topic), err, c.constraint)
+	}
+	if _, err := db.Pool.Exec(ctx, insert, strings.Repeat("é", 512), "t", `{"a": "b"}`, strings.Repeat("t", 249)); err != nil {
+		t.Errorf("a good row: %v", err)
 	}
 }
 
@@ -174,9 +285,11 @@ func debeziumTable(t *testing.T, pool *pgxpool.Pool, name string) {
 }
 
 // Adopting a Debezium table that holds rows breaking the rules keeps them
-// (and the relay can still claim and mark them), adds the four constraints
-// on the mapped columns under <table>_..._check, and refuses a producer's
-// new row that breaks one. Adopting twice changes nothing.
+// (and the relay can still claim and mark them, running no check), adds the
+// row checks on the mapped columns named <table>_..._check, drops a CHECK
+// constraint of one of those names that an earlier adopt added, and
+// refuses a producer's new row that breaks a rule. Adopting twice changes
+// nothing.
 func TestAdoptChecksNewRowsOnMappedColumns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -193,30 +306,31 @@ func TestAdoptChecksNewRowsOnMappedColumns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What an earlier adopt added (migration 00007's rule, exempting old rows).
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE outboxevent ADD CONSTRAINT outboxevent_event_type_check CHECK (type::text <> '') NOT VALID`); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 2; i++ {
 		if err := outboxsql.Adopt(ctx, db.Pool, "outboxevent", "aggregateid"); err != nil {
 			t.Fatalf("adopt #%d: %v", i+1, err)
 		}
 	}
-	defs := checkConstraints(t, db.Pool, "outboxevent")
-	for _, name := range []string{"outboxevent_aggregate_id_check", "outboxevent_event_type_check", "outboxevent_headers_check", "outboxevent_topic_check"} {
-		if def := defs[name]; !strings.HasPrefix(def, "CHECK (((seq <= 3) OR ") || !strings.HasSuffix(def, "NOT VALID") {
-			t.Errorf("%s: %q, want a NOT VALID check exempting seq <= 3", name, def)
-		}
-		t.Logf("%s %s", name, defs[name])
+	if defs := checkConstraints(t, db.Pool, "outboxevent"); len(defs) != 0 {
+		t.Errorf("CHECK constraints after adopt: %v, want none", defs)
 	}
-	if len(defs) != 4 {
-		t.Errorf("constraints after adopting twice: %v", defs)
-	}
+	defs, _ := rowCheckTriggers(t, db.Pool, "outboxevent")
+	wantRowCheckTriggers(t, defs, "outboxevent", "outboxevent_check_row", "aggregateid, type, headers, topic")
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outboxevent`).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("%d rows after adopt (err %v), want the 3 old ones", n, err)
 	}
-	if tag, err := db.Pool.Exec(ctx, `UPDATE outboxevent SET locked_until = now() + interval '30 seconds', locked_by = 'relay', claim_token = gen_random_uuid()`); err != nil || tag.RowsAffected() != 3 {
-		t.Fatalf("claiming the old rows: %v (%d rows)", err, tag.RowsAffected())
-	}
-	if tag, err := db.Pool.Exec(ctx, `UPDATE outboxevent SET published_at = now()`); err != nil || tag.RowsAffected() != 3 {
-		t.Fatalf("marking the old rows: %v (%d rows)", err, tag.RowsAffected())
+	for _, stmt := range []string{
+		`UPDATE outboxevent SET locked_until = now() + interval '30 seconds', locked_by = 'relay', claim_token = gen_random_uuid()`,
+		`UPDATE outboxevent SET published_at = now()`,
+	} {
+		if calls := checkFunctionCalls(t, db.Pool, "outboxevent", stmt); calls != 0 {
+			t.Errorf("%s ran the row checks %d times, want 0", stmt, calls)
+		}
 	}
 	// The producers' own INSERTs.
 	_, err := db.Pool.Exec(ctx, insert, "", "OrderCreated")
@@ -235,28 +349,36 @@ func TestAdoptChecksNewRowsOnMappedColumns(t *testing.T) {
 }
 
 // AdoptTable with pgoutbox's column names adds exactly the migration's
-// constraints; on a table that never had a row, valid ones. Adopt finds
-// the event type column by name (none: no event type check), and shortens
-// constraint names of a long table name, keeping the suffix.
-func TestAdoptAddsTheMigrationsConstraints(t *testing.T) {
+// trigger and function (in the table's schema). Adopt finds the event type
+// column by name (none: no event type rule), and shortens the names of a
+// long table name's function, trigger and rules, keeping the suffix.
+func TestAdoptAddsTheMigrationsChecks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	migrated := checkConstraints(t, db.Pool, "outbox")
+	migratedDefs, migratedSrc := rowCheckTriggers(t, db.Pool, "outbox")
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE events (id uuid PRIMARY KEY, aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := outboxsql.AdoptTable(ctx, db.Pool, db.Schema+".events", outboxsql.AdoptColumns{}); err != nil {
 		t.Fatal(err)
 	}
-	adopted := checkConstraints(t, db.Pool, "events")
-	for name, def := range migrated {
-		if got := adopted["events"+strings.TrimPrefix(name, "outbox")]; got != def {
-			t.Errorf("%s:\n adopted  %s\nmigrated %s", name, got, def)
+	adoptedDefs, adoptedSrc := rowCheckTriggers(t, db.Pool, "events")
+	if got := strings.ReplaceAll(adoptedSrc, "events_", "outbox_"); got != migratedSrc {
+		t.Errorf("function:\n adopted  %s\nmigrated %s", adoptedSrc, migratedSrc)
+	}
+	for name, def := range migratedDefs {
+		adopted := adoptedDefs["events"+strings.TrimPrefix(name, "outbox")]
+		if got := strings.ReplaceAll(strings.ReplaceAll(adopted, "events_", "outbox_"), ".events ", ".outbox "); got != def {
+			t.Errorf("trigger %s:\n adopted  %s\nmigrated %s", name, adopted, def)
 		}
 	}
-	if len(adopted) != len(migrated) {
-		t.Errorf("adopted %v, migrated %v", adopted, migrated)
+	if len(adoptedDefs) != len(migratedDefs) {
+		t.Errorf("triggers: adopted %v, migrated %v", adoptedDefs, migratedDefs)
+	}
+	var fnSchema string
+	if err := db.Pool.QueryRow(ctx, `SELECT pronamespace::regnamespace::text FROM pg_proc WHERE proname = 'events_check_row'`).Scan(&fnSchema); err != nil || (fnSchema != (pgx.Identifier{db.Schema}).Sanitize() && fnSchema != db.Schema) {
+		t.Errorf("events_check_row in schema %q (err %v), want the table's, %s", fnSchema, err, db.Schema)
 	}
 
 	long := strings.Repeat("ü", 28) + "_events" // 63 bytes
@@ -266,27 +388,32 @@ func TestAdoptAddsTheMigrationsConstraints(t *testing.T) {
 			t.Fatalf("adopt #%d %s: %v", i+1, long, err)
 		}
 	}
-	defs := checkConstraints(t, db.Pool, pgx.Identifier{long}.Sanitize())
-	var names []string
-	for name := range defs {
-		names = append(names, name)
-		if len(name) > 63 || !strings.HasPrefix(name, strings.Repeat("ü", 21)) {
-			t.Errorf("constraint name %q", name)
+	defs, src := rowCheckTriggers(t, db.Pool, pgx.Identifier{long}.Sanitize())
+	all := fmt.Sprint(defs) + src
+	for _, name := range []string{`"` + strings.Repeat("ü", 26) + `_row_checks"`, `"` + strings.Repeat("ü", 21) + "_row_checks_on_update", `"` + strings.Repeat("ü", 26) + "_check_row", "'" + strings.Repeat("ü", 23) + "_event_type_check"} {
+		if !strings.Contains(all, name) {
+			t.Errorf("no %s in the triggers or their function of %s:\n%s\n%s", name, long, defs, src)
 		}
 	}
-	if len(defs) != 4 || !strings.Contains(defs[strings.Repeat("ü", 23)+"_event_type_check"], `(type)::text <> ''::text`) {
-		t.Errorf("constraints of %s: %v", long, defs)
+	if len(defs) != 2 {
+		t.Errorf("triggers of %s: %v", long, defs)
 	}
-	t.Logf("names for a 63-byte table name: %v", names)
+	if !strings.Contains(src, `NEW.type::text <> ''`) {
+		t.Errorf("the event type rule of %s is not on its type column:\n%s", long, src)
+	}
+	_, err := db.Pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{long}.Sanitize()+` (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'Order', 'o-1', '', '{}')`)
+	wantCheckViolation(t, "empty type in "+long, err, strings.Repeat("ü", 23)+"_event_type_check")
 
-	// No event type column that Adopt knows: no event type check.
+	// No event type column that Adopt knows: no event type rule.
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE other (id uuid PRIMARY KEY, aggregate_id text NOT NULL, kind text NOT NULL, payload jsonb)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := outboxsql.Adopt(ctx, db.Pool, "other", ""); err != nil {
 		t.Fatal(err)
 	}
-	if defs := checkConstraints(t, db.Pool, "other"); len(defs) != 3 || defs["other_event_type_check"] != "" || defs["other_aggregate_id_check"] == "" {
-		t.Errorf("constraints of a table without event_type or type: %v", defs)
+	defs, src = rowCheckTriggers(t, db.Pool, "other")
+	if strings.Contains(src, "other_event_type_check") || !strings.Contains(src, "other_aggregate_id_check") {
+		t.Errorf("checks of a table without event_type or type:\n%s", src)
 	}
+	wantRowCheckTriggers(t, defs, "other", "other_check_row", "aggregate_id, headers, topic")
 }

@@ -143,7 +143,7 @@ func firstSchema(path string) string {
 // tableMigrations returns the migrations rendered for table: the name
 // "outbox" of the files replaced by table's (quoted), the "outbox_" prefix
 // of its indexes and constraints by the table's own name, the order-guard
-// table qualified like the table.
+// table and the row-check function qualified like the table.
 func tableMigrations(table string) (fs.FS, error) {
 	if table == DefaultTable {
 		return Migrations(), nil
@@ -155,7 +155,9 @@ func tableMigrations(table string) (fs.FS, error) {
 	}
 	guard := sqlname.OrderGuard(table)
 	quoted := sqlname.Quote(table)
+	checkFn := sqlname.RowCheckFunction(table)
 	guardRE := regexp.MustCompile(`\boutbox_order_guard\b`)
+	checkFnRE := regexp.MustCompile(`\boutbox_check_row\b`)
 	prefixRE := regexp.MustCompile(`\boutbox_(\w+)`)
 	tableRE := regexp.MustCompile(`\boutbox\b`)
 	literalRE := regexp.MustCompile(`'outbox'`)
@@ -171,10 +173,11 @@ func tableMigrations(table string) (fs.FS, error) {
 		// Placeholders first, so that no replacement is replaced again
 		// (the new names may contain "outbox" themselves).
 		s := guardRE.ReplaceAllLiteralString(string(b), "\x00guard\x00")
+		s = checkFnRE.ReplaceAllLiteralString(s, "\x00checkfn\x00")
 		s = prefixRE.ReplaceAllString(s, "\x00prefix\x00$1")
 		s = literalRE.ReplaceAllLiteralString(s, "\x00literal\x00")
 		s = tableRE.ReplaceAllLiteralString(s, "\x00table\x00")
-		s = strings.NewReplacer("\x00guard\x00", guard, "\x00prefix\x00", base+"_",
+		s = strings.NewReplacer("\x00guard\x00", guard, "\x00checkfn\x00", checkFn, "\x00prefix\x00", base+"_",
 			"\x00literal\x00", sqlname.Literal(quoted), "\x00table\x00", quoted).Replace(s)
 		out[path] = &fstest.MapFile{Data: []byte(s)}
 		return nil

@@ -25,9 +25,20 @@ func Literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + 
 
 // OrderGuard returns the quoted name of table's order-guard table:
 // <table>_order_guard, in the same schema (migration 00005).
-func OrderGuard(table string) string {
+func OrderGuard(table string) string { return Sibling(table, "_order_guard") }
+
+// RowCheckFunction returns the quoted name of the trigger function that
+// checks table's new rows: <table>_check_row, in the same schema
+// (migration 00008).
+func RowCheckFunction(table string) string { return Sibling(table, "_check_row") }
+
+// Sibling returns the quoted name of an object beside table, in the same
+// schema: table's own name followed by suffix ("app.outbox", "_x" gives
+// "app"."outbox_x"). Names over PostgreSQL's 63 bytes are truncated by the
+// server, the same way wherever they are used.
+func Sibling(table, suffix string) string {
 	parts := strings.Split(table, ".")
-	parts[len(parts)-1] += "_order_guard"
+	parts[len(parts)-1] += suffix
 	return pgx.Identifier(parts).Sanitize()
 }
 
