@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"github.com/pgoutbox/outbox/internal/sqlname"
-	"regexp"
+	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -74,9 +75,14 @@ WHERE attrelid = $1::regclass AND attname IN ('event_type', 'type') AND attnum >
 // giving the rule. The rows already in the table are kept as they are, and
 // the relay's updates (which name none of those columns) never run the
 // checks. The CHECK constraints of those names that an earlier adopt added
-// are dropped: the trigger replaces them. A table name too long for
-// PostgreSQL's 63-byte identifiers is shortened in these names, keeping
-// the suffix, as PostgreSQL shortens the names it chooses.
+// are dropped: the triggers replace them. The rules are planned on the
+// table's columns before anything is created: a headers column that is not
+// jsonb, or a topic column that is not text, fails adopt with the reason
+// (ALTER the column first), and the table is left as it was. A table name
+// too long for PostgreSQL's 63-byte identifiers is shortened in these
+// names, keeping the suffix, as PostgreSQL shortens the names it chooses;
+// the function's name then also gets a hash of the table's, so that two
+// long table names of one schema do not share it.
 //
 // It is idempotent and serialized by an advisory lock, so it is safe to run
 // twice and from two processes. Adding seq rewrites the table (an identity
@@ -129,39 +135,61 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 		`CREATE INDEX IF NOT EXISTS ` + idx("_published_at_idx") + ` ON ` + t + ` (published_at) WHERE published_at IS NOT NULL`,
 		`CREATE TABLE IF NOT EXISTS ` + guard + ` (key text PRIMARY KEY, until timestamptz NOT NULL)`,
 	}
-	schema := ""
-	if len(parts) > 1 {
-		schema = pgx.Identifier(parts[:len(parts)-1]).Sanitize() + "."
-	}
-	fn := schema + sqlname.Column(constraintName(name, "_check_row"))
+	// Locked first: adding the columns and constraints below needs the
+	// ACCESS EXCLUSIVE lock in the end, and a weaker lock taken on the way
+	// (ALTER TABLE SET, CREATE TRIGGER) deadlocks with a producer that read
+	// the table and then inserts into it.
+	stmts = slices.Insert(stmts, 1, `LOCK TABLE `+t+` IN ACCESS EXCLUSIVE MODE`)
 	trigger := sqlname.Column(constraintName(name, "_row_checks"))
 	onUpdate := sqlname.Column(constraintName(name, "_row_checks_on_update"))
-	on := []string{plpgsqlName(cols.AggregateID)}
+	on := []string{sqlname.Column(cols.AggregateID)}
 	if cols.EventType != "" {
-		on = append(on, plpgsqlName(cols.EventType))
+		on = append(on, sqlname.Column(cols.EventType))
 	}
 	on = append(on, "headers", "topic")
-	// The CHECK constraints an earlier adopt added are replaced by the
-	// trigger (see migrations/00008_row_check_trigger.sql).
-	var drop []string
-	for _, c := range rowChecks(name, cols) {
-		drop = append(drop, `DROP CONSTRAINT IF EXISTS `+sqlname.Column(c.name))
-	}
-	stmts = append(stmts,
-		`ALTER TABLE `+t+"\n  "+strings.Join(drop, ",\n  "),
-		`CREATE OR REPLACE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $fn$`+rowCheckBody(name, cols)+`$fn$`,
-		// Two triggers, for the reason migration 00008 gives (no BEFORE
-		// UPDATE trigger: it would lock every row the relay updates). The
-		// advisory lock keeps a concurrent adopt out between DROP and CREATE.
-		`DROP TRIGGER IF EXISTS `+trigger+` ON `+t,
-		`CREATE TRIGGER `+trigger+` BEFORE INSERT ON `+t+`
-    FOR EACH ROW EXECUTE FUNCTION `+fn+`()`,
-		`DROP TRIGGER IF EXISTS `+onUpdate+` ON `+t,
-		`CREATE TRIGGER `+onUpdate+` AFTER UPDATE OF `+strings.Join(on, ", ")+` ON `+t+`
-    FOR EACH ROW EXECUTE FUNCTION `+fn+`()`,
-	)
+	checks := rowChecks(name, cols)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		// The function goes into the table's own schema, wherever the
+		// search_path found the table.
+		var schema string
+		if err := tx.QueryRow(ctx, `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`, t).Scan(&schema); err != nil {
+			return err
+		}
+		fn := sqlname.Column(schema) + "." + sqlname.Column(rowCheckFunctionName(schema, name))
+		// PL/pgSQL checks a body's types only when it first runs: the
+		// rules are planned here on the table's columns (a headers column
+		// of type json would otherwise make every producer INSERT fail
+		// after a successful adopt).
+		exprs := make([]string, len(checks))
+		for i, c := range checks {
+			exprs[i] = "(" + c.expr + ")"
+		}
+		if _, err := tx.Exec(ctx, `SELECT `+strings.Join(exprs, ", ")+` FROM `+t+` AS "new" LIMIT 0`); err != nil {
+			return fmt.Errorf("the row checks do not apply to its columns (headers must be jsonb, topic text or varchar): %w", err)
+		}
+		// The CHECK constraints an earlier adopt added are replaced by the
+		// triggers (see migrations/00008_row_check_trigger.sql).
+		var drop []string
+		for _, c := range checks {
+			drop = append(drop, `DROP CONSTRAINT IF EXISTS `+sqlname.Column(c.name))
+		}
+		for _, s := range []string{
+			`ALTER TABLE ` + t + "\n  " + strings.Join(drop, ",\n  "),
+			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS ` + sqlname.Literal(rowCheckBody(name, cols)),
+			// Two triggers, for the reason migration 00008 gives (no BEFORE
+			// UPDATE trigger: it would lock every row the relay updates).
+			`DROP TRIGGER IF EXISTS ` + trigger + ` ON ` + t,
+			`CREATE TRIGGER ` + trigger + ` BEFORE INSERT ON ` + t + `
+    FOR EACH ROW EXECUTE FUNCTION ` + fn + `()`,
+			`DROP TRIGGER IF EXISTS ` + onUpdate + ` ON ` + t,
+			`CREATE TRIGGER ` + onUpdate + ` AFTER UPDATE OF ` + strings.Join(on, ", ") + ` ON ` + t + `
+    FOR EACH ROW EXECUTE FUNCTION ` + fn + `()`,
+		} {
 			if _, err := tx.Exec(ctx, s); err != nil {
 				return err
 			}
@@ -195,14 +223,14 @@ type rowCheck struct {
 // compares the functions). Text casts let them apply to varchar (Debezium)
 // columns and to columns of other types, as the relay reads them (::text).
 func rowChecks(table string, cols AdoptColumns) []rowCheck {
-	agg := "NEW." + plpgsqlName(cols.AggregateID) + "::text"
+	agg := "NEW." + sqlname.Column(cols.AggregateID) + "::text"
 	checks := []rowCheck{
 		{constraintName(table, "_aggregate_id_check"),
 			agg + ` <> '' AND octet_length(` + agg + `) <= ` + strconv.Itoa(maxAggregateIDBytes),
 			cols.AggregateID + ` must be 1 to ` + strconv.Itoa(maxAggregateIDBytes) + ` bytes.`},
 	}
 	if cols.EventType != "" {
-		typ := "NEW." + plpgsqlName(cols.EventType) + "::text"
+		typ := "NEW." + sqlname.Column(cols.EventType) + "::text"
 		checks = append(checks, rowCheck{constraintName(table, "_event_type_check"), typ + ` <> ''`, cols.EventType + ` must not be empty.`})
 	}
 	return append(checks,
@@ -236,17 +264,21 @@ func rowCheckBody(table string, cols AdoptColumns) string {
 	return b.String()
 }
 
-// plpgsqlName returns a column name as PL/pgSQL and SQL read it: as it is
-// if it is a plain lower-case identifier, else quoted.
-func plpgsqlName(col string) string {
-	if plainColumn.MatchString(col) {
-		return col
+// rowCheckFunctionName returns the name of the row-check function of the
+// table called table in schema: <table>_check_row, or, when that is longer
+// than PostgreSQL's 63 bytes, the table's name shortened and followed by a
+// hash of the schema and the whole name, so that two long table names with
+// the same beginning do not share (and overwrite) one function. The
+// constraint and trigger names need no hash: they belong to one table.
+func rowCheckFunctionName(schema, table string) string {
+	const suffix = "_check_row"
+	if len(table)+len(suffix) <= maxIdentifierBytes {
+		return table + suffix
 	}
-	return sqlname.Column(col)
+	h := fnv.New32a()
+	h.Write([]byte(schema + "." + table))
+	return constraintName(table, fmt.Sprintf("_%08x%s", h.Sum32(), suffix))
 }
-
-// plainColumn is a column name that needs no quotes.
-var plainColumn = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // maxIdentifierBytes is PostgreSQL's identifier limit, NAMEDATALEN - 1:
 // longer names are truncated.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,16 +46,21 @@ WHERE conrelid = $1::regclass AND contype = 'c'`, table)
 // GetTupleForTrigger), a WAL record per row the relay claims or marks.
 func rowCheckTriggers(t *testing.T, pool *pgxpool.Pool, table string) (defs map[string]string, src string) {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT tg.tgname::text, pg_get_triggerdef(tg.oid), p.prosrc, tg.tgtype & (1|2|16) = (1|2|16)
+	rows, err := pool.Query(context.Background(), `SELECT tg.tgname::text, pg_get_triggerdef(tg.oid), p.prosrc, tg.tgtype & (1|2|16) = (1|2|16),
+  coalesce(array_to_string(p.proconfig, ';'), '')
 FROM pg_trigger tg JOIN pg_proc p ON p.oid = tg.tgfoid
 WHERE tg.tgrelid = $1::regclass AND NOT tg.tgisinternal`, table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defs = map[string]string{}
-	var name, def, fsrc string
+	var name, def, fsrc, config string
 	var beforeUpdate bool
-	if _, err := pgx.ForEachRow(rows, []any{&name, &def, &fsrc, &beforeUpdate}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&name, &def, &fsrc, &beforeUpdate, &config}, func() error {
+		// Else a writer's search_path could shadow what the body calls.
+		if config != "search_path=pg_catalog, pg_temp" {
+			t.Errorf("%s: the function of trigger %s runs with %q, want search_path=pg_catalog, pg_temp", table, name, config)
+		}
 		defs[name] = def
 		if src != "" && fsrc != src {
 			t.Errorf("%s: the triggers run two functions", table)
@@ -390,7 +396,8 @@ func TestAdoptAddsTheMigrationsChecks(t *testing.T) {
 	}
 	defs, src := rowCheckTriggers(t, db.Pool, pgx.Identifier{long}.Sanitize())
 	all := fmt.Sprint(defs) + src
-	for _, name := range []string{`"` + strings.Repeat("ü", 26) + `_row_checks"`, `"` + strings.Repeat("ü", 21) + "_row_checks_on_update", `"` + strings.Repeat("ü", 26) + "_check_row", "'" + strings.Repeat("ü", 23) + "_event_type_check"} {
+	// The function's name gets a hash of the table's: see the next table.
+	for _, name := range []string{`"` + strings.Repeat("ü", 26) + `_row_checks"`, `"` + strings.Repeat("ü", 21) + "_row_checks_on_update", `"` + strings.Repeat("ü", 22) + "_", `_check_row"()`, "'" + strings.Repeat("ü", 23) + "_event_type_check"} {
 		if !strings.Contains(all, name) {
 			t.Errorf("no %s in the triggers or their function of %s:\n%s\n%s", name, long, defs, src)
 		}
@@ -398,11 +405,26 @@ func TestAdoptAddsTheMigrationsChecks(t *testing.T) {
 	if len(defs) != 2 {
 		t.Errorf("triggers of %s: %v", long, defs)
 	}
-	if !strings.Contains(src, `NEW.type::text <> ''`) {
+	if !strings.Contains(src, `NEW."type"::text <> ''`) {
 		t.Errorf("the event type rule of %s is not on its type column:\n%s", long, src)
 	}
 	_, err := db.Pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{long}.Sanitize()+` (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'Order', 'o-1', '', '{}')`)
 	wantCheckViolation(t, "empty type in "+long, err, strings.Repeat("ü", 23)+"_event_type_check")
+	// A second long name with the same first 53 bytes, other columns: its
+	// own function; the first table's INSERTs still work (they failed with
+	// `record "new" has no field "aggregate_id"` when both shared one).
+	long2 := strings.Repeat("ü", 28) + "_other"
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{long2}.Sanitize()+` (id uuid PRIMARY KEY, aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := outboxsql.Adopt(ctx, db.Pool, long2, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{long}.Sanitize()+` (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'Order', 'o-1', 't', '{}')`); err != nil {
+		t.Errorf("a good row into %s after adopting %s: %v", long, long2, err)
+	}
+	_, err = db.Pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{long2}.Sanitize()+` (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), '', 't', '{}')`)
+	wantCheckViolation(t, "empty aggregate_id in "+long2, err, strings.Repeat("ü", 22)+"_aggregate_id_check")
 
 	// No event type column that Adopt knows: no event type rule.
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE other (id uuid PRIMARY KEY, aggregate_id text NOT NULL, kind text NOT NULL, payload jsonb)`); err != nil {
@@ -416,4 +438,130 @@ func TestAdoptAddsTheMigrationsChecks(t *testing.T) {
 		t.Errorf("checks of a table without event_type or type:\n%s", src)
 	}
 	wantRowCheckTriggers(t, defs, "other", "other_check_row", "aggregate_id, headers, topic")
+}
+
+// Columns adopt must cope with: a mapped column named with a reserved word
+// or holding "$fn$" is adopted and checked; a headers column that is not
+// jsonb makes adopt fail with the reason, leaving the table and its
+// producers as they were (before, adopt succeeded and every later INSERT
+// failed: PL/pgSQL checks a body's types only when it runs).
+func TestAdoptOddColumns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	for _, col := range []string{"order", "user", `agg$fn$x`, `Agg "Id"`} {
+		table := "odd_" + strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' {
+				return r
+			}
+			return '_'
+		}, strings.ToLower(col))
+		c := pgx.Identifier{col}.Sanitize()
+		if _, err := db.Pool.Exec(ctx, `CREATE TABLE `+table+` (id uuid PRIMARY KEY, `+c+` text NOT NULL, event_type text NOT NULL, payload jsonb)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := outboxsql.AdoptTable(ctx, db.Pool, table, outboxsql.AdoptColumns{AggregateID: col}); err != nil {
+			t.Errorf("adopt with the aggregate ID column %q: %v", col, err)
+			continue
+		}
+		_, err := db.Pool.Exec(ctx, `INSERT INTO `+table+` (id, `+c+`, event_type, payload) VALUES (gen_random_uuid(), '', 't', '{}')`)
+		wantCheckViolation(t, "empty "+col, err, table+"_aggregate_id_check")
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO `+table+` (id, `+c+`, event_type, payload) VALUES (gen_random_uuid(), 'a', 't', '{}')`); err != nil {
+			t.Errorf("a good row with the aggregate ID column %q: %v", col, err)
+		}
+	}
+	for _, typ := range []string{"json", "text"} {
+		table := "headers_" + typ
+		if _, err := db.Pool.Exec(ctx, `CREATE TABLE `+table+` (id uuid PRIMARY KEY, aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb, headers `+typ+`)`); err != nil {
+			t.Fatal(err)
+		}
+		err := outboxsql.Adopt(ctx, db.Pool, table, "")
+		if err == nil || !strings.Contains(err.Error(), "row checks do not apply") || !strings.Contains(err.Error(), "jsonb_typeof") {
+			t.Errorf("adopt with headers %s: %v, want the row checks refused, naming jsonb_typeof", typ, err)
+		}
+		t.Logf("headers %s: %v", typ, err)
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO `+table+` (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'a', 't', '{}')`); err != nil {
+			t.Errorf("a producer's INSERT after the failed adopt (headers %s): %v", typ, err)
+		}
+	}
+}
+
+// Migration 8 under a producer that read the outbox table and then inserts
+// into it, in one transaction: the migration waits, and the producer
+// commits. When migration 8 took CREATE TRIGGER's SHARE ROW EXCLUSIVE lock
+// before DROP CONSTRAINT's ACCESS EXCLUSIVE, the producer's INSERT failed
+// with "deadlock detected".
+func TestMigrationDoesNotDeadlockAProducer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	store, err := database.NewStore(database.DialectPostgres, outboxsql.VersionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider("", sqlDB, outboxsql.Migrations(), goose.WithStore(store), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	producer, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Rollback(ctx)
+	if _, err := producer.Exec(ctx, `SELECT count(*) FROM outbox`); err != nil {
+		t.Fatal(err)
+	}
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := p.UpTo(ctx, 8)
+		migrated <- err
+	}()
+	// The migration waits for the producer's lock on the table.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var waiting bool
+		err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'outbox'::regclass AND NOT granted)`).Scan(&waiting)
+		return err == nil && waiting
+	}, "migration 8 never waited for the producer's lock")
+	if _, err := producer.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'a', 't', '{}')`); err != nil {
+		t.Fatalf("the producer's INSERT while migration 8 waits: %v", err)
+	}
+	if err := producer.Commit(ctx); err != nil {
+		t.Fatalf("the producer's commit: %v", err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("migration 8: %v", err)
+	}
+}
+
+// A writer's search_path cannot shadow what the checks call: the function
+// runs with search_path pg_catalog, pg_temp. Before, a schema of the
+// writer's own with octet_length(text) returning 1, put before pg_catalog,
+// let a 2,000-byte aggregate ID in.
+func TestRowChecksIgnoreTheWritersSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	shadow := db.Schema + "_shadow"
+	if _, err := db.Pool.Exec(ctx, `CREATE SCHEMA `+shadow+`;
+CREATE FUNCTION `+shadow+`.octet_length(text) RETURNS integer LANGUAGE sql IMMUTABLE AS 'SELECT 1'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), `DROP SCHEMA `+shadow+` CASCADE`) })
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('search_path', $1, true)`, shadow+", pg_catalog, "+db.Schema); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT octet_length(repeat('x', 2000))`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("the shadow function is not in effect: %d, %v", n, err)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), repeat('x', 2000), 't', '{}')`)
+		return err
+	})
+	wantCheckViolation(t, "a 2,000-byte aggregate ID under a shadowing search_path", err, "outbox_aggregate_id_check")
 }
