@@ -96,6 +96,9 @@ func relayArgs(brokers []string, topic, channel, metricsAddr string, cfg RelayCo
 			args = append(args, "--claim-window-poll="+cfg.ClaimWindowPoll.String())
 		}
 	}
+	if cfg.BusyClaimInterval != 0 {
+		args = append(args, "--busy-claim-interval="+cfg.BusyClaimInterval.String())
+	}
 	if cfg.Mode == ModePoll {
 		args = append(args, "--no-notify")
 	}

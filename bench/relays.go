@@ -39,6 +39,10 @@ type RelayConfig struct {
 	// ClaimWindowPoll is relay.Config.ClaimWindowPoll (notify and poll): 0
 	// keeps the relay's default (relay.DefaultClaimWindowPoll).
 	ClaimWindowPoll time.Duration
+	// BusyClaimInterval is relay.Config.BusyClaimInterval (notify, poll and
+	// notify-proc, even with ProcDefaults): 0 keeps the relay's default
+	// (relay.DefaultBusyClaimInterval).
+	BusyClaimInterval time.Duration
 	// ProcDefaults runs a relay process (ModeNotifyProc) with the
 	// relay's own defaults: PollInterval, Lease, BatchSize and ClaimWindow are
 	// not passed on, and the retention cleaner runs with its default.
@@ -143,7 +147,7 @@ func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, 
 		return n, nil
 	}
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
-		Relay:    relay.Config{Topic: topic, PollInterval: cfg.PollInterval, ClaimWindow: cfg.ClaimWindow, ClaimWindowPoll: cfg.ClaimWindowPoll},
+		Relay:    relay.Config{Topic: topic, PollInterval: cfg.PollInterval, ClaimWindow: cfg.ClaimWindow, ClaimWindowPoll: cfg.ClaimWindowPoll, BusyClaimInterval: cfg.BusyClaimInterval},
 		Lease:    lease.Config{Lease: cfg.Lease, BatchSize: cfg.BatchSize},
 		Kafka:    kafka.Config{Brokers: e.Brokers},
 		Notify:   notify.Config{Channel: channel},

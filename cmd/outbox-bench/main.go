@@ -190,6 +190,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&s.BatchSize, "batch-size", 500, "most events per claim")
 	fs.DurationVar(&s.ClaimWindow, "claim-window", 0, "the relay's --claim-window (0: its default; negative: off)")
 	fs.DurationVar(&s.ClaimWindowPoll, "claim-window-poll", 0, "the relay's --claim-window-poll (0: its default, 500µs); longer: fewer claims per event, more latency")
+	fs.DurationVar(&s.BusyClaimInterval, "busy-claim-interval", 0, "the relays' --busy-claim-interval (0: their default, 20ms), also for notify-proc; shorter: lower latency above 2,000 events/s, more claims")
 	fs.Float64Var(&s.Latency.Rate, "rate", 1000, "latency: arrival rate, events/s (open loop)")
 	fs.DurationVar(&s.Latency.Duration, "duration", 30*time.Second, "latency: how long events are sent per run")
 	fs.IntVar(&s.Latency.Writers, "writers", 8, "latency: writer goroutines (one connection each)")

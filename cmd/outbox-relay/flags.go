@@ -262,7 +262,7 @@ func strayArgument(fs *flag.FlagSet, args []string, see string) error {
 // zeroRefused are the flags whose 0 would silently mean the default.
 var zeroRefused = map[string]bool{
 	"lease": true, "batch-size": true, "poll-interval": true, "max-attempts": true, "shutdown-timeout": true,
-	"retry-min": true, "retry-max": true, "linger-poll": true, "claim-window-poll": true, "metrics-interval": true, "kafka-write-timeout": true,
+	"retry-min": true, "retry-max": true, "linger-poll": true, "claim-window-poll": true, "busy-claim-interval": true, "metrics-interval": true, "kafka-write-timeout": true,
 }
 
 // refuseZeros refuses 0 where it would silently mean the default, naming

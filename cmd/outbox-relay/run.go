@@ -59,6 +59,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", relay.DefaultPollInterval, "fallback poll interval when no notification arrives (jittered ±10%)")
 	fs.DurationVar(&f.relay.ClaimWindow, "claim-window", relay.DefaultClaimWindow, "after a claim found events, keep claiming every --claim-window-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative, e.g. -1ms: off; 0 is refused)")
 	fs.DurationVar(&f.relay.ClaimWindowPoll, "claim-window-poll", relay.DefaultClaimWindowPoll, "first interval between claims in the claim window")
+	fs.DurationVar(&f.relay.BusyClaimInterval, "busy-claim-interval", relay.DefaultBusyClaimInterval, "interval between claims while events arrive at 2,000/s or more (shorter: lower latency at high rates, more CPU taken from the writers)")
 	// The old names, read as before (a Kafka engineer reads "linger" as
 	// the producer's linger.ms, which this is not).
 	fs.Var(durationAlias{&f.relay.ClaimWindow}, "linger", "deprecated: --claim-window")
