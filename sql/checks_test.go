@@ -102,6 +102,23 @@ func wantCheckViolation(t *testing.T, what string, err error, constraint string)
 	}
 }
 
+// migrations returns a goose provider of the outbox migrations on pool, to
+// move the table to a given version; its connection closes when t ends.
+func migrations(t *testing.T, pool *pgxpool.Pool) *goose.Provider {
+	t.Helper()
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	store, err := database.NewStore(database.DialectPostgres, outboxsql.VersionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider("", sqlDB, outboxsql.Migrations(), goose.WithStore(store), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // checkFunctionCalls runs stmt in a transaction with function call counting
 // on and returns how many times it ran table's row-check function.
 func checkFunctionCalls(t *testing.T, pool *pgxpool.Pool, table, stmt string) int64 {
@@ -133,16 +150,7 @@ func TestMigrationChecksNewRowsAndKeepsOldOnes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.DB(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	store, err := database.NewStore(database.DialectPostgres, outboxsql.VersionTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider("", sqlDB, outboxsql.Migrations(), goose.WithStore(store), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, db.Pool)
 	if _, err := p.UpTo(ctx, 6); err != nil {
 		t.Fatal(err)
 	}
@@ -495,16 +503,7 @@ func TestMigrationDoesNotDeadlockAProducer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.DB(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	store, err := database.NewStore(database.DialectPostgres, outboxsql.VersionTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider("", sqlDB, outboxsql.Migrations(), goose.WithStore(store), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, db.Pool)
 	if _, err := p.UpTo(ctx, 7); err != nil {
 		t.Fatal(err)
 	}
