@@ -174,10 +174,10 @@ func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
 		s.activeUntil = now.Add(cfg.ClaimWindow)
 		// Below busyRate a claim follows every ClaimWindowPoll, for
 		// latency. Above it the relay is busy and claims every
-		// BusyClaimInterval (20ms by default) instead, taking bigger batches rather than a round trip per few
-		// events, which on a small machine takes CPU from the writers
-		// (measured: 0.83-0.87x of their commits/s with a 10ms gap,
-		// 0.92-0.98x with 20ms).
+		// BusyClaimInterval (20ms by default) instead, taking bigger
+		// batches rather than a round trip per few events, which on a
+		// small machine takes CPU from the writers (see
+		// DefaultBusyClaimInterval).
 		s.rate = arrivalRate(s.rate, n, sinceLast)
 		s.gap = cfg.ClaimWindowPoll
 		if s.rate >= busyRate {
