@@ -54,6 +54,8 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{"zero lease", append([]string{"run", "--lease", "0"}, valid...), "--lease: must be positive"},
 		{"zero batch size", append([]string{"run", "--batch-size", "0"}, valid...), "--batch-size: must be positive"},
 		{"zero poll interval", append([]string{"run", "--poll-interval", "0s"}, valid...), "--poll-interval: must be positive"},
+		{"zero busy claim interval", append([]string{"run", "--busy-claim-interval", "0s"}, valid...), "--busy-claim-interval: must be positive"},
+		{"negative busy claim interval", append([]string{"run", "--busy-claim-interval", "-1ms"}, valid...), "--busy-claim-interval: must be positive, got -1ms"},
 		{"bad metrics address", append([]string{"run", "--metrics-addr", "bogus"}, valid...), "--metrics-addr"},
 		{"stray argument", append([]string{"run", "extra"}, valid...), "extra"},
 		{"unknown command", []string{"frobnicate"}, "frobnicate"},

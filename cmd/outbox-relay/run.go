@@ -368,7 +368,7 @@ func migrateCommand(table string) string {
 // configFlags maps "<package>.<Config field>" onto the flag that sets it.
 var configFlags = map[string]string{
 	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
-	"relay.Topic": "--topic", "relay.TopicTemplate": "--topic-template", "relay.IDHeader": "--id-header", "relay.PollInterval": "--poll-interval", "relay.ClaimWindow": "--claim-window", "relay.ClaimWindowPoll": "--claim-window-poll",
+	"relay.Topic": "--topic", "relay.TopicTemplate": "--topic-template", "relay.IDHeader": "--id-header", "relay.PollInterval": "--poll-interval", "relay.ClaimWindow": "--claim-window", "relay.ClaimWindowPoll": "--claim-window-poll", "relay.BusyClaimInterval": "--busy-claim-interval",
 	"relay.RetryMin": "--retry-min", "relay.StallTimeout": "--stall-timeout", "relay.MaxAttempts": "--max-attempts", "relay.OnDeadLetter": "--on-dead-letter", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
 	"notify.Channel": "--channel",
 	"kafka.Brokers":  "--brokers", "kafka.Topic": "--topic", "kafka.ClientID": "--kafka-client-id",
