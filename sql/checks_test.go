@@ -532,8 +532,13 @@ func TestMigrationDoesNotDeadlockAProducer(t *testing.T) {
 	if err := producer.Commit(ctx); err != nil {
 		t.Fatalf("the producer's commit: %v", err)
 	}
-	if err := <-migrated; err != nil {
-		t.Fatalf("migration 8: %v", err)
+	select {
+	case err := <-migrated:
+		if err != nil {
+			t.Fatalf("migration 8: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("migration 8 did not finish within 30s of the producer's commit")
 	}
 }
 
