@@ -153,6 +153,7 @@ func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
 	case cfg.ClaimWindow > 0:
 		now := time.Now()
 		s.lastHit = now
+		s.rate = arrivalRate(s.rate, n, sinceLast)
 		s.mode.found((s.cause == causeWindow || s.cause == causePoll) && !s.drained, now)
 		if !s.mode.dense(now) {
 			// Every recent event came with its own notification: one
@@ -162,7 +163,6 @@ func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
 			// window cannot hide events that came without one; if that
 			// claim comes back empty, the next one follows ClaimWindow
 			// after the last hit (claimedEmpty).
-			s.rate = arrivalRate(s.rate, n, sinceLast)
 			if now.Before(s.activeUntil) {
 				return
 			}
@@ -178,7 +178,6 @@ func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
 		// batches rather than a round trip per few events, which on a
 		// small machine takes CPU from the writers (see
 		// DefaultBusyClaimInterval).
-		s.rate = arrivalRate(s.rate, n, sinceLast)
 		s.gap = cfg.ClaimWindowPoll
 		if s.rate >= busyRate {
 			s.gap = max(cfg.BusyClaimInterval, cfg.ClaimWindowPoll)
