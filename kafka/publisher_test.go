@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -538,5 +539,57 @@ func TestOneRequestPerPartition(t *testing.T) {
 		clear(reqs)
 		clear(recs)
 		mu.Unlock()
+	}
+}
+
+// TestOneRequestPerCallAtEverySize publishes calls of every size around
+// the small Writers' BatchSize (smallWriterSizes), all of one key and so of
+// one partition: each call must reach the broker as one produce request
+// holding all its records (a chunk sent through a Writer smaller than it
+// would be split), and a consumer must read every key's records in order.
+func TestOneRequestPerCallAtEverySize(t *testing.T) {
+	b, topic := newBroker(t, 1)
+	b.needKfake(t)
+	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	var mu sync.Mutex
+	var reqs, recs []int // per produce request: partitions, records
+	b.cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		b.cluster.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				var batch kmsg.RecordBatch
+				if err := batch.ReadFrom(rp.Records); err != nil {
+					t.Errorf("decode batch: %v", err)
+				}
+				reqs = append(reqs, int(rp.Partition))
+				recs = append(recs, int(batch.NumRecords))
+			}
+		}
+		return nil, nil, false
+	})
+	sizes := []int{1, 2, 15, 16, 17, 127, 128, 129, 500, 1000, 1}
+	total := 0
+	for _, n := range sizes {
+		msgs := make([]Message, n)
+		for i := range msgs {
+			msgs[i] = Message{Key: []byte("k"), Value: []byte(strconv.Itoa(total + i))}
+		}
+		if err := p.Publish(context.Background(), msgs); err != nil {
+			t.Fatalf("publish %d: %v", n, err)
+		}
+		total += n
+		mu.Lock()
+		if len(recs) != 1 || recs[0] != n {
+			t.Errorf("a call of %d messages of one partition: produce requests with %v records, want one with %d", n, recs, n)
+		}
+		reqs, recs = reqs[:0], recs[:0]
+		mu.Unlock()
+	}
+	for i, r := range consume(t, b.addrs, topic, total) {
+		if got := string(r.Value); got != strconv.Itoa(i) {
+			t.Fatalf("record %d has value %s: out of order", i, got)
+		}
 	}
 }
