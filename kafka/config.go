@@ -115,9 +115,8 @@ type Config struct {
 	// messages are split into sequential sub-calls. kafka-go allocates a
 	// BatchSize-capacity slice of messages (152 bytes each) for every
 	// partition batch, even a one-message one; the Publisher therefore
-	// sends small calls through Writers of BatchSize 16 and 128 (see
-	// smallWriterSizes), and only calls of more than 128 messages through
-	// one of this size. Defaults to 1000.
+	// sets kafka-go's BatchSize to each sub-call's length, so this bounds
+	// memory per call only. Defaults to 1000.
 	BatchSize int
 
 	// BatchBytes is the maximum size in bytes of one partition's batch as

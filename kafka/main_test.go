@@ -143,6 +143,11 @@ func newTestPublisher(tb testing.TB, cfg Config) *Publisher {
 // topic/partition with code, while other requests are handled normally. It
 // returns a counter of the requests it answered.
 func failProduce(c *kfake.Cluster, topic string, partition int32, code int16) *atomic.Int64 {
+	return failProduceN(c, topic, partition, code, 0)
+}
+
+// failProduceN is failProduce for the first limit requests only (0: all).
+func failProduceN(c *kfake.Cluster, topic string, partition int32, code int16, limit int64) *atomic.Int64 {
 	var n atomic.Int64
 	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -153,7 +158,7 @@ func failProduce(c *kfake.Cluster, topic string, partition int32, code int16) *a
 				hit = hit || (t.Topic == topic && p.Partition == partition)
 			}
 		}
-		if !hit {
+		if !hit || (limit > 0 && n.Load() >= limit) {
 			return nil, nil, false
 		}
 		n.Add(1)

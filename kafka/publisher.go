@@ -43,19 +43,20 @@ type Message struct {
 	Headers []Header
 }
 
-// Publisher publishes messages to Kafka through kafka-go Writers that
-// share one transport (see smallWriterSizes). It is
-// safe for concurrent use, but per-key ordering is only guaranteed between
-// Publish calls that do not overlap in time: the relay must wait for one
-// call (and retry its failures) before publishing later events of the same
-// aggregates.
+// Publisher publishes messages to Kafka through one kafka-go Writer. It is
+// safe for concurrent use: concurrent calls are sent one sub-call at a time
+// (see write). Per-key ordering is only guaranteed between Publish calls
+// that do not overlap in time: the relay must wait for one call (and retry
+// its failures) before publishing later events of the same aggregates.
 type Publisher struct {
 	cfg Config
 	log *zap.Logger
-	// ws are kafka-go Writers on one transport, by ascending BatchSize
-	// (writerClasses, then Config.BatchSize); write sends a chunk through
-	// the smallest one that takes it whole (see writerFor).
-	ws        []*kafkago.Writer
+	w   *kafkago.Writer
+	// writing admits one WriteMessages call at a time (a one-slot
+	// semaphore, so that a Publish waiting for it still ends with its
+	// ctx): each call first sets w.BatchSize to its chunk's length (see
+	// write).
+	writing   chan struct{}
 	transport *refreshingTransport
 	mech      sasl.Mechanism
 	dialer    *brokerDialer
@@ -96,7 +97,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		user:     cfg.SASLUsername,
 		clientID: cfg.ClientID,
 	}
-	p := &Publisher{cfg: cfg, log: log, mech: mech, dialer: dialer, conns: conns}
+	p := &Publisher{cfg: cfg, log: log, mech: mech, dialer: dialer, conns: conns, writing: make(chan struct{}, 1)}
 	addr := kafkago.TCP(cfg.Brokers...)
 	p.transport = newRefreshingTransport(func() *kafkago.Transport {
 		// Track every broker connection so Close can cut the ones with a
@@ -107,9 +108,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 			return conns.dial(ctx, dialer, network, addr)
 		}, nil)
 	}, addr, cfg.DialTimeout+cfg.WriteTimeout, log)
-	for _, n := range writerClasses(cfg.BatchSize) {
-		p.ws = append(p.ws, p.newWriter(addr, n, log))
-	}
+	p.w = p.newWriter(addr, log)
 	log.Info("publisher configured",
 		zap.Strings("brokers", cfg.Brokers),
 		zap.String("topic", cfg.Topic),
@@ -123,49 +122,9 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 	return p, nil
 }
 
-// smallWriterSizes are the BatchSize of the Writers that take small
-// chunks. kafka-go allocates a slice of BatchSize messages (152 bytes each)
-// for every partition batch it starts, however few messages the batch
-// gets (kafka-go v0.4.51 writer.go, writeBatch.add: make([]Message, 0,
-// maxSize)). With one Writer of BatchSize 1,000, a relay publishing 1,000
-// events/s in chunks of one or two events allocated 82 MB/s (pprof, alloc
-// space), and the Go GC took about a fifth of its CPU. A chunk goes to the
-// smallest Writer whose BatchSize covers it, so a one-event publish
-// allocates 16 × 152 bytes. BatchSize is also the most messages kafka-go
-// puts in one produce request, so a chunk is never sent through a Writer
-// smaller than it (that would split one partition's messages into several
-// requests, and they would no longer succeed or fail together).
-var smallWriterSizes = []int{16, 128}
-
-// writerClasses returns the BatchSize of each Writer: the small sizes under
-// batchSize, then batchSize (Config.BatchSize).
-func writerClasses(batchSize int) []int {
-	var sizes []int
-	for _, n := range smallWriterSizes {
-		if n < batchSize {
-			sizes = append(sizes, n)
-		}
-	}
-	return append(sizes, batchSize)
-}
-
-// writerFor returns the Writer for a chunk of n messages (n <=
-// Config.BatchSize): the one with the smallest BatchSize >= n. Publish
-// calls that do not overlap keep per-key order whichever Writers they use:
-// each WriteMessages call returns only once its messages are acknowledged
-// or failed.
-func (p *Publisher) writerFor(n int) *kafkago.Writer {
-	for _, w := range p.ws {
-		if w.BatchSize >= n {
-			return w
-		}
-	}
-	return p.ws[len(p.ws)-1]
-}
-
-// newWriter returns a kafka-go Writer on p's transport whose batches hold
-// at most batchSize messages.
-func (p *Publisher) newWriter(addr net.Addr, batchSize int, log *zap.Logger) *kafkago.Writer {
+// newWriter returns the kafka-go Writer on p's transport. Its BatchSize
+// is set by write before each call.
+func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
 	cfg := p.cfg
 	var comp kafkago.Compression
 	switch cfg.Compression {
@@ -184,7 +143,7 @@ func (p *Publisher) newWriter(addr net.Addr, batchSize int, log *zap.Logger) *ka
 		// hash like empty keys instead of going to a random partition.
 		Balancer:     kafkago.Murmur2Balancer{Consistent: true},
 		MaxAttempts:  cfg.MaxAttempts,
-		BatchSize:    batchSize,
+		BatchSize:    cfg.BatchSize,
 		BatchBytes:   cfg.BatchBytes,
 		BatchTimeout: cfg.BatchTimeout,
 		ReadTimeout:  cfg.WriteTimeout,
@@ -480,12 +439,36 @@ func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, [
 // write sends one chunk with kafka-go and records per-message failures via
 // fail. It returns whether any message failed, or a whole-chunk error when
 // kafka-go sent nothing (or ctx ended).
+//
+// Calls are sent one at a time, and each sets the Writer's BatchSize to
+// its chunk's length first. kafka-go allocates a slice of BatchSize
+// messages (152 bytes each) for every partition batch it starts, however
+// few messages the batch gets (kafka-go v0.4.51 writer.go, writeBatch.add:
+// make([]Message, 0, maxSize)): with a fixed BatchSize of 1,000, a relay
+// publishing 1,000 events/s in chunks of one or two allocated 82 MB/s
+// (pprof, alloc space) and the Go GC took about a fifth of its CPU. kafka-go
+// reads BatchSize only in the calling goroutine (batchMessages, then
+// partitionWriter.writeMessages), so setting it under the semaphore is
+// safe. One Writer, not one per size: when ctx ends a call, kafka-go keeps
+// its batch queued and retries it; the next call's batch for that
+// partition then queues behind it in the same partition writer, so a late
+// copy never lands after later messages of its key. With Writers of
+// several sizes it could (a later call through another Writer was
+// written first). With concurrent calls on one Writer, kafka-go could also
+// put part of one call in another call's produce request.
 func (p *Publisher) write(ctx context.Context, chunk []kafkago.Message, fail func(int, error)) (bool, error) {
+	select {
+	case p.writing <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-p.writing }()
 	failed := false
 	// Each round either succeeds, fails as a whole, or drops one message that
 	// kafka-go found too large, so this loop ends.
 	for len(chunk) > 0 {
-		err := p.writerFor(len(chunk)).WriteMessages(ctx, chunk...)
+		p.w.BatchSize = len(chunk)
+		err := p.w.WriteMessages(ctx, chunk...)
 		if err == nil {
 			return failed, nil
 		}
@@ -587,11 +570,7 @@ func (p *Publisher) Close() error {
 		// Cut connections first so a request stuck on a dead broker fails
 		// now instead of after its write timeouts; no new ones are dialed.
 		p.conns.closeAll()
-		var errs []error
-		for _, w := range p.ws {
-			errs = append(errs, w.Close())
-		}
-		if err := errors.Join(errs...); err != nil {
+		if err := p.w.Close(); err != nil {
 			p.closeErr = fmt.Errorf("close: %w", err)
 		}
 		p.transport.close()

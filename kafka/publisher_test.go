@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -542,11 +543,11 @@ func TestOneRequestPerPartition(t *testing.T) {
 	}
 }
 
-// TestOneRequestPerCallAtEverySize publishes calls of every size around
-// the small Writers' BatchSize (smallWriterSizes), all of one key and so of
-// one partition: each call must reach the broker as one produce request
-// holding all its records (a chunk sent through a Writer smaller than it
-// would be split), and a consumer must read every key's records in order.
+// TestOneRequestPerCallAtEverySize publishes calls of many sizes (the
+// Publisher sets kafka-go's BatchSize to each call's length), all of one
+// key and so of one partition: each call must reach the broker as one
+// produce request holding all its records, and a consumer must read them
+// in order.
 func TestOneRequestPerCallAtEverySize(t *testing.T) {
 	b, topic := newBroker(t, 1)
 	b.needKfake(t)
@@ -591,5 +592,116 @@ func TestOneRequestPerCallAtEverySize(t *testing.T) {
 		if got := string(r.Value); got != strconv.Itoa(i) {
 			t.Fatalf("record %d has value %s: out of order", i, got)
 		}
+	}
+}
+
+// TestTimedOutPublishIsNotOvertaken: a call whose ctx ends while kafka-go
+// backs off before retrying leaves its batch queued in kafka-go, which may
+// still deliver it; the next call's messages of the same key must not land
+// before it, whatever the two calls' sizes (a version with one kafka-go
+// Writer per batch size let them: the log read [2 1]).
+func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
+	for _, c := range []struct{ first, second int }{{20, 1}, {1, 20}, {5, 5}, {200, 3}, {3, 200}} {
+		t.Run(fmt.Sprintf("%d_then_%d", c.first, c.second), func(t *testing.T) {
+			b, topic := newBroker(t, 1)
+			b.needKfake(t)
+			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+			ctx := context.Background()
+			if err := p.Publish(ctx, []Message{{Key: []byte("k"), Value: []byte("warm-up")}}); err != nil {
+				t.Fatal(err)
+			}
+			// The next produce request is answered with a retriable error
+			// once: kafka-go backs off at least 100ms before its retry.
+			n := failProduceN(b.cluster, topic, 0, kerr.NotEnoughReplicas.Code, 1)
+			call := func(name string, size int) []Message {
+				msgs := make([]Message, size)
+				for i := range msgs {
+					msgs[i] = Message{Key: []byte("k"), Value: []byte(fmt.Sprintf("%s-%d", name, i))}
+				}
+				return msgs
+			}
+			short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+			err := p.Publish(short, call("first", c.first))
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("first Publish = %v, want its deadline exceeded during the retry backoff", err)
+			}
+			if got := n.Load(); got != 1 {
+				t.Fatalf("%d produce requests failed, want 1", got)
+			}
+			if err := p.Publish(ctx, call("second", c.second)); err != nil {
+				t.Fatalf("second Publish: %v", err)
+			}
+			recs := consume(t, b.addrs, topic, 1+c.first+c.second)
+			seen := map[string]int{}
+			for _, r := range recs[1:] {
+				name, i, _ := strings.Cut(string(r.Value), "-")
+				if name == "first" && seen["second"] > 0 {
+					t.Fatalf("%s arrived after %d records of the second call (log: %s ...)", r.Value, seen["second"], recs[1].Value)
+				}
+				if want := strconv.Itoa(seen[name]); i != want {
+					t.Fatalf("%s arrived as record %s of its call", r.Value, want)
+				}
+				seen[name]++
+			}
+		})
+	}
+}
+
+// TestConcurrentCallsKeepOneRequestPerPartition: Publish calls from
+// several goroutines at once are sent one at a time, so each call's
+// messages (one key, one partition) travel in one produce request of their
+// own: the requests' record counts are exactly the calls' sizes. kafka-go
+// shares a partition's batch between concurrent calls on one Writer, and
+// sends it when it holds BatchSize messages, which would merge calls or
+// split one between requests.
+func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
+	b, topic := newBroker(t, 1)
+	b.needKfake(t)
+	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	var mu sync.Mutex
+	var requests []int // per produce request: its record count
+	b.cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		b.cluster.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				var batch kmsg.RecordBatch
+				if err := batch.ReadFrom(rp.Records); err != nil {
+					t.Errorf("decode batch: %v", err)
+				}
+				requests = append(requests, int(batch.NumRecords))
+			}
+		}
+		return nil, nil, false
+	})
+	const goroutines, calls = 4, 25
+	var sizes []int
+	for i := range goroutines * calls {
+		sizes = append(sizes, 1+i*37%120)
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for _, size := range sizes[g*calls : (g+1)*calls] {
+				msgs := make([]Message, size)
+				for i := range msgs {
+					msgs[i] = Message{Key: []byte("k"), Value: []byte(strconv.Itoa(i))}
+				}
+				if err := p.Publish(context.Background(), msgs); err != nil {
+					t.Errorf("publish: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(sizes)
+	slices.Sort(requests)
+	if !slices.Equal(requests, sizes) {
+		t.Fatalf("produce requests' record counts %v, want the calls' sizes %v", requests, sizes)
 	}
 }
