@@ -552,24 +552,7 @@ func TestOneRequestPerCallAtEverySize(t *testing.T) {
 	b, topic := newBroker(t, 1)
 	b.needKfake(t)
 	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
-	var mu sync.Mutex
-	var reqs, recs []int // per produce request: partitions, records
-	b.cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		b.cluster.KeepControl()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
-			for _, rp := range rt.Partitions {
-				var batch kmsg.RecordBatch
-				if err := batch.ReadFrom(rp.Records); err != nil {
-					t.Errorf("decode batch: %v", err)
-				}
-				reqs = append(reqs, int(rp.Partition))
-				recs = append(recs, int(batch.NumRecords))
-			}
-		}
-		return nil, nil, false
-	})
+	requests := countProducedRecords(t, b.cluster)
 	sizes := []int{1, 2, 15, 16, 17, 127, 128, 129, 500, 1000, 1}
 	total := 0
 	for _, n := range sizes {
@@ -581,12 +564,9 @@ func TestOneRequestPerCallAtEverySize(t *testing.T) {
 			t.Fatalf("publish %d: %v", n, err)
 		}
 		total += n
-		mu.Lock()
-		if len(recs) != 1 || recs[0] != n {
+		if recs := requests(); len(recs) != 1 || recs[0] != n {
 			t.Errorf("a call of %d messages of one partition: produce requests with %v records, want one with %d", n, recs, n)
 		}
-		reqs, recs = reqs[:0], recs[:0]
-		mu.Unlock()
 	}
 	for i, r := range consume(t, b.addrs, topic, total) {
 		if got := string(r.Value); got != strconv.Itoa(i) {
@@ -640,7 +620,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 					t.Fatalf("%s arrived after %d records of the second call (log: %s ...)", r.Value, seen["second"], recs[1].Value)
 				}
 				if want := strconv.Itoa(seen[name]); i != want {
-					t.Fatalf("%s arrived as record %s of its call", r.Value, want)
+					t.Fatalf("%s arrived where %s-%s was due", r.Value, name, want)
 				}
 				seen[name]++
 			}
@@ -659,23 +639,7 @@ func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
 	b, topic := newBroker(t, 1)
 	b.needKfake(t)
 	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
-	var mu sync.Mutex
-	var requests []int // per produce request: its record count
-	b.cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		b.cluster.KeepControl()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
-			for _, rp := range rt.Partitions {
-				var batch kmsg.RecordBatch
-				if err := batch.ReadFrom(rp.Records); err != nil {
-					t.Errorf("decode batch: %v", err)
-				}
-				requests = append(requests, int(batch.NumRecords))
-			}
-		}
-		return nil, nil, false
-	})
+	requests := countProducedRecords(t, b.cluster)
 	const goroutines, calls = 4, 25
 	var sizes []int
 	for i := range goroutines * calls {
@@ -697,11 +661,40 @@ func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+	counts := requests()
 	slices.Sort(sizes)
-	slices.Sort(requests)
-	if !slices.Equal(requests, sizes) {
-		t.Fatalf("produce requests' record counts %v, want the calls' sizes %v", requests, sizes)
+	slices.Sort(counts)
+	if !slices.Equal(counts, sizes) {
+		t.Fatalf("produce requests' record counts %v, want the calls' sizes %v", counts, sizes)
+	}
+}
+
+// countProducedRecords makes c count the records of each partition's batch
+// in every produce request; the function returned gives the counts so far,
+// in arrival order, and starts over.
+func countProducedRecords(t *testing.T, c *kfake.Cluster) func() []int {
+	var mu sync.Mutex
+	var counts []int
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range kreq.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				var batch kmsg.RecordBatch
+				if err := batch.ReadFrom(rp.Records); err != nil {
+					t.Errorf("decode batch: %v", err)
+				}
+				counts = append(counts, int(batch.NumRecords))
+			}
+		}
+		return nil, nil, false
+	})
+	return func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		got := counts
+		counts = nil
+		return got
 	}
 }
