@@ -9,7 +9,7 @@
 # and removed afterwards. The exit status is CMD's.
 #
 # pgtemp also stops by itself when this script dies without cleaning up:
-# its stdin is a FIFO that only this script holds open.
+# its stdin is a FIFO that only this script holds open (scripts/service.sh).
 set -euo pipefail
 
 if [[ $# -eq 0 ]]; then
@@ -22,17 +22,14 @@ if [[ -n "${DATABASE_URL:-}" ]]; then
 fi
 
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/service.sh
+source scripts/service.sh
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/with-postgres.XXXXXX")
-pid=""
 
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM HUP PIPE
-	{ exec 3>&-; } 2>/dev/null || true
-	if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
+	stop_services
 	rm -rf "$tmp"
 	exit "$rc"
 }
@@ -43,33 +40,13 @@ trap 'exit 129' HUP
 trap 'exit 141' PIPE
 
 go build -o "$tmp/pgtemp" ./internal/cmd/pgtemp
-mkfifo "$tmp/stdin"
 # shellcheck disable=SC2086 # PGTEMP_FLAGS is a list of flags
-"$tmp/pgtemp" ${PGTEMP_FLAGS:-} <"$tmp/stdin" >"$tmp/out" &
-pid=$!
-exec 3>"$tmp/stdin"
-
-url=""
-for _ in $(seq 1 1200); do # up to 120s
-	if line=$(head -n 1 "$tmp/out" 2>/dev/null) && [[ "$line" == DATABASE_URL=* ]]; then
-		url=${line#DATABASE_URL=}
-		break
-	fi
-	if ! kill -0 "$pid" 2>/dev/null; then
-		echo "with-postgres: pgtemp exited before printing DATABASE_URL" >&2
-		exit 1
-	fi
-	sleep 0.1
-done
-if [[ -z "$url" ]]; then
-	echo "with-postgres: timed out waiting for pgtemp" >&2
-	exit 1
-fi
-export DATABASE_URL="$url"
+start_service pgtemp "$tmp/pgtemp" DATABASE_URL ${PGTEMP_FLAGS:-}
+export DATABASE_URL="$SERVICE_VALUE"
 echo "with-postgres: DATABASE_URL=$DATABASE_URL" >&2
 
 set +e
-"$@" 3>&-
+run_without_fifos "$@"
 rc=$?
 set -e
 exit "$rc"
