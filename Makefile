@@ -1,6 +1,7 @@
-# Developer entry points. `make test` needs only Go and the PostgreSQL server
-# binaries (or DATABASE_URL, or Docker); Kafka is faked in-process (kfake)
-# unless OUTBOX_TEST_KAFKA_BROKERS is set.
+# Developer entry points. `make test` needs Go, the PostgreSQL server
+# binaries (or DATABASE_URL, or Docker), and Java 17+ with Maven for the real
+# Apache Kafka brokers (without them the tests use the in-process kfake
+# broker, except under CI=true).
 
 GO            ?= go
 TEST_TIMEOUT  ?= 12m
@@ -26,9 +27,23 @@ tidy-check:
 
 # One throwaway PostgreSQL cluster is shared by the whole run unless
 # DATABASE_URL is already set (see scripts/with-postgres.sh); each test gets
-# its own schema in it (internal/testenv).
+# its own schema in it (internal/testenv). Real Apache Kafka brokers, 4.4.0
+# and 3.9.1, are started for the run (scripts/with-kafka.sh): every package
+# runs against 4.4.0, then COMPAT_PKGS against 3.9.1. The fault suite starts
+# its own three-broker cluster (internal/faults, TestRealKafka).
+COMPAT_PKGS ?= ./kafka/... ./relay/... ./cmd/outbox-relay/...
 test: vet tidy-check
-	./scripts/with-postgres.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)
+	./scripts/with-postgres.sh ./scripts/with-kafka.sh $(MAKE) --no-print-directory test-run
+
+# The tests proper, for `make test` (which provides the servers).
+.PHONY: test-run
+test-run:
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)
+	@if [ -n "$${OUTBOX_TEST_KAFKA_BROKERS_3_9_1:-}" ]; then \
+		echo "== again against Kafka 3.9.1: $(COMPAT_PKGS)"; \
+		OUTBOX_TEST_KAFKA_BROKERS=$$OUTBOX_TEST_KAFKA_BROKERS_3_9_1 OUTBOX_TEST_KAFKA_VERSION=3.9.1 \
+			$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(COMPAT_PKGS); \
+	fi
 
 # Runs the development stack (cmd/outbox-dev): throwaway PostgreSQL, an
 # embedded Kafka-protocol broker on localhost:9092, the relay and sample

@@ -28,7 +28,7 @@ func TestRelayProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := testenv.Kafka(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
+	k := testenv.KafkaFake(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	bin, err := BuildRelay(ctx, t.TempDir())

@@ -294,10 +294,7 @@ func getReady(t *testing.T, url string) readyz {
 func TestReadiness(t *testing.T) {
 	t.Parallel()
 	db := testenv.MigratedDB(t)
-	k := testenv.Kafka(t)
-	if k.Cluster == nil {
-		t.Skip("needs kfake to stop the broker")
-	}
+	k := testenv.KafkaFake(t)
 	pub, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: "t"}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -421,10 +421,7 @@ func TestBrokerDownMarksNothingThenDeliversEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := testenv.Kafka(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
-	if k.Cluster == nil {
-		t.Skip("needs the in-process broker")
-	}
+	k := testenv.KafkaFake(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
 	topic := k.Topic(t, 2)
 	h := startRelay(t, db, k, topic, opts{
 		relay:    relay.Config{PollInterval: 100 * time.Millisecond, RetryMin: 100 * time.Millisecond, RetryMax: 500 * time.Millisecond},
@@ -474,10 +471,7 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := testenv.Kafka(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
-	if k.Cluster == nil {
-		t.Skip("needs the in-process broker")
-	}
+	k := testenv.KafkaFake(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
 	topic := k.Topic(t, 1)
 	// Relay A holds a 10-minute lease on everything, with a stalled broker.
 	a := startRelay(t, db, k, topic, opts{

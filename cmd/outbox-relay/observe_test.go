@@ -125,10 +125,7 @@ func TestRunServesMetricsHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	k := testenv.Kafka(t)
-	if k.Cluster == nil {
-		t.Skip("needs kfake to stop the broker")
-	}
+	k := testenv.KafkaFake(t)
 	topic, other := k.Topic(t, 2), k.Topic(t, 1)
 	r := startRun(t, "--database-url", db.ConnString, "--brokers", strings.Join(k.Brokers, ","), "--topic", topic,
 		"--channel", db.Schema, "--metrics-addr", "127.0.0.1:0", "--metrics-interval", "100ms",

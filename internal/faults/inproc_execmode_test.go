@@ -54,10 +54,7 @@ func TestInprocEveryQueryExecModeWorks(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			k := testenv.Kafka(t)
-			if k.Cluster == nil {
-				t.Skip("needs kfake's fault hooks")
-			}
+			k := testenv.KafkaFake(t)
 			topic := k.Topic(t, 2)
 			// Failed publishes (kafka-go makes 3 attempts of each), then
 			// normal service.

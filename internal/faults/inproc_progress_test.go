@@ -189,10 +189,7 @@ func TestInprocProgressAfterProduceBlackhole(t *testing.T) {
 // not). Publishing must resume within 5 s and everything arrive in order.
 func TestInprocProgressAfterTimeoutsAfterAppend(t *testing.T) {
 	db := testenv.MigratedDB(t)
-	k := testenv.Kafka(t)
-	if k.Cluster == nil {
-		t.Skip("needs kfake's fault hooks")
-	}
+	k := testenv.KafkaFake(t)
 	topic := k.Topic(t, 3)
 	var fault *kfake.FaultHandle
 	prog := &ipProgress{}

@@ -41,10 +41,7 @@ func TestProcRelayDelivers(t *testing.T) {
 func TestProcKilledAfterPublishBeforeMark(t *testing.T) {
 	t.Parallel()
 	db := testenv.MigratedDB(t)
-	k := testenv.Kafka(t)
-	if k.Cluster == nil {
-		t.Skip("needs kfake's control hooks")
-	}
+	k := testenv.KafkaFake(t)
 	topic := k.Topic(t, 2)
 	ctx := context.Background()
 

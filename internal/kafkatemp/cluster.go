@@ -624,12 +624,27 @@ func (n *Node) signal(sig syscall.Signal, paused bool) error {
 	return nil
 }
 
+// Launch starts a stopped or killed node again with its data, without
+// waiting for it: a node whose controller quorum is not back (two of three
+// nodes down) cannot answer until another one starts too. Wait with
+// Cluster.WaitBrokers.
+func (n *Node) Launch() error { return n.launch() }
+
 // Start starts a stopped or killed node again with its data, and waits
-// until it answers a metadata request of its own.
+// until it answers a metadata request on its own listener (WaitReady).
 func (n *Node) Start(ctx context.Context) error {
 	if err := n.launch(); err != nil {
 		return err
 	}
+	return n.WaitReady(ctx)
+}
+
+// WaitReady waits until the node answers a metadata request on its own
+// listener: it is then a member of the cluster serving clients (a node
+// is listed in the cluster's metadata a while before its listener accepts
+// connections). It gives up when ctx ends, after the cluster's start
+// timeout, or when the node exits.
+func (n *Node) WaitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, n.c.timeout)
 	defer cancel()
 	for {

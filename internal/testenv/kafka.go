@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pgoutbox/outbox/internal/kafkatemp"
 )
 
 // TestKafka is a Kafka cluster for one test.
@@ -21,18 +23,33 @@ type TestKafka struct {
 	// Brokers are the seed broker addresses, host:port.
 	Brokers []string
 	// Cluster is the in-process kfake cluster, for fault injection
-	// (Cluster.ControlKey etc.); nil when OUTBOX_TEST_KAFKA_BROKERS points
-	// at external brokers. Tests that need it should t.Skip when nil.
+	// (Cluster.ControlKey etc.); nil for a real broker.
 	Cluster *kfake.Cluster
+	// Real is the Apache Kafka cluster started for this test or package
+	// (kill, pause and restart its nodes); nil for kfake and for brokers
+	// named by OUTBOX_TEST_KAFKA_BROKERS.
+	Real *kafkatemp.Cluster
+	// Version is the Kafka version of a real broker ("4.4.0"), or "kfake".
+	Version string
 }
 
-// Kafka returns the Kafka cluster for t: the brokers listed in
-// OUTBOX_TEST_KAFKA_BROKERS (comma-separated) if set, else a new one-broker
-// kfake cluster listening on 127.0.0.1 at a random port, with automatic
-// topic creation enabled, closed when the test ends. Extra kfake options
-// (e.g. kfake.SeedTopics) are appended to the defaults and ignored for
-// external brokers.
-func Kafka(t testing.TB, opts ...kfake.Opt) *TestKafka {
+// Kafka returns the Kafka broker for t, a real Apache Kafka broker
+// whenever one can run:
+//
+//   - the brokers listed in OUTBOX_TEST_KAFKA_BROKERS (comma-separated),
+//     as `make test` sets them (scripts/with-kafka.sh), of the version in
+//     OUTBOX_TEST_KAFKA_VERSION;
+//   - else, unless OUTBOX_TEST_KAFKA=kfake, one real single broker of
+//     OUTBOX_TEST_KAFKA_VERSION (default 4.4.0) started for the test
+//     package on first use (internal/kafkatemp) and stopped by Main; when
+//     java or mvn is missing it prints once what to install and falls back
+//     to kfake, except under CI=true (or OUTBOX_TEST_KAFKA=real), where it
+//     fails the test;
+//   - else a new one-broker kfake cluster, closed when the test ends.
+//
+// Automatic topic creation is on in all three. Tests that need kfake's
+// fault hooks call KafkaFake.
+func Kafka(t testing.TB) *TestKafka {
 	t.Helper()
 	if v := os.Getenv(EnvKafkaBrokers); v != "" {
 		var brokers []string
@@ -41,8 +58,23 @@ func Kafka(t testing.TB, opts ...kfake.Opt) *TestKafka {
 				brokers = append(brokers, b)
 			}
 		}
-		return &TestKafka{Brokers: brokers}
+		return &TestKafka{Brokers: brokers, Version: kafkaVersion()}
 	}
+	if os.Getenv(EnvKafka) != "kfake" {
+		if c := sharedRealKafka(t, "single", kafkatemp.Options{Version: kafkaVersion()}); c != nil {
+			return &TestKafka{Brokers: c.Brokers(), Real: c, Version: c.Version()}
+		}
+	}
+	return KafkaFake(t)
+}
+
+// KafkaFake returns a new one-broker in-process kfake cluster listening on
+// 127.0.0.1 at a random port, with automatic topic creation enabled, closed
+// when the test ends: for tests that inject faults through kfake's hooks
+// (Cluster.ControlKey, Cluster.Fault) or its listener. Extra kfake options
+// (e.g. kfake.SeedTopics) are appended to the defaults.
+func KafkaFake(t testing.TB, opts ...kfake.Opt) *TestKafka {
+	t.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.AllowAutoTopicCreation(),
@@ -51,7 +83,131 @@ func Kafka(t testing.TB, opts ...kfake.Opt) *TestKafka {
 		t.Fatalf("testenv: kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
-	return &TestKafka{Brokers: c.ListenAddrs(), Cluster: c}
+	return &TestKafka{Brokers: c.ListenAddrs(), Cluster: c, Version: "kfake"}
+}
+
+// RealKafka starts a real Apache Kafka cluster for t alone (see
+// internal/kafkatemp; opts.FastStart is set), stopped when the test ends:
+// for tests that change broker settings or kill, pause and restart
+// brokers. Without java or mvn it skips t, saying what to install, except
+// under CI=true (or OUTBOX_TEST_KAFKA=real), where it fails t.
+func RealKafka(t testing.TB, opts kafkatemp.Options) *TestKafka {
+	t.Helper()
+	requireKafkaTools(t)
+	c := startRealKafka(t, opts)
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("testenv: %v", err)
+		}
+	})
+	return &TestKafka{Brokers: c.Brokers(), Real: c, Version: c.Version()}
+}
+
+// SharedRealKafka is RealKafka for a cluster that the test package's tests
+// share: started by the first call with that name and stopped by Main.
+// Tests that kill, pause or reconfigure its brokers must undo it before
+// they end.
+func SharedRealKafka(t testing.TB, name string, opts kafkatemp.Options) *TestKafka {
+	t.Helper()
+	requireKafkaTools(t)
+	c := sharedRealKafka(t, name, opts)
+	return &TestKafka{Brokers: c.Brokers(), Real: c, Version: c.Version()}
+}
+
+// kafkaVersion is the version of real brokers the tests use.
+func kafkaVersion() string {
+	if v := os.Getenv(EnvKafkaVersion); v != "" {
+		return v
+	}
+	return kafkatemp.V44
+}
+
+// kafkaRequired reports whether a missing real broker fails the test
+// instead of skipping it or falling back to kfake.
+func kafkaRequired() bool {
+	return os.Getenv("CI") == "true" || os.Getenv(EnvKafka) == "real"
+}
+
+var kafkaToolsNote sync.Once
+
+// requireKafkaTools skips or fails t when java or mvn is missing.
+func requireKafkaTools(t testing.TB) {
+	t.Helper()
+	if err := kafkatemp.CheckTools(); err != nil {
+		if kafkaRequired() {
+			t.Fatalf("testenv: %v", err)
+		}
+		t.Skipf("testenv: %v", err)
+	}
+}
+
+var realKafka struct {
+	mu       sync.Mutex
+	clusters map[string]*realKafkaEntry
+}
+
+type realKafkaEntry struct {
+	once sync.Once
+	c    *kafkatemp.Cluster
+	err  error
+}
+
+// sharedRealKafka returns the package's cluster of that name, starting it
+// on first use; nil (after a note printed once) when java or mvn is
+// missing and a real broker is not required.
+func sharedRealKafka(t testing.TB, name string, opts kafkatemp.Options) *kafkatemp.Cluster {
+	t.Helper()
+	if err := kafkatemp.CheckTools(); err != nil {
+		if kafkaRequired() {
+			t.Fatalf("testenv: %v", err)
+		}
+		kafkaToolsNote.Do(func() { fmt.Fprintf(os.Stderr, "testenv: %v; using the in-process kfake broker\n", err) })
+		return nil
+	}
+	env.mu.Lock()
+	active := env.mainActive
+	env.mu.Unlock()
+	if !active {
+		t.Fatalf("testenv: a shared Kafka broker needs testenv.Main (add `func TestMain(m *testing.M) { testenv.Main(m) }`), or set %s", EnvKafkaBrokers)
+	}
+	realKafka.mu.Lock()
+	if realKafka.clusters == nil {
+		realKafka.clusters = map[string]*realKafkaEntry{}
+	}
+	e := realKafka.clusters[name]
+	if e == nil {
+		e = &realKafkaEntry{}
+		realKafka.clusters[name] = e
+	}
+	realKafka.mu.Unlock()
+	e.once.Do(func() {
+		opts.FastStart = true
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		began := time.Now()
+		e.c, e.err = kafkatemp.Start(ctx, opts)
+		if e.err == nil {
+			fmt.Fprintf(os.Stderr, "testenv: Kafka %s (%d broker(s), %q) at %s, started in %s\n",
+				e.c.Version(), len(e.c.Nodes()), name, strings.Join(e.c.Brokers(), ","), time.Since(began).Round(100*time.Millisecond))
+			addTeardown(e.c.Close)
+		}
+	})
+	if e.err != nil {
+		t.Fatalf("testenv: Kafka: %v", e.err)
+	}
+	return e.c
+}
+
+func startRealKafka(t testing.TB, opts kafkatemp.Options) *kafkatemp.Cluster {
+	t.Helper()
+	opts.FastStart = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := kafkatemp.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("testenv: Kafka: %v", err)
+	}
+	return c
 }
 
 // Client returns a new franz-go client seeded with k's brokers plus opts,

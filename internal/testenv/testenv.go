@@ -22,8 +22,10 @@
 //
 // Whatever Main started is torn down after the tests ran.
 //
-// Kafka: see Kafka; set OUTBOX_TEST_KAFKA_BROKERS=host:port[,host:port...]
-// to run against real brokers instead of kfake.
+// Kafka: a real Apache Kafka broker (see Kafka): OUTBOX_TEST_KAFKA_BROKERS,
+// as `make test` sets it, or one started per test package; kfake for
+// tests that need its fault hooks (KafkaFake); a cluster of a test's own
+// (RealKafka, SharedRealKafka).
 package testenv
 
 import (
@@ -34,6 +36,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -57,9 +60,16 @@ const (
 	// EnvPG selects how PostgreSQL is provided when DATABASE_URL is unset:
 	// "" (Docker if reachable, else pgtemp), "docker" or "pgtemp".
 	EnvPG = "OUTBOX_TEST_PG"
-	// EnvKafkaBrokers is a comma-separated list of external Kafka brokers;
-	// unset means an in-process kfake cluster per Kafka call.
+	// EnvKafkaBrokers is a comma-separated list of external Kafka brokers
+	// for Kafka (see there).
 	EnvKafkaBrokers = "OUTBOX_TEST_KAFKA_BROKERS"
+	// EnvKafkaVersion is the version of the real brokers: those of
+	// EnvKafkaBrokers, or the one Kafka starts (default 4.4.0).
+	EnvKafkaVersion = "OUTBOX_TEST_KAFKA_VERSION"
+	// EnvKafka selects Kafka's broker when EnvKafkaBrokers is unset: ""
+	// (a real broker when java and mvn exist, else kfake), "real" (a real
+	// broker or fail) or "kfake".
+	EnvKafka = "OUTBOX_TEST_KAFKA"
 )
 
 // setupTimeout bounds each database set-up or tear-down step.
@@ -73,7 +83,8 @@ var env struct {
 	dsn      string
 	err      error
 	source   string          // "DATABASE_URL", "docker" or "pgtemp"
-	teardown func() error    // stops what was started; nil if nothing
+	teardown func() error    // stops the database that was started; nil if nothing
+	others   []func() error  // stop other services started (Kafka), in reverse order
 	ignore   []goleak.Option // goroutines started by the environment itself
 }
 
@@ -93,11 +104,15 @@ func Main(m *testing.M, extra ...goleak.Option) {
 	code := m.Run()
 
 	env.mu.Lock()
-	teardown := env.teardown
-	env.teardown = nil
+	teardowns := slices.Clone(env.others)
+	slices.Reverse(teardowns)
+	if env.teardown != nil {
+		teardowns = append(teardowns, env.teardown)
+	}
+	env.teardown, env.others = nil, nil
 	opts = append(opts, env.ignore...)
 	env.mu.Unlock()
-	if teardown != nil {
+	for _, teardown := range teardowns {
 		if err := teardown(); err != nil {
 			fmt.Fprintf(os.Stderr, "testenv: tear-down: %v\n", err)
 			if code == 0 {
@@ -112,6 +127,13 @@ func Main(m *testing.M, extra ...goleak.Option) {
 		}
 	}
 	os.Exit(code)
+}
+
+// addTeardown makes Main run stop after the tests.
+func addTeardown(stop func() error) {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	env.others = append(env.others, stop)
 }
 
 // baseDSN returns the connection string of the shared database, starting
