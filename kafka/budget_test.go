@@ -43,8 +43,7 @@ func TestAttemptBudget(t *testing.T) {
 // TestAttemptBudgetIsTheWorstCase: against a broker that swallows produce
 // requests, one Publish takes the AttemptBudget, not more.
 func TestAttemptBudgetIsTheWorstCase(t *testing.T) {
-	b, topic := newBroker(t, 1)
-	b.needKfake(t)
+	b, topic := newFakeBroker(t, 1)
 	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, WriteTimeout: 300 * time.Millisecond})
 	if err := p.Publish(context.Background(), testMessages(1, []string{"a"})); err != nil {
 		t.Fatal(err)
@@ -59,7 +58,7 @@ func TestAttemptBudgetIsTheWorstCase(t *testing.T) {
 	start := time.Now()
 	err := p.Publish(context.Background(), testMessages(1, []string{"a"}))
 	took := time.Since(start)
-	if !IsUnreachable(err) || !errors.As(err, new(*PublishError)) {
+	if !IsOutage(err) || !errors.As(err, new(*PublishError)) {
 		t.Errorf("Publish = %v, want a PublishError of unreachable timeouts", err)
 	}
 	if n := swallowed.Load(); n != 3 {
@@ -102,8 +101,7 @@ func TestRetryLoggerRateLimit(t *testing.T) {
 // TestRetryLogUnderFailingBroker: a partition whose broker keeps failing
 // produces one kafka-go Warn line, not one per batch and attempt.
 func TestRetryLogUnderFailingBroker(t *testing.T) {
-	b, topic := newBroker(t, 3)
-	b.needKfake(t)
+	b, topic := newFakeBroker(t, 3)
 	core, logs := observer.New(zapcore.InfoLevel)
 	p, err := NewPublisher(Config{Brokers: b.addrs, Topic: topic}, zap.New(core))
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/produce"
 )
 
 // realDialError returns the error of dialing a port nobody listens on.
@@ -62,37 +64,43 @@ func TestClassify(t *testing.T) {
 	}{
 		{"nil", nil, ClassNone, ""},
 
-		// The broker answered with a transient error.
-		{"not leader", kafkago.NotLeaderForPartition, ClassRetriable, ReasonNotLeader},
-		{"leader not available", kafkago.LeaderNotAvailable, ClassRetriable, ReasonNotLeader},
-		{"wrapped not leader", fmt.Errorf("publish: %w", kafkago.NotLeaderForPartition), ClassRetriable, ReasonNotLeader},
-		{"not enough replicas", kafkago.NotEnoughReplicas, ClassRetriable, ReasonNotEnoughISR},
-		{"not enough replicas after append", kafkago.NotEnoughReplicasAfterAppend, ClassRetriable, ReasonNotEnoughISR},
-		{"request timed out", kafkago.RequestTimedOut, ClassRetriable, ReasonTimeout},
-		{"unknown topic", kafkago.UnknownTopicOrPartition, ClassRetriable, ReasonUnknownTopic},
-		{"unknown topic named", fmt.Errorf("topic %q: %w", "t", kafkago.UnknownTopicOrPartition), ClassRetriable, ReasonUnknownTopic},
-		{"missing topic", fmt.Errorf("check topics: %w", missing), ClassRetriable, ReasonUnknownTopic},
-		{"other temporary kafka error", kafkago.KafkaStorageError, ClassRetriable, ReasonOther},
-		{"throttling quota", kafkago.ThrottlingQuotaExceeded, ClassRetriable, ReasonOther},
+		// A condition of the cluster, whatever the record: an outage.
+		{"not leader", kafkago.NotLeaderForPartition, ClassOutage, ReasonNotLeader},
+		{"leader not available", kafkago.LeaderNotAvailable, ClassOutage, ReasonNotLeader},
+		{"fenced leader epoch", kafkago.FencedLeaderEpoch, ClassOutage, ReasonNotLeader},
+		{"wrapped not leader", fmt.Errorf("publish: %w", kafkago.NotLeaderForPartition), ClassOutage, ReasonNotLeader},
+		{"no leader in kafka-go's metadata", produce.NewError(protocol.NewErrNoLeader("t", 3)), ClassOutage, ReasonNotLeader},
+		{"not enough replicas", kafkago.NotEnoughReplicas, ClassOutage, ReasonNotEnoughISR},
+		{"not enough replicas after append", kafkago.NotEnoughReplicasAfterAppend, ClassOutage, ReasonNotEnoughISR},
+		{"request timed out", kafkago.RequestTimedOut, ClassOutage, ReasonTimeout},
+		{"unknown topic", kafkago.UnknownTopicOrPartition, ClassOutage, ReasonUnknownTopic},
+		{"unknown topic named", fmt.Errorf("topic %q: %w", "t", kafkago.UnknownTopicOrPartition), ClassOutage, ReasonUnknownTopic},
+		{"missing topic", fmt.Errorf("check topics: %w", missing), ClassOutage, ReasonUnknownTopic},
+		{"no topic in kafka-go's metadata", produce.NewError(protocol.NewErrNoTopic("t")), ClassOutage, ReasonUnknownTopic},
+		{"no partition in kafka-go's metadata", produce.NewError(protocol.NewErrNoPartition("t", 7)), ClassOutage, ReasonUnknownTopic},
+		{"invalid timestamp", kafkago.InvalidTimestamp, ClassOutage, ReasonInvalidTimestamp},
+		{"throttling quota", kafkago.ThrottlingQuotaExceeded, ClassOutage, ReasonThrottled},
+		{"storage error", kafkago.KafkaStorageError, ClassOutage, ReasonOther},
+		{"topic authorization", kafkago.TopicAuthorizationFailed, ClassOutage, ReasonAuthorization},
+		{"cluster authorization", kafkago.ClusterAuthorizationFailed, ClassOutage, ReasonAuthorization},
 
-		// No usable broker.
-		{"connection refused", realDialError(t), ClassUnreachable, ReasonUnreachable},
-		{"read timeout", realTimeout(t), ClassUnreachable, ReasonUnreachable},
-		{"ECONNRESET", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, ClassUnreachable, ReasonUnreachable},
-		{"EPIPE", fmt.Errorf("write: %w", syscall.EPIPE), ClassUnreachable, ReasonUnreachable},
-		{"EOF", io.EOF, ClassUnreachable, ReasonUnreachable},
-		{"unexpected EOF", fmt.Errorf("publish: %w", io.ErrUnexpectedEOF), ClassUnreachable, ReasonUnreachable},
-		{"net.ErrClosed", net.ErrClosed, ClassUnreachable, ReasonUnreachable},
-		{"deadline exceeded", fmt.Errorf("publish: %w", ctx.Err()), ClassUnreachable, ReasonUnreachable},
-		{"network exception", kafkago.NetworkException, ClassUnreachable, ReasonUnreachable},
-		{"broker not available", kafkago.BrokerNotAvailable, ClassUnreachable, ReasonUnreachable},
-		{"not attempted", ErrNotAttempted, ClassUnreachable, ReasonUnreachable},
-		{"authentication", auth, ClassUnreachable, ReasonAuthentication},
-		{"authentication over EOF", fmt.Errorf("%w: broker closed the connection (%v)", ErrAuthentication, io.EOF), ClassUnreachable, ReasonAuthentication},
-		{"bare SASL code", kafkago.SASLAuthenticationFailed, ClassUnreachable, ReasonAuthentication},
-		{"unsupported mechanism", kafkago.UnsupportedSASLMechanism, ClassUnreachable, ReasonAuthentication},
-		{"tls", tlsErr, ClassUnreachable, ReasonTLS},
-		{"tls over a timeout", fmt.Errorf("%w with b: %w", ErrTLS, context.DeadlineExceeded), ClassUnreachable, ReasonTLS},
+		{"connection refused", realDialError(t), ClassOutage, ReasonUnreachable},
+		{"read timeout", realTimeout(t), ClassOutage, ReasonUnreachable},
+		{"ECONNRESET", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, ClassOutage, ReasonUnreachable},
+		{"EPIPE", fmt.Errorf("write: %w", syscall.EPIPE), ClassOutage, ReasonUnreachable},
+		{"EOF", io.EOF, ClassOutage, ReasonUnreachable},
+		{"unexpected EOF", fmt.Errorf("publish: %w", io.ErrUnexpectedEOF), ClassOutage, ReasonUnreachable},
+		{"net.ErrClosed", net.ErrClosed, ClassOutage, ReasonUnreachable},
+		{"deadline exceeded", fmt.Errorf("publish: %w", ctx.Err()), ClassOutage, ReasonUnreachable},
+		{"network exception", kafkago.NetworkException, ClassOutage, ReasonUnreachable},
+		{"broker not available", kafkago.BrokerNotAvailable, ClassOutage, ReasonUnreachable},
+		{"not attempted", ErrNotAttempted, ClassOutage, ReasonUnreachable},
+		{"authentication", auth, ClassOutage, ReasonAuthentication},
+		{"authentication over EOF", fmt.Errorf("%w: broker closed the connection (%v)", ErrAuthentication, io.EOF), ClassOutage, ReasonAuthentication},
+		{"bare SASL code", kafkago.SASLAuthenticationFailed, ClassOutage, ReasonAuthentication},
+		{"unsupported mechanism", kafkago.UnsupportedSASLMechanism, ClassOutage, ReasonAuthentication},
+		{"tls", tlsErr, ClassOutage, ReasonTLS},
+		{"tls over a timeout", fmt.Errorf("%w with b: %w", ErrTLS, context.DeadlineExceeded), ClassOutage, ReasonTLS},
 
 		// Permanent for this record.
 		{"message too large", kafkago.MessageSizeTooLarge, ClassRejected, ReasonMessageTooLarge},
@@ -103,8 +111,6 @@ func TestClassify(t *testing.T) {
 		{"corrupt message", kafkago.InvalidMessage, ClassRejected, ReasonInvalidRecord},
 		{"invalid topic from the broker", kafkago.InvalidTopic, ClassRejected, ReasonInvalidTopic},
 		{"illegal topic name", illegal, ClassRejected, ReasonInvalidTopic},
-		{"topic authorization", kafkago.TopicAuthorizationFailed, ClassRejected, ReasonAuthorization},
-		{"cluster authorization", kafkago.ClusterAuthorizationFailed, ClassRejected, ReasonAuthorization},
 
 		// Neither.
 		{"canceled", fmt.Errorf("publish: %w", canceled.Err()), ClassOther, ReasonOther},
@@ -115,14 +121,14 @@ func TestClassify(t *testing.T) {
 		{"unknown", errors.New("something else"), ClassOther, ReasonOther},
 
 		// PublishError: the most severe failed entry.
-		{"publish error retriable", &PublishError{Errs: []error{nil, kafkago.NotLeaderForPartition, ErrNotAttempted}}, ClassRetriable, ReasonNotLeader},
-		{"publish error unreachable", &PublishError{Errs: []error{ErrNotAttempted, io.EOF, nil}}, ClassUnreachable, ReasonUnreachable},
+		{"publish error outage", &PublishError{Errs: []error{nil, kafkago.NotLeaderForPartition, ErrNotAttempted}}, ClassOutage, ReasonNotLeader},
+		{"publish error unreachable", &PublishError{Errs: []error{ErrNotAttempted, io.EOF, nil}}, ClassOutage, ReasonUnreachable},
 		{"publish error rejected", &PublishError{Errs: []error{kafkago.NotLeaderForPartition, kafkago.MessageSizeTooLarge}}, ClassRejected, ReasonMessageTooLarge},
 		{"publish error other", &PublishError{Errs: []error{ErrNotAttempted, context.Canceled}}, ClassOther, ReasonOther},
 		{"publish error empty", &PublishError{Errs: []error{nil}}, ClassOther, ReasonOther},
 		{"wrapped publish error", fmt.Errorf("relay: %w", &PublishError{Errs: []error{illegal}}), ClassRejected, ReasonInvalidTopic},
 		// errors.Join (Ping, CheckTopics): the first matching rule wins.
-		{"joined tls and refused", errors.Join(realDialError(t), tlsErr), ClassUnreachable, ReasonTLS},
+		{"joined tls and refused", errors.Join(realDialError(t), tlsErr), ClassOutage, ReasonTLS},
 	}
 	reasons := map[string]bool{}
 	for _, c := range cases {
@@ -132,14 +138,14 @@ func TestClassify(t *testing.T) {
 				t.Fatalf("Classify(%v) = %v, %q; want %v, %q", c.err, class, reason, c.class, c.reason)
 			}
 			// The predicates are views of Classify.
-			if got, want := IsRetriable(c.err), class == ClassRetriable || class == ClassUnreachable; got != want {
+			if got, want := IsRetriable(c.err), class == ClassOutage; got != want {
 				t.Errorf("IsRetriable = %v, want %v", got, want)
 			}
 			if got, want := IsRecordRejected(c.err), class == ClassRejected; got != want {
 				t.Errorf("IsRecordRejected = %v, want %v", got, want)
 			}
-			if got, want := IsUnreachable(c.err), class == ClassUnreachable; got != want {
-				t.Errorf("IsUnreachable = %v, want %v", got, want)
+			if got, want := IsOutage(c.err), class == ClassOutage; got != want {
+				t.Errorf("IsOutage = %v, want %v", got, want)
 			}
 			if c.err != nil && ErrorReason(c.err) != reason {
 				t.Errorf("ErrorReason = %q, want %q", ErrorReason(c.err), reason)
@@ -149,7 +155,7 @@ func TestClassify(t *testing.T) {
 	}
 	for _, r := range []string{ReasonUnreachable, ReasonMessageTooLarge, ReasonInvalidRecord, ReasonNotLeader,
 		ReasonNotEnoughISR, ReasonTimeout, ReasonUnknownTopic, ReasonInvalidTopic, ReasonAuthorization,
-		ReasonAuthentication, ReasonTLS, ReasonOther} {
+		ReasonAuthentication, ReasonTLS, ReasonInvalidTimestamp, ReasonThrottled, ReasonOther} {
 		if !reasons[r] {
 			t.Errorf("no case for reason %q", r)
 		}

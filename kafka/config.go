@@ -183,6 +183,11 @@ type Config struct {
 	SASLUsername string
 	// SASLPassword is the SASL password. Defaults to "".
 	SASLPassword string
+
+	// Observer, if set, is told every produce request's duration and
+	// outcome and every change of a topic's partition count (not a flag:
+	// outbox-relay sets its metrics here). Defaults to nil.
+	Observer Observer
 }
 
 // compressionNames are the accepted Config.Compression values.

@@ -14,12 +14,9 @@ import (
 )
 
 func TestSASL(t *testing.T) {
-	if externalBrokers() != nil {
-		t.Skip("uses kfake's SASL")
-	}
 	for _, mech := range []SASLMechanism{SASLPlain, SASLScramSHA256, SASLScramSHA512} {
 		t.Run(string(mech), func(t *testing.T) {
-			b, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(mech), "relay", "s3cr=t,pw"),
+			b, _ := newFakeBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(mech), "relay", "s3cr=t,pw"),
 				kfake.SeedTopics(2, "sasl"))
 			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: "sasl",
 				SASLMechanism: mech, SASLUsername: "relay", SASLPassword: "s3cr=t,pw"})
@@ -55,8 +52,9 @@ func TestIsRetriable(t *testing.T) {
 		{kafkago.MessageTooLargeError{}, false},
 		{kafkago.InvalidRecord, false},
 		{kafkago.InvalidMessage, false},
-		{kafkago.TopicAuthorizationFailed, false},
-		{kafkago.ClusterAuthorizationFailed, false},
+		{kafkago.TopicAuthorizationFailed, true},
+		{kafkago.ClusterAuthorizationFailed, true},
+		{kafkago.InvalidTimestamp, true},
 		{kafkago.InvalidTopic, false},
 		{kafkago.RecordListTooLarge, false},
 		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},

@@ -49,15 +49,12 @@ func connectErrors(t *testing.T, cfg Config) (errs []error, longest time.Duratio
 // ErrAuthentication, names the mechanism and user but not the password, and
 // is classified as its own reason, not as a rejection of records.
 func TestAuthenticationErrors(t *testing.T) {
-	if externalBrokers() != nil {
-		t.Skip("uses kfake's SASL")
-	}
 	const user, good, bad = "relay", "right-pw", "hunter2-wrong"
-	b, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(SASLPlain), user, good),
+	b, _ := newFakeBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(SASLPlain), user, good),
 		kfake.Superuser(string(SASLScramSHA256), user, good), kfake.SeedTopics(1, "sasl"))
 	// A broker that does not enable the mechanism answers the handshake
 	// with UNSUPPORTED_SASL_MECHANISM (kfake enables all three).
-	refusing, _ := newBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(SASLPlain), user, good), kfake.SeedTopics(1, "sasl"))
+	refusing, _ := newFakeBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(SASLPlain), user, good), kfake.SeedTopics(1, "sasl"))
 	refusing.cluster.ControlKey(int16(kmsg.SASLHandshake), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		refusing.cluster.KeepControl()
 		req := kreq.(*kmsg.SASLHandshakeRequest)
@@ -97,7 +94,7 @@ func TestAuthenticationErrors(t *testing.T) {
 				if strings.Contains(msg, c.pass) {
 					t.Errorf("call %d: the error shows the password: %q", i, msg)
 				}
-				if class, reason := Classify(err); class != ClassUnreachable || reason != ReasonAuthentication || IsRecordRejected(err) {
+				if class, reason := Classify(err); class != ClassOutage || reason != ReasonAuthentication || IsRecordRejected(err) {
 					t.Errorf("call %d: Classify = %v, %q", i, class, reason)
 				}
 			}
@@ -193,14 +190,11 @@ func (c *maxRequestConn) Read(b []byte) (int, error) {
 // TestTLSErrors: a TLS handshake that cannot succeed fails fast with
 // ErrTLS saying why; one that succeeds works end to end.
 func TestTLSErrors(t *testing.T) {
-	if externalBrokers() != nil {
-		t.Skip("uses kfake's listeners")
-	}
 	cert, caFile := selfSigned(t)
-	secure, _ := newBroker(t, 1, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}),
+	secure, _ := newFakeBroker(t, 1, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}),
 		kfake.SeedTopics(2, "tls"))
-	plain, _ := newBroker(t, 1, kfake.SeedTopics(2, "tls"))
-	kafkaLike, _ := newBroker(t, 1, kfake.SeedTopics(2, "tls"), kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+	plain, _ := newFakeBroker(t, 1, kfake.SeedTopics(2, "tls"))
+	kafkaLike, _ := newFakeBroker(t, 1, kfake.SeedTopics(2, "tls"), kfake.ListenFn(func(network, addr string) (net.Listener, error) {
 		l, err := net.Listen(network, addr)
 		return maxRequestListener{l}, err
 	}))
@@ -239,7 +233,7 @@ func TestTLSErrors(t *testing.T) {
 				if !IsTLS(err) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.addrs[0]) {
 					t.Errorf("call %d: %v, want ErrTLS naming %s and saying %q", i, err, c.addrs[0], c.want)
 				}
-				if class, reason := Classify(err); class != ClassUnreachable || reason != ReasonTLS {
+				if class, reason := Classify(err); class != ClassOutage || reason != ReasonTLS {
 					t.Errorf("call %d: Classify = %v, %q", i, class, reason)
 				}
 			}
@@ -261,7 +255,7 @@ func TestTLSErrors(t *testing.T) {
 		p := newTestPublisher(t, Config{Brokers: []string{l.Addr().String()}, TLSEnabled: true, DialTimeout: time.Second})
 		start := time.Now()
 		err = p.Ping(context.Background())
-		if err == nil || IsTLS(err) || !IsUnreachable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil || IsTLS(err) || !IsOutage(err) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Ping = %v, want an unreachable deadline error", err)
 		}
 		if d := time.Since(start); d > 2*time.Second {

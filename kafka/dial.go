@@ -106,7 +106,7 @@ func (d *brokerDialer) handshake(ctx context.Context, raw net.Conn, network, add
 	cancel()
 	<-probed
 	if err == nil {
-		return tc, nil
+		return &alertConn{Conn: tc, addr: addr}, nil
 	}
 	answered := rw.answered.Load()
 	switch {
@@ -150,6 +150,33 @@ func (d *brokerDialer) handshake(ctx context.Context, raw net.Conn, network, add
 			"accept? see Config.TLSCertFile): %w", ErrTLS, addr, err)
 	}
 	return nil, fmt.Errorf("%w with %s: %w", ErrTLS, addr, err)
+}
+
+// isRemoteAlert reports whether err is a TLS alert the peer sent: crypto/tls
+// reports one read after the handshake as a *net.OpError with Op "remote
+// error" around its unexported alert type.
+func isRemoteAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
+}
+
+// alertConn names the TLS alert a broker sends after the handshake: with
+// TLS 1.3 the client's handshake is done before the server has checked the
+// client certificate, so a broker that refuses it (mutual TLS) answers the
+// first read with an alert ("bad certificate") instead of failing the
+// handshake. Such an error wraps ErrTLS like a failed handshake does.
+type alertConn struct {
+	net.Conn
+	addr string
+}
+
+func (c *alertConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && isRemoteAlert(err) {
+		err = fmt.Errorf("%w with %s: the broker refused the connection after the handshake (a client certificate "+
+			"it does not accept? see Config.TLSCertFile): %w", ErrTLS, c.addr, err)
+	}
+	return n, err
 }
 
 func plaintextListenerError(addr string) error {

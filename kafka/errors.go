@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 )
 
 // ErrClosed is returned (wrapped) by Publish, Ping and CheckTopics after
@@ -47,7 +48,7 @@ var ErrInvalidTopic error = kafkago.InvalidTopic
 // or a listener without SASL (ILLEGAL_SASL_STATE). Error codes:
 // https://kafka.apache.org/protocol#protocol_error_codes. The message names
 // Config.SASLMechanism and Config.SASLUsername, never the password.
-// Classify gives it ClassUnreachable and ReasonAuthentication. Test with
+// Classify gives it ClassOutage and ReasonAuthentication. Test with
 // IsAuthentication.
 var ErrAuthentication = errors.New("kafka: SASL authentication failed")
 
@@ -59,7 +60,7 @@ var ErrAuthentication = errors.New("kafka: SASL authentication failed")
 // the cause. A plaintext listener is recognized about 250ms into the
 // handshake, not after Config.DialTimeout. A broker that answers nothing at
 // all within Config.DialTimeout is an outage, not ErrTLS. Classify gives it
-// ClassUnreachable and ReasonTLS. Test with IsTLS.
+// ClassOutage and ReasonTLS. Test with IsTLS.
 var ErrTLS = errors.New("kafka: TLS handshake failed")
 
 // IsAuthentication reports whether err wraps ErrAuthentication.
@@ -71,7 +72,7 @@ func IsTLS(err error) bool { return errors.Is(err, ErrTLS) }
 // PublishError reports per-message results of a Publish call in which some
 // messages were not delivered. len(Errs) == len(msgs); Errs[i] is nil if
 // msgs[i] was acknowledged by all in-sync replicas, else the reason it was
-// not. Use Classify (or IsRetriable, IsRecordRejected, IsUnreachable) on
+// not. Use Classify (or IsRetriable, IsRecordRejected, IsOutage) on
 // each non-nil entry to decide what to do with it.
 type PublishError struct {
 	Errs []error
@@ -129,7 +130,7 @@ func (e *PublishError) Unwrap() []error {
 // MissingTopicError is returned (wrapped) by CheckTopics when topics do not
 // exist: the broker answered UNKNOWN_TOPIC_OR_PARTITION for them, or
 // listed them without partitions. It unwraps to kafka-go's
-// UnknownTopicOrPartition, so Classify calls it retriable (the topic may
+// UnknownTopicOrPartition, so Classify calls it an outage (the topic may
 // still be created). Test with IsMissingTopic.
 type MissingTopicError struct {
 	// Topics are the missing topics, in the order CheckTopics was given
@@ -178,41 +179,42 @@ type Class int
 const (
 	// ClassNone is the class of a nil error.
 	ClassNone Class = iota
-	// ClassRetriable: the broker answered with a transient error
-	// (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT,
-	// UNKNOWN_TOPIC_OR_PARTITION, ...). Sending the same record again later
-	// may succeed; the relay counts the failure as an attempt.
-	ClassRetriable
-	// ClassUnreachable: no usable broker: not reached, no answer in time,
-	// the connection refused by TLS or SASL, or the message not sent
-	// because of another one (ErrNotAttempted). Retry; the relay does not
-	// count it as an attempt (an outage or a misconfigured connection is
-	// not the event's fault).
-	ClassUnreachable
+	// ClassOutage: the cluster cannot take records now, whatever the
+	// record: no broker reached or answering in time, the connection
+	// refused by TLS or SASL, the relay not authorized to write the topic,
+	// a partition without a leader or with fewer in-sync replicas than
+	// min.insync.replicas, a request timed out on the broker, the broker's
+	// storage failing, the topic or partition missing, the record
+	// timestamps refused (the relay stamps each record with its send time,
+	// so that is a clock or configuration matter), throttling, or the
+	// message not sent because of another one (ErrNotAttempted). Sending
+	// the same record again once the condition ends succeeds. The relay
+	// counts no attempt toward a dead letter for it and backs off as a
+	// whole while nothing gets through: a cluster condition is never the
+	// event's fault.
+	ClassOutage
 	// ClassRejected: permanent for this record: the broker (or Publish,
 	// checking the same rule locally) refused the record itself or its
-	// destination (MESSAGE_TOO_LARGE, INVALID_RECORD, CORRUPT_MESSAGE,
-	// RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION, TOPIC_ or
-	// CLUSTER_AUTHORIZATION_FAILED). Retrying the same record can never
-	// succeed; the relay dead-letters it at once.
+	// destination's name (MESSAGE_TOO_LARGE, INVALID_RECORD,
+	// CORRUPT_MESSAGE, RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION).
+	// Retrying the same record can never succeed; the relay dead-letters
+	// it at once.
 	ClassRejected
-	// ClassOther: not transient as far as we know, yet not the record's
-	// fault: the publisher is closed, the call was canceled, a
-	// configuration error (ErrNoTopic), a Kafka error kafka-go does not call
-	// temporary, or an error we do not recognize. Not retriable by
-	// IsRetriable; the relay retries it with backoff and counts attempts.
+	// ClassOther: not known to be either: the publisher is closed, the call
+	// was canceled, a configuration error (ErrNoTopic), a Kafka error
+	// kafka-go does not call temporary (e.g. UNSUPPORTED_VERSION,
+	// POLICY_VIOLATION), or an error we do not recognize. The relay retries
+	// it with backoff and counts attempts, up to its max attempts.
 	ClassOther
 )
 
-// String returns "none", "retriable", "unreachable", "rejected" or "other".
+// String returns "none", "outage", "rejected" or "other".
 func (c Class) String() string {
 	switch c {
 	case ClassNone:
 		return "none"
-	case ClassRetriable:
-		return "retriable"
-	case ClassUnreachable:
-		return "unreachable"
+	case ClassOutage:
+		return "outage"
 	case ClassRejected:
 		return "rejected"
 	case ClassOther:
@@ -224,18 +226,20 @@ func (c Class) String() string {
 // Error reasons returned by Classify and ErrorReason: a small fixed set,
 // fit for a metrics label.
 const (
-	ReasonUnreachable     = "unreachable"       // no answer from a broker (network, timeout), ErrNotAttempted
-	ReasonMessageTooLarge = "message_too_large" // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, local size check
-	ReasonInvalidRecord   = "invalid_record"    // INVALID_RECORD, CORRUPT_MESSAGE
-	ReasonNotLeader       = "not_leader"        // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE
-	ReasonNotEnoughISR    = "not_enough_replicas"
-	ReasonTimeout         = "request_timed_out" // REQUEST_TIMED_OUT from the broker
-	ReasonUnknownTopic    = "unknown_topic"     // UNKNOWN_TOPIC_OR_PARTITION (retriable), MissingTopicError
-	ReasonInvalidTopic    = "invalid_topic"     // INVALID_TOPIC_EXCEPTION, an illegal name refused locally (rejected)
-	ReasonAuthorization   = "authorization"     // TOPIC_ or CLUSTER_AUTHORIZATION_FAILED
-	ReasonAuthentication  = "authentication"    // ErrAuthentication: SASL refused
-	ReasonTLS             = "tls"               // ErrTLS: TLS handshake failed
-	ReasonOther           = "other"
+	ReasonUnreachable      = "unreachable"       // no answer from a broker (network, timeout), ErrNotAttempted
+	ReasonMessageTooLarge  = "message_too_large" // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, local size check
+	ReasonInvalidRecord    = "invalid_record"    // INVALID_RECORD, CORRUPT_MESSAGE
+	ReasonNotLeader        = "not_leader"        // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, no leader in the metadata
+	ReasonNotEnoughISR     = "not_enough_replicas"
+	ReasonTimeout          = "request_timed_out" // REQUEST_TIMED_OUT from the broker
+	ReasonUnknownTopic     = "unknown_topic"     // UNKNOWN_TOPIC_OR_PARTITION, a topic or partition missing from the metadata, MissingTopicError
+	ReasonInvalidTopic     = "invalid_topic"     // INVALID_TOPIC_EXCEPTION, an illegal name refused locally (rejected)
+	ReasonAuthorization    = "authorization"     // TOPIC_ or CLUSTER_AUTHORIZATION_FAILED
+	ReasonAuthentication   = "authentication"    // ErrAuthentication: SASL refused
+	ReasonTLS              = "tls"               // ErrTLS: TLS handshake failed
+	ReasonInvalidTimestamp = "invalid_timestamp" // INVALID_TIMESTAMP: the broker's message.timestamp.*.max.ms refused the send time
+	ReasonThrottled        = "throttled"         // THROTTLING_QUOTA_EXCEEDED
+	ReasonOther            = "other"
 )
 
 // classRule is one row of the classification table: the first row whose
@@ -273,15 +277,17 @@ func code(codes ...kafkago.Error) func(error) bool {
 }
 
 // classRules is the one place that classifies errors; the order matters.
-// Kafka error codes: https://kafka.apache.org/protocol#protocol_error_codes;
-// which of them the Java producer treats as retriable:
-// org.apache.kafka.common.errors.RetriableException subclasses.
+// Kafka error codes: https://kafka.apache.org/protocol#protocol_error_codes.
+// The line between ClassOutage and ClassRejected is whether the same
+// record can ever be accepted: a record is only ever rejected for itself
+// (its size, its bytes, its topic's name); everything the cluster's state
+// or configuration decides is an outage.
 var classRules = []classRule{
 	// Our own sentinels first: they wrap lower-level causes (a timeout, an
-	// EOF) that would otherwise read as an outage.
-	{is(ErrAuthentication), ClassUnreachable, ReasonAuthentication},
-	{is(ErrTLS), ClassUnreachable, ReasonTLS},
-	{is(ErrNotAttempted), ClassUnreachable, ReasonUnreachable},
+	// EOF) that would otherwise read as an unreachable broker.
+	{is(ErrAuthentication), ClassOutage, ReasonAuthentication},
+	{is(ErrTLS), ClassOutage, ReasonTLS},
+	{is(ErrNotAttempted), ClassOutage, ReasonUnreachable},
 	{is(ErrClosed, io.ErrClosedPipe, ErrNoTopic, context.Canceled), ClassOther, ReasonOther},
 	{func(err error) bool {
 		var tooLarge kafkago.MessageTooLargeError
@@ -292,27 +298,35 @@ var classRules = []classRule{
 	// kafka-go, but sending the same record bytes again cannot repair them.
 	{code(kafkago.InvalidRecord, kafkago.InvalidMessage), ClassRejected, ReasonInvalidRecord},
 	{code(kafkago.InvalidTopic), ClassRejected, ReasonInvalidTopic},
-	{code(kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed), ClassRejected, ReasonAuthorization},
+	// An ACL the relay's principal lacks is the cluster's configuration,
+	// not the event's: granting it makes the same record acceptable.
+	{code(kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed), ClassOutage, ReasonAuthorization},
 	// SASL error codes reach here only when not wrapped by
 	// annotateAuth (e.g. a caller's own kafka-go error values).
 	{code(kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState),
-		ClassUnreachable, ReasonAuthentication},
-	{code(kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable), ClassRetriable, ReasonNotLeader},
-	{code(kafkago.NotEnoughReplicas, kafkago.NotEnoughReplicasAfterAppend), ClassRetriable, ReasonNotEnoughISR},
-	{code(kafkago.RequestTimedOut), ClassRetriable, ReasonTimeout},
-	// The topic may be being created (or will be): retriable, but the
-	// relay's max attempts bound it.
-	{code(kafkago.UnknownTopicOrPartition), ClassRetriable, ReasonUnknownTopic},
-	{code(kafkago.NetworkException, kafkago.BrokerNotAvailable), ClassUnreachable, ReasonUnreachable},
+		ClassOutage, ReasonAuthentication},
+	{code(kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable, kafkago.FencedLeaderEpoch, kafkago.UnknownLeaderEpoch),
+		ClassOutage, ReasonNotLeader},
+	// kafka-go's own: its metadata names no leader for the partition.
+	{is(protocol.ErrNoLeader), ClassOutage, ReasonNotLeader},
+	{code(kafkago.NotEnoughReplicas, kafkago.NotEnoughReplicasAfterAppend), ClassOutage, ReasonNotEnoughISR},
+	{code(kafkago.RequestTimedOut), ClassOutage, ReasonTimeout},
+	{code(kafkago.UnknownTopicOrPartition), ClassOutage, ReasonUnknownTopic},
+	{is(protocol.ErrNoTopic, protocol.ErrNoPartition), ClassOutage, ReasonUnknownTopic},
+	{code(kafkago.InvalidTimestamp), ClassOutage, ReasonInvalidTimestamp},
+	{code(kafkago.ThrottlingQuotaExceeded), ClassOutage, ReasonThrottled},
+	{code(kafkago.NetworkException, kafkago.BrokerNotAvailable), ClassOutage, ReasonUnreachable},
+	// Every other code kafka-go calls temporary (KAFKA_STORAGE_ERROR,
+	// COORDINATOR_LOAD_IN_PROGRESS, ...) describes the cluster's state.
 	{func(err error) bool {
 		var ke kafkago.Error
 		return errors.As(err, &ke) && ke.Temporary()
-	}, ClassRetriable, ReasonOther},
+	}, ClassOutage, ReasonOther},
 	{func(err error) bool {
 		var ke kafkago.Error
 		return errors.As(err, &ke)
 	}, ClassOther, ReasonOther},
-	{isNetworkError, ClassUnreachable, ReasonUnreachable},
+	{isNetworkError, ClassOutage, ReasonUnreachable},
 }
 
 // Classify returns the class of an error returned by Publish, Ping or
@@ -320,14 +334,14 @@ var classRules = []classRule{
 // Reason* constants. It is table-driven (classRules): the first rule that
 // matches anywhere in err's chain wins, so our own sentinels (ErrTLS,
 // ErrAuthentication, ErrNotAttempted, ErrClosed) take precedence over the
-// causes they wrap. IsRetriable, IsRecordRejected, IsUnreachable and
+// causes they wrap. IsRetriable, IsRecordRejected, IsOutage and
 // ErrorReason are views of it and never disagree.
 //
 // A *PublishError (anywhere in the chain) is classified by its failed
 // entries: the most severe class among them, in the order ClassRejected,
-// ClassOther, ClassRetriable, ClassUnreachable, with the reason of the
-// first entry of that class; a PublishError without failed entries is
-// ClassOther. nil is ClassNone with reason "".
+// ClassOther, ClassOutage, with the reason of the first entry of that
+// class; a PublishError without failed entries is ClassOther. nil is
+// ClassNone with reason "".
 func Classify(err error) (Class, string) {
 	if err == nil {
 		return ClassNone, ""
@@ -359,14 +373,12 @@ func Classify(err error) (Class, string) {
 
 func severity(c Class) int {
 	switch c {
-	case ClassUnreachable:
+	case ClassOutage:
 		return 1
-	case ClassRetriable:
-		return 2
 	case ClassOther:
-		return 3
+		return 2
 	case ClassRejected:
-		return 4
+		return 3
 	}
 	return 0
 }
@@ -385,59 +397,35 @@ func isNetworkError(err error) bool {
 }
 
 // IsRetriable reports whether err is transient, i.e. sending the same
-// message again later may succeed: Classify(err) is ClassRetriable or
-// ClassUnreachable. For a *PublishError it reports whether every failed
-// message is retriable; callers should normally check Errs[i] one by one
-// instead. nil is not retriable.
-//
-// Retriable: network errors (net.Error, connection refused/reset, broken
-// pipe, io.EOF, io.ErrUnexpectedEOF), context.DeadlineExceeded,
-// ErrNotAttempted, ErrTLS, ErrAuthentication (the broker or its
-// configuration may be fixed), and Kafka errors that kafka-go's
-// Error.Temporary reports as temporary, which include
-// NOT_LEADER_OR_FOLLOWER (NOT_LEADER_FOR_PARTITION), LEADER_NOT_AVAILABLE,
-// REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-// NETWORK_EXCEPTION and UNKNOWN_TOPIC_OR_PARTITION (the topic may still be
-// being created).
-//
-// Not retriable: the rejections of IsRecordRejected (MESSAGE_TOO_LARGE and
-// kafka-go's MessageTooLargeError, INVALID_RECORD, CORRUPT_MESSAGE,
-// RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION and an illegal topic name,
-// TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED), any other
-// Kafka error kafka-go does not call temporary, context.Canceled,
-// ErrClosed, ErrNoTopic and unknown errors.
+// message again later may succeed: Classify(err) is ClassOutage. For a
+// *PublishError it reports whether every failed message is; callers
+// should normally check Errs[i] one by one instead. nil is not retriable.
+// Startup retries Ping while it is.
 func IsRetriable(err error) bool {
 	c, _ := Classify(err)
-	return c == ClassRetriable || c == ClassUnreachable
+	return c == ClassOutage
 }
 
 // IsRecordRejected reports whether Classify(err) is ClassRejected: the
 // broker refused err's message for reasons in the message itself or its
-// destination, so that sending it again unchanged cannot succeed:
+// destination's name, so that sending it again unchanged cannot succeed:
 // MESSAGE_TOO_LARGE (also kafka-go's local MessageTooLargeError),
 // INVALID_RECORD, CORRUPT_MESSAGE, RECORD_LIST_TOO_LARGE,
 // INVALID_TOPIC_EXCEPTION (also a topic name Publish refuses locally, see
-// ValidateTopic), TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED.
-// The relay dead-letters such an event at once. Unlike !IsRetriable, an
-// unknown error is not a rejection: it is retried up to the relay's max
-// attempts; neither are ErrAuthentication and ErrTLS (a connection
-// problem, not the record's). For a *PublishError: whether any entry is a
-// rejection.
+// ValidateTopic). The relay dead-letters such an event at once. For a
+// *PublishError: whether any entry is a rejection.
 func IsRecordRejected(err error) bool {
 	c, _ := Classify(err)
 	return c == ClassRejected
 }
 
-// IsUnreachable reports whether Classify(err) is ClassUnreachable: the
-// broker was not reached, did not answer, or refused the connection (TLS,
-// SASL), or the message was not sent because of another (ErrNotAttempted),
-// rather than the broker answering with an error code for the record. The
-// relay does not count such failures toward an event's max attempts: an
-// outage is not a poison event. For a *PublishError: whether every failed
-// entry is.
-func IsUnreachable(err error) bool {
+// IsOutage reports whether Classify(err) is ClassOutage: a condition of the
+// cluster (or of the connection to it), not of the record. The relay does
+// not count such failures toward an event's max attempts. For a
+// *PublishError: whether every failed entry is.
+func IsOutage(err error) bool {
 	c, _ := Classify(err)
-	return c == ClassUnreachable
+	return c == ClassOutage
 }
 
 // ErrorReason returns the reason Classify gives err: one of the Reason*

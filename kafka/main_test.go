@@ -3,8 +3,6 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,58 +11,54 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
-
-// externalBrokers returns OUTBOX_TEST_KAFKA_BROKERS (comma-separated), if set.
-func externalBrokers() []string {
-	v := strings.TrimSpace(os.Getenv("OUTBOX_TEST_KAFKA_BROKERS"))
-	if v == "" {
-		return nil
-	}
-	return strings.Split(v, ",")
+	testenv.Main(m)
 }
 
 var topicSeq atomic.Int64
 
-// broker is a Kafka-protocol broker for one test: in-process kfake unless
-// OUTBOX_TEST_KAFKA_BROKERS is set. cluster is nil for external brokers.
+// broker is a Kafka-protocol broker for one test: a real Apache Kafka
+// broker (testenv.Kafka) or an in-process kfake cluster (newFakeBroker),
+// whose fault hooks cluster exposes.
 type broker struct {
 	addrs   []string
 	cluster *kfake.Cluster
 }
 
-// newBroker starts a kfake cluster (or uses external brokers) and creates a
-// fresh topic with the given partition count, returning its name.
-func newBroker(tb testing.TB, partitions int32, opts ...kfake.Opt) (*broker, string) {
+// newBroker returns the test's real Kafka broker (testenv.Kafka: kfake only
+// where no JVM can run) with a fresh topic of the given partition count,
+// and the topic's name.
+func newBroker(tb testing.TB, partitions int32) (*broker, string) {
 	tb.Helper()
-	b := &broker{addrs: externalBrokers()}
-	if b.addrs == nil {
-		c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(c.Close)
-		b.cluster, b.addrs = c, c.ListenAddrs()
-	}
+	k := testenv.Kafka(tb)
+	b := &broker{addrs: k.Brokers, cluster: k.Cluster}
 	topic := fmt.Sprintf("outbox-kafka-test-%d-%d", time.Now().UnixNano(), topicSeq.Add(1))
-	if len(opts) == 0 { // SASL-enabled clusters create topics themselves
-		createTopic(tb, b.addrs, topic, partitions)
-	}
+	k.NamedTopic(tb, topic, partitions)
 	return b, topic
 }
 
-func (b *broker) needKfake(tb testing.TB) {
+// newFakeBroker starts a kfake cluster with opts, for tests that use its
+// fault hooks, and creates a fresh topic with the given partition count
+// unless opts are given (SASL-enabled clusters create topics themselves).
+func newFakeBroker(tb testing.TB, partitions int32, opts ...kfake.Opt) (*broker, string) {
 	tb.Helper()
-	if b.cluster == nil {
-		tb.Skip("needs the in-process kfake broker (OUTBOX_TEST_KAFKA_BROKERS is set)")
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		tb.Fatal(err)
 	}
+	tb.Cleanup(c.Close)
+	b := &broker{cluster: c, addrs: c.ListenAddrs()}
+	topic := fmt.Sprintf("outbox-kafka-test-%d-%d", time.Now().UnixNano(), topicSeq.Add(1))
+	if len(opts) == 0 {
+		createTopic(tb, b.addrs, topic, partitions)
+	}
+	return b, topic
 }
 
 func createTopic(tb testing.TB, addrs []string, topic string, partitions int32) {

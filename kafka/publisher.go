@@ -61,6 +61,7 @@ type Publisher struct {
 	mech      sasl.Mechanism
 	dialer    *brokerDialer
 	conns     *connSet
+	describe  *describer
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -98,6 +99,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		clientID: cfg.ClientID,
 	}
 	p := &Publisher{cfg: cfg, log: log, mech: mech, dialer: dialer, conns: conns, writing: make(chan struct{}, 1)}
+	p.describe = &describer{dial: p.dialBroker, brokers: cfg.Brokers, timeout: min(cfg.DialTimeout+cfg.WriteTimeout, describeTimeout)}
 	addr := kafkago.TCP(cfg.Brokers...)
 	p.transport = newRefreshingTransport(func() *kafkago.Transport {
 		// Track every broker connection so Close can cut the ones with a
@@ -108,6 +110,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 			return conns.dial(ctx, dialer, network, addr)
 		}, nil)
 	}, addr, cfg.DialTimeout+cfg.WriteTimeout, log)
+	p.transport.obs = cfg.Observer
 	p.w = p.newWriter(addr, log)
 	log.Info("publisher configured",
 		zap.Strings("brokers", cfg.Brokers),
@@ -139,9 +142,10 @@ func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
 	}
 	return &kafkago.Writer{
 		Addr: addr,
-		// Java-compatible murmur2 partitioning; Consistent makes nil keys
-		// hash like empty keys instead of going to a random partition.
-		Balancer:     kafkago.Murmur2Balancer{Consistent: true},
+		// Java-compatible murmur2 partitioning (Consistent: nil keys hash
+		// like empty keys instead of going to a random partition), which
+		// also reports a change of a topic's partition count.
+		Balancer:     newPartitionWatch(log, cfg.Observer),
 		MaxAttempts:  cfg.MaxAttempts,
 		BatchSize:    cfg.BatchSize,
 		BatchBytes:   cfg.BatchBytes,
@@ -361,6 +365,11 @@ func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 	if f.errs == nil {
 		return nil
 	}
+	topic := msgs[0].Topic
+	if topic == "" {
+		topic = p.cfg.Topic
+	}
+	p.explainPartitions(ctx, topic, msgs, f.errs)
 	pe := &PublishError{Errs: f.errs}
 	if ce := p.log.Check(zap.DebugLevel, "publish failed"); ce != nil {
 		ce.Write(zap.Int("failed", pe.Failed()), zap.Int("messages", len(msgs)), zap.Error(pe))
@@ -536,14 +545,20 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	return fmt.Errorf("ping: %w", errors.Join(errs...))
 }
 
-func (p *Publisher) pingOne(ctx context.Context, broker string) error {
+// dialBroker opens a connection of its own to broker, outside the
+// Writer's pool: TCP, then TLS and SASL if configured.
+func (p *Publisher) dialBroker(ctx context.Context, broker string) (*kafkago.Conn, error) {
 	d := &kafkago.Dialer{
 		ClientID:      p.cfg.ClientID,
 		Timeout:       p.cfg.DialTimeout,
 		DialFunc:      p.dialer.dialConn, // TCP, then TLS if configured
 		SASLMechanism: p.mech,
 	}
-	conn, err := d.DialContext(ctx, "tcp", broker)
+	return d.DialContext(ctx, "tcp", broker)
+}
+
+func (p *Publisher) pingOne(ctx context.Context, broker string) error {
+	conn, err := p.dialBroker(ctx, broker)
 	if err != nil {
 		return err
 	}

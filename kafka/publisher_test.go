@@ -282,7 +282,7 @@ func TestBrokerDown(t *testing.T) {
 				// failed produce request (refreshingTransport) fails and
 				// keeps the cached metadata instead of turning the error
 				// into an unknown-topic one.
-				if e == nil || !IsUnreachable(e) {
+				if e == nil || !IsOutage(e) {
 					t.Errorf("Errs[%d] = %v, want an unreachable error", i, e)
 				}
 			}
@@ -322,12 +322,12 @@ func TestInjectedProduceErrors(t *testing.T) {
 		{"message_too_large", kerr.MessageTooLarge.Code, kafkago.MessageSizeTooLarge, false},
 		{"not_leader", kerr.NotLeaderForPartition.Code, kafkago.NotLeaderForPartition, true},
 		{"not_enough_replicas", kerr.NotEnoughReplicas.Code, kafkago.NotEnoughReplicas, true},
-		{"topic_authorization_failed", kerr.TopicAuthorizationFailed.Code, kafkago.TopicAuthorizationFailed, false},
+		{"topic_authorization_failed", kerr.TopicAuthorizationFailed.Code, kafkago.TopicAuthorizationFailed, true},
+		{"corrupt_message", kerr.CorruptMessage.Code, kafkago.InvalidMessage, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b, topic := newBroker(t, partitions)
-			b.needKfake(t)
+			b, topic := newFakeBroker(t, partitions)
 			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, MaxAttempts: 2})
 			msgs := testMessages(60, []string{"k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"})
 			const bad = 1
@@ -367,8 +367,8 @@ func TestInjectedProduceErrors(t *testing.T) {
 				t.Errorf("Error() = %q, want prefix %q", err, wantMsg)
 			}
 			wantAttempts := int64(1)
-			if c.retriable {
-				wantAttempts = 2 // MaxAttempts
+			if c.kafkaErr.Temporary() {
+				wantAttempts = 2 // kafka-go retries what it calls temporary, up to MaxAttempts
 			}
 			if got := n.Load(); got != wantAttempts {
 				t.Errorf("%d produce attempts for partition %d, want %d", got, bad, wantAttempts)
@@ -409,7 +409,7 @@ func TestMessageTooLargeForBatchBytes(t *testing.T) {
 }
 
 func TestSplitLargeCalls(t *testing.T) {
-	b, topic := newBroker(t, 3)
+	b, topic := newFakeBroker(t, 3)
 	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchSize: 10, BatchBytes: 2000})
 	if p.MaxBatchMessages() != 10 || p.MaxBatchBytes() != 2000 {
 		t.Fatalf("limits %d/%d", p.MaxBatchMessages(), p.MaxBatchBytes())
@@ -434,7 +434,6 @@ func TestSplitLargeCalls(t *testing.T) {
 	}
 
 	t.Run("stop_after_failure", func(t *testing.T) {
-		b.needKfake(t)
 		failProduce(b.cluster, topic, int32(Partition(msgs[0].Key, 3)), kerr.InvalidRecord.Code)
 		err := p.Publish(context.Background(), msgs)
 		var pe *PublishError
@@ -496,8 +495,7 @@ func TestCloseAndNoTopic(t *testing.T) {
 // messages of a call go in exactly one produce request.
 func TestOneRequestPerPartition(t *testing.T) {
 	const partitions = 3
-	b, topic := newBroker(t, partitions)
-	b.needKfake(t)
+	b, topic := newFakeBroker(t, partitions)
 	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchTimeout: time.Nanosecond})
 	var mu sync.Mutex
 	reqs := map[int32]int{} // partition -> produce requests
@@ -549,8 +547,7 @@ func TestOneRequestPerPartition(t *testing.T) {
 // produce request holding all its records, and a consumer must read them
 // in order.
 func TestOneRequestPerCallAtEverySize(t *testing.T) {
-	b, topic := newBroker(t, 1)
-	b.needKfake(t)
+	b, topic := newFakeBroker(t, 1)
 	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
 	requests := countProducedRecords(t, b.cluster)
 	sizes := []int{1, 2, 15, 16, 17, 127, 128, 129, 500, 1000, 1}
@@ -583,8 +580,7 @@ func TestOneRequestPerCallAtEverySize(t *testing.T) {
 func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 	for _, c := range []struct{ first, second int }{{20, 1}, {1, 20}, {5, 5}, {200, 3}, {3, 200}} {
 		t.Run(fmt.Sprintf("%d_then_%d", c.first, c.second), func(t *testing.T) {
-			b, topic := newBroker(t, 1)
-			b.needKfake(t)
+			b, topic := newFakeBroker(t, 1)
 			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
 			ctx := context.Background()
 			if err := p.Publish(ctx, []Message{{Key: []byte("k"), Value: []byte("warm-up")}}); err != nil {
@@ -636,8 +632,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 // sends it when it holds BatchSize messages, which would merge calls or
 // split one between requests.
 func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
-	b, topic := newBroker(t, 1)
-	b.needKfake(t)
+	b, topic := newFakeBroker(t, 1)
 	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
 	requests := countProducedRecords(t, b.cluster)
 	const goroutines, calls = 4, 25

@@ -67,6 +67,7 @@ type refreshingTransport struct {
 	addr         net.Addr      // the Writer's Addr: kafka-go keys its pools by it
 	timeout      time.Duration // bounds one refresh
 	log          *zap.Logger
+	obs          Observer // told every produce request's duration; nil: none
 
 	curMu     sync.Mutex
 	cur       *transportRef
@@ -147,8 +148,13 @@ func (r *refreshingTransport) RoundTrip(ctx context.Context, addr net.Addr, req 
 	}
 	resp, err := tr.t.RoundTrip(ctx, addr, req)
 	r.release(tr)
-	if pr, ok := req.(*produceAPI.Request); ok && len(pr.Topics) > 0 && staleMetadata(resp, err) {
-		r.refresh(sent, pr.Topics[0].Topic)
+	if pr, ok := req.(*produceAPI.Request); ok {
+		if r.obs != nil {
+			r.obs.Produced(time.Since(sent), produceOutcome(resp, err))
+		}
+		if len(pr.Topics) > 0 && staleMetadata(resp, err) {
+			r.refresh(sent, pr.Topics[0].Topic)
+		}
 	}
 	return resp, err
 }

@@ -71,8 +71,7 @@ func topicExists(t *testing.T, addrs []string, topic string) bool {
 func TestCheckTopics(t *testing.T) {
 	// The cluster would create topics on request: CheckTopics must not
 	// ask it to unless Config.AutoCreateTopic is set.
-	b, topic := newBroker(t, 3, kfake.AllowAutoTopicCreation())
-	b.needKfake(t)
+	b, topic := newFakeBroker(t, 3, kfake.AllowAutoTopicCreation())
 	createTopic(t, b.addrs, topic, 3)
 	other := topic + "-other"
 	createTopic(t, b.addrs, other, 1)
@@ -105,7 +104,7 @@ func TestCheckTopics(t *testing.T) {
 		if !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("error text\n%s\nwant prefix\n%s", err, want)
 		}
-		if c, r := Classify(err); c != ClassRetriable || r != ReasonUnknownTopic {
+		if c, r := Classify(err); c != ClassOutage || r != ReasonUnknownTopic {
 			t.Errorf("Classify = %v, %s", c, r)
 		}
 		if requested, auto := md.requested(missing); !requested || auto {
@@ -156,8 +155,7 @@ func TestCheckTopics(t *testing.T) {
 	})
 
 	t.Run("broker refuses auto-create", func(t *testing.T) {
-		nb, _ := newBroker(t, 1)
-		nb.needKfake(t)
+		nb, _ := newFakeBroker(t, 1)
 		ap := newTestPublisher(t, Config{Brokers: nb.addrs, AutoCreateTopic: true})
 		err := ap.CheckTopics(ctx, "never")
 		t.Logf("broker refuses auto-create: %v", err)
@@ -189,7 +187,7 @@ func TestCheckTopics(t *testing.T) {
 	t.Run("unreachable", func(t *testing.T) {
 		up := newTestPublisher(t, Config{Brokers: []string{freePort(t)}, DialTimeout: time.Second})
 		err := up.CheckTopics(ctx, topic)
-		if err == nil || IsMissingTopic(err) || !IsUnreachable(err) {
+		if err == nil || IsMissingTopic(err) || !IsOutage(err) {
 			t.Errorf("CheckTopics = %v, want an unreachable error", err)
 		}
 	})
@@ -209,8 +207,7 @@ func TestCheckTopics(t *testing.T) {
 // anything is sent, as a rejection; a missing topic fails as retriable,
 // naming the topic; INVALID_TOPIC_EXCEPTION from the broker is a rejection.
 func TestPublishTopicErrors(t *testing.T) {
-	b, topic := newBroker(t, 2)
-	b.needKfake(t)
+	b, topic := newFakeBroker(t, 2)
 	md := watchMetadata(b.cluster)
 	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
 	ctx := context.Background()

@@ -242,6 +242,8 @@ type Metrics struct {
 	readyMu     sync.Mutex
 	readyAt     time.Time
 	readyResult Readiness
+
+	kafka kafkaMetrics
 }
 
 // LatencyBuckets are the bounds, in seconds, of
@@ -377,6 +379,7 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 	})
 	m.reg.MustRegister(m.publishErrors, m.claimDur, m.batchSize, m.markDur, m.takeovers, m.leaseLost, m.markErrors)
 	m.reg.MustRegister(m.snapshotGauge())
+	m.kafka = newKafkaMetrics(m.reg)
 	m.reg.MustRegister(oldestAge, oldestClaimableAge, oldestCreated, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&componentCollector{m: m})

@@ -191,11 +191,11 @@ func seqsOf(rows []lease.Row) []int64 {
 // aggregate failed in the same chunk.
 var errHeld = errors.New("held behind an earlier failed event of its aggregate")
 
-// unreachable reports whether every error in errs says the broker was not
-// reached.
-func unreachable(errs []error) bool {
+// allOutage reports whether every error in errs is a condition of the
+// cluster (kafka.IsOutage), none a problem of the record.
+func allOutage(errs []error) bool {
 	for _, e := range errs {
-		if e != nil && e != errHeld && !kafka.IsUnreachable(e) {
+		if e != nil && e != errHeld && !kafka.IsOutage(e) {
 			return false
 		}
 	}

@@ -9,12 +9,18 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 )
 
-// failureLog keeps the log bounded while publishes fail: however many
-// events fail, it writes the first failure of an episode at once, then at
-// most one summary line per kind (retried or dead-lettered, by reason) per
-// interval, with counts and a sample event; per-event detail is at debug
-// level. An episode ends with the first batch that has no failure.
-// It belongs to the publisher goroutine.
+// failureLog keeps the log bounded while publishes fail. Failures of the
+// events themselves (kafka.ClassRejected, ClassOther): however many events
+// fail, it writes the first failure of an episode at once, then at most
+// one summary line per kind (retried or dead-lettered, by reason) per
+// interval, with counts and a sample event. An outage (kafka.IsOutage: a
+// condition of the cluster) is one line when it begins, naming the
+// condition and the broker, and one when publishes have gone through
+// without an outage failure for outageQuiet: a cluster coming back fails a
+// few publishes more (partitions whose leaders are not elected yet, stale
+// metadata), which belong to the same outage. Per-event detail is at debug
+// level. An episode of event failures ends with the first batch that has
+// no failure. It belongs to the publisher goroutine.
 type failureLog struct {
 	log   *zap.Logger
 	every time.Duration
@@ -23,7 +29,18 @@ type failureLog struct {
 	order   []failKind
 	last    time.Time // last summary; zero when no episode is under way
 	total   int64     // failures in this episode
+	retried int64     // of them, events given back to be retried
+	// outageSince is when the outage under way began (zero: none),
+	// outageEvents counts the events it failed, and outageClean is when
+	// publishes started going through again (zero: not since its last
+	// failure).
+	outageSince, outageClean time.Time
+	outageEvents             int64
 }
+
+// outageQuiet is how long publishes must go through without an outage
+// failure before an outage counts as over.
+const outageQuiet = 5 * time.Second
 
 // failureLogEvery is how often failureLog summarizes an ongoing episode.
 const failureLogEvery = 10 * time.Second
@@ -45,11 +62,25 @@ func newFailureLog(log *zap.Logger, every time.Duration) *failureLog {
 	return &failureLog{log: log, every: every, pending: map[failKind]*failCount{}}
 }
 
-// add records one failed event.
-func (f *failureLog) add(row *lease.Row, topic string, err error, dead bool, attempts int) {
+// add records one failed event at now.
+func (f *failureLog) add(now time.Time, row *lease.Row, topic string, err error, dead bool, attempts int) {
 	if ce := f.log.Check(zap.DebugLevel, "publish failed"); ce != nil {
 		ce.Write(zap.String("event_id", row.ID), zap.String("aggregate_id", row.AggregateID), zap.String("topic", topic),
 			zap.Int("attempts", attempts), zap.Bool("dead_lettered", dead), zap.Error(err))
+	}
+	if !dead && kafka.IsOutage(err) {
+		f.outageClean = time.Time{}
+		if f.outageSince.IsZero() {
+			f.outageSince = now
+			f.log.Error("Kafka outage: publishes fail for a condition of the cluster; events wait and are retried, no attempt counted",
+				zap.String("reason", kafka.ErrorReason(err)), zap.String("topic", topic),
+				zap.String("sample_event_id", row.ID), zap.String("sample_aggregate_id", row.AggregateID), zap.Error(err))
+		}
+		f.outageEvents++
+		return
+	}
+	if !dead {
+		f.retried++
 	}
 	k := failKind{dead: dead, reason: kafka.ErrorReason(err)}
 	c, ok := f.pending[k]
@@ -83,10 +114,28 @@ func (f *failureLog) flush(now time.Time, ok bool) {
 		f.order = f.order[:0]
 		f.last = now
 	}
-	if ok && !f.last.IsZero() {
-		f.log.Info("publishing works again", zap.Int64("failed_events_in_episode", f.total))
-		f.last, f.total = time.Time{}, 0
+	if ok && !f.outageSince.IsZero() && f.outageClean.IsZero() {
+		f.outageClean = now
 	}
+	f.tick(now)
+	if ok && !f.last.IsZero() {
+		// Dead letters alone end no episode worth a line: nothing waits.
+		if f.retried > 0 {
+			f.log.Info("publishing works again", zap.Int64("failed_events_in_episode", f.total))
+		}
+		f.last, f.total, f.retried = time.Time{}, 0, 0
+	}
+}
+
+// tick ends an outage whose publishes have gone through for outageQuiet;
+// the publisher calls it while idle too.
+func (f *failureLog) tick(now time.Time) {
+	if f.outageSince.IsZero() || f.outageClean.IsZero() || now.Sub(f.outageClean) < outageQuiet {
+		return
+	}
+	f.log.Info("Kafka outage over: publishing again", zap.Duration("outage", f.outageClean.Sub(f.outageSince).Round(time.Millisecond)),
+		zap.Int64("failed_publishes", f.outageEvents))
+	f.outageSince, f.outageClean, f.outageEvents = time.Time{}, time.Time{}, 0
 }
 
 // stop writes the pending summaries at shutdown. An episode still open is
@@ -96,8 +145,10 @@ func (f *failureLog) stop(now time.Time) {
 		f.last = time.Time{} // write them now
 	}
 	f.flush(now, false)
-	if !f.last.IsZero() {
-		f.log.Warn("relay stopping while publishes fail; the events are retried by the next relay to claim them", zap.Int64("failed_events_in_episode", f.total))
-		f.last, f.total = time.Time{}, 0
+	if !f.last.IsZero() || !f.outageSince.IsZero() {
+		f.log.Warn("relay stopping while publishes fail; the events are retried by the next relay to claim them",
+			zap.Int64("failed_events_in_episode", f.total+f.outageEvents))
+		f.last, f.total, f.retried = time.Time{}, 0, 0
+		f.outageSince, f.outageClean, f.outageEvents = time.Time{}, time.Time{}, 0
 	}
 }

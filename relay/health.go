@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -19,9 +20,10 @@ type Health struct {
 	// for longer than Config.StallTimeout.
 	Moving bool `json:"moving"`
 	// Step names the stalled step: "claim" (every claim failed), "publish"
-	// (rows were claimed but none was published or dead-lettered, or the
-	// broker has left publishes unanswered, even if a few rows got
-	// through) or "mark" (every mark failed). Empty while moving.
+	// (rows were claimed but none was published or dead-lettered, or
+	// publishes have failed for a condition of the Kafka cluster, even if
+	// a few rows got through) or "mark" (every mark failed). Empty while
+	// moving.
 	Step string `json:"step,omitempty"`
 	// Reason says what was seen, with the last error.
 	Reason string `json:"reason,omitempty"`
@@ -71,26 +73,39 @@ type progress struct {
 	publishErr atomic.Pointer[string]
 	// inFlight is when the publish under way started (unix nanos), 0 if none.
 	inFlight atomic.Int64
-	// outage is when the current run of publishes that the broker left
-	// unanswered began (unix nanos): set by a publish with any message
-	// unreachable (kafka.IsUnreachable), cleared by one the broker
-	// answered in full. Rows published meanwhile (a chunk split by the
-	// outage's start, a partition whose broker still answers) do not end
-	// it, so a broker outage is one stall, not one per partial success.
-	outage atomic.Int64
+	// outage is when the current run of publishes failing for a condition
+	// of the cluster began (unix nanos): set by a publish with any message
+	// failing so (kafka.IsOutage: unreachable, not enough replicas, no
+	// leader, ...), cleared by one the broker accepted in full. Rows
+	// published meanwhile (a chunk split by the outage's start, a partition
+	// whose broker still answers) do not end it, so a broker outage is one
+	// stall, not one per partial success. outageErr is the first such
+	// error of the last failing publish: the condition and, where the
+	// cluster metadata said, the partition's leader.
+	outage    atomic.Int64
+	outageErr atomic.Pointer[string]
 }
 
-// publishAnswered records a publish that started at began: any
-// unreachable message starts (or continues) an outage, a publish the
-// broker answered in full ends it.
+// publishAnswered records a publish that started at began: a message
+// failing for a condition of the cluster starts (or continues) an outage,
+// a publish the broker accepted in full ends it. The condition reported is
+// the first message's that names one (not kafka.ErrNotAttempted).
 func (p *progress) publishAnswered(began time.Time, errs []error) {
+	var cond error
 	for _, e := range errs {
-		if e != nil && kafka.IsUnreachable(e) {
-			p.outage.CompareAndSwap(0, began.UnixNano())
-			return
+		if e != nil && kafka.IsOutage(e) && (cond == nil || errors.Is(cond, kafka.ErrNotAttempted)) {
+			cond = e
 		}
 	}
-	p.outage.Store(0)
+	if cond == nil {
+		p.outage.Store(0)
+		return
+	}
+	if !errors.Is(cond, kafka.ErrNotAttempted) {
+		msg := fmt.Sprintf("%s: %v", kafka.ErrorReason(cond), cond)
+		p.outageErr.Store(&msg)
+	}
+	p.outage.CompareAndSwap(0, began.UnixNano())
 }
 
 // claimedRows records a claim that returned rows.
@@ -120,8 +135,8 @@ func (p *progress) health(now time.Time) Health {
 	if h.ClaimFailures > 0 {
 		stalled("claim", p.claims.since.Load(), fmt.Sprintf("%d claims failed in a row", h.ClaimFailures))
 	}
-	if w, o := p.waiting.Load(), p.outage.Load(); o != 0 && (w == 0 || o < w) {
-		stalled("publish", o, "the broker has left publishes unanswered")
+	if w, o := p.waiting.Load(), p.outage.Load(); o != 0 && (w == 0 || o <= w) {
+		stalled("publish", o, "publishes fail for a condition of the Kafka cluster")
 	} else {
 		stalled("publish", w, "rows claimed but none published or dead-lettered")
 	}
@@ -140,6 +155,11 @@ func stepDetail(step string, p *progress) string {
 	case "mark":
 		last = p.marks.last.Load()
 	case "publish":
+		if p.outage.Load() != 0 {
+			if e := p.outageErr.Load(); e != nil {
+				return "last error: " + *e
+			}
+		}
 		if f := p.inFlight.Load(); f != 0 {
 			return fmt.Sprintf("a publish has been in flight for %s (broker not answering?)", time.Since(time.Unix(0, f)).Round(time.Second))
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/pgoutbox/outbox/kafka"
 )
 
@@ -17,7 +19,7 @@ func TestHealthBrokerOutageIsOneStall(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	timeout := kafka.ErrNotAttempted // a message the broker never answered
-	if !kafka.IsUnreachable(timeout) {
+	if !kafka.IsOutage(timeout) {
 		t.Fatal("kafka.ErrNotAttempted is not unreachable")
 	}
 
@@ -48,5 +50,22 @@ func TestHealthBrokerOutageIsOneStall(t *testing.T) {
 	p.resolved()
 	if h := p.health(at(12 * time.Second)); !h.Moving {
 		t.Fatalf("after a publish answered in full: %+v, want moving", h)
+	}
+}
+
+// A cluster condition (NOT_ENOUGH_REPLICAS on a real cluster) stalls the
+// publish step like an unreachable broker, and the reason names it and the
+// partition's leader as the publisher explained it.
+func TestHealthNamesTheClusterCondition(t *testing.T) {
+	p := progress{stallAfter: time.Second}
+	t0 := time.Unix(1000, 0)
+	cond := &kafka.PartitionError{Topic: "payments", Partition: 3, Leader: 2, Broker: "127.0.0.1:9093",
+		Replicas: []int32{1, 2, 3}, ISR: []int32{2}, Err: kafkago.NotEnoughReplicas}
+	p.claimedRows(t0)
+	p.publishAnswered(t0, []error{kafka.ErrNotAttempted, cond})
+	h := p.health(t0.Add(2 * time.Second))
+	want := "publishes fail for a condition of the Kafka cluster for 2s: last error: not_enough_replicas: payments/3 (leader 2 at 127.0.0.1:9093, in-sync replicas [2] of [1 2 3]): [19] Not Enough Replicas"
+	if h.Moving || h.Step != "publish" || h.Reason != want {
+		t.Fatalf("health = %+v\nwant reason %q", h, want)
 	}
 }

@@ -218,7 +218,20 @@ func (r *Relay) Run(ctx context.Context) error {
 // in-flight publish.
 func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed) {
 	outages := 0 // publishes in a row that delivered nothing
-	for b := range in {
+	idle := time.NewTicker(time.Second)
+	defer idle.Stop()
+	for {
+		var b claimed
+		select {
+		case now := <-idle.C:
+			r.fails.tick(now) // an outage may end while no batch comes
+			continue
+		case next, ok := <-in:
+			if !ok {
+				return
+			}
+			b = next
+		}
 		if ctx.Err() != nil {
 			_ = r.release(work, lease.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)})
 			r.gate.settled()
@@ -269,9 +282,9 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 			r.obs.Published(delivered)
 			r.marks.put(b.Token, seqsOf(delivered), markDelay(&r.cfg))
 		}
-		if callErr != nil && br.delivered == 0 && unreachable(errs) {
-			// Nothing got through and the broker did not answer: stop this
-			// batch and hold the claimer back, the broker is likely down.
+		if callErr != nil && br.delivered == 0 && allOutage(errs) {
+			// Nothing got through, for a condition of the cluster: stop
+			// this batch and hold the claimer back until it passes.
 			br.abandon(r.hb, whyUnsent)
 			br.outage = true
 		}
@@ -324,8 +337,9 @@ func (r *Relay) settle(work context.Context, br *batchRun) {
 // settleFailures gives failed rows back with a per-row backoff and their
 // error, or dead-letters them: at once when the record can never be
 // published (deadAtOnce), or when the attempt just made was their
-// MaxAttempts-th. Failures where the broker was not reached do not count as
-// attempts. Rows with the same outcome, delay and error share a statement.
+// MaxAttempts-th. Failures for a condition of the cluster (kafka.IsOutage:
+// unreachable, not enough replicas, no leader, timeouts, ...) do not count
+// as attempts: they never make a dead letter. Rows with the same outcome, delay and error share a statement.
 // It returns the rows it gave back and those it could not (stuck: still
 // leased by this relay until the lease ends).
 func (r *Relay) settleFailures(ctx context.Context, token uuid.UUID, fs []failure) (gave, stuck []lease.Row) {
@@ -342,7 +356,7 @@ func (r *Relay) settleFailures(ctx context.Context, token uuid.UUID, fs []failur
 	groups := map[key][]lease.Row{}
 	var order []key
 	for _, f := range fs {
-		count := !kafka.IsUnreachable(f.err)
+		count := !kafka.IsOutage(f.err)
 		attempts := f.row.Attempts
 		if count {
 			attempts++
@@ -350,7 +364,7 @@ func (r *Relay) settleFailures(ctx context.Context, token uuid.UUID, fs []failur
 		dead := deadAtOnce(f.err) || attempts >= r.cfg.MaxAttempts
 		topic := r.topicOf(&f.row)
 		r.obs.PublishFailed(f.row, topic, f.err, dead)
-		r.fails.add(&f.row, topic, f.err, dead, attempts)
+		r.fails.add(r.now(), &f.row, topic, f.err, dead, attempts)
 		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)

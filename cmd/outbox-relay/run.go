@@ -261,6 +261,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	f.relay.Observer = obs.m
+	f.kafka.Observer = obs.m
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
 		Relay: f.relay, Lease: f.lease, Kafka: f.kafka, Notify: f.notify, NoNotify: f.noNotify,
 		ListenConnString: f.listenURL,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/relay"
 	outboxsql "github.com/pgoutbox/outbox/sql"
@@ -227,15 +228,13 @@ func TestInprocIllegalTopicDeadLetteredAtOnce(t *testing.T) {
 // TestInprocPublishFailureLogsAreBounded: 2,000 events, the broker
 // answering every produce request with NOT_LEADER_FOR_PARTITION for 10 s:
 // the log stays bounded (before: one WARN per event per retry, 12,220
-// lines for 30 s), with counts and a sample event; then everything is
+// lines for 30 s): the relay logs the outage once, naming the condition
+// and a sample event, and once when it is over; then everything is
 // delivered.
 func TestInprocPublishFailureLogsAreBounded(t *testing.T) {
 	t.Parallel()
 	db := testenv.MigratedDB(t)
-	k := testenv.Kafka(t)
-	if k.Cluster == nil {
-		t.Skip("needs kfake's fault hooks")
-	}
+	k := testenv.KafkaFake(t)
 	topic := k.Topic(t, 3)
 	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: -1})
 	core, logs := observer.New(zapcore.InfoLevel)
@@ -258,9 +257,12 @@ func TestInprocPublishFailureLogsAreBounded(t *testing.T) {
 	if warn > 30 {
 		t.Errorf("%d warn/error lines for %d failed publishes: the log is not bounded", warn, st.Failed)
 	}
-	sample := logs.FilterMessageSnippet("publish failed; will retry").All()
-	if len(sample) == 0 || sample[0].ContextMap()["events"] == nil || sample[0].ContextMap()["sample_event_id"] == nil {
-		t.Errorf("no summary line with a count and a sample event: %v", sample)
+	outage, over := logs.FilterMessageSnippet("Kafka outage: publishes fail").All(), logs.FilterMessageSnippet("Kafka outage over").All()
+	if len(outage) != 1 || outage[0].ContextMap()["reason"] != kafka.ReasonNotLeader || outage[0].ContextMap()["sample_event_id"] == nil {
+		t.Errorf("want one outage line naming the condition and a sample event, got %v", outage)
+	}
+	if len(over) != 1 {
+		t.Errorf("want one line at the outage's end, got %v", over)
 	}
 	checkTopic(t, db.Pool, k.Brokers, topic, "NOT_LEADER for 10 s, 2,000 events (bounded logs)", 20*time.Second)
 }
