@@ -143,7 +143,7 @@ func TestInprocBrokerRefusedThenBlackholedThenRestored(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, "SELECT coalesce(max(seq), 0) FROM outbox").Scan(&outageSeq); err != nil {
 		t.Fatal(err)
 	}
-	committedAtOutage := load.committed.Load()
+	committedAtOutage := load.Committed.Load()
 	failedBefore := h.Relay.Stats().Failed
 	hold("refused", refuseFor)
 	if st := h.Relay.Stats(); st.Failed == failedBefore {
@@ -152,7 +152,7 @@ func TestInprocBrokerRefusedThenBlackholedThenRestored(t *testing.T) {
 	ln.SetMode(faultnet.Blackhole)
 	hold("blackholed", blackholeFor)
 	heapAfter, gAfter := heap()
-	written := load.committed.Load() - committedAtOutage
+	written := load.Committed.Load() - committedAtOutage
 	backlog := ipUnpublished(t, db.Pool)
 	t.Logf("outage: %d events written, backlog %d; heap in use %d -> %d KiB, goroutines %d -> %d",
 		written, backlog, heapBefore>>10, heapAfter>>10, gBefore, gAfter)

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/faultkit"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -241,147 +242,38 @@ func (p *ipSpyPublisher) Publish(ctx context.Context, msgs []kafka.Message) erro
 
 // ipLoad writes events continuously through a pool until stopped; writer
 // errors (expected while the database restarts) are counted, not fatal.
-type ipLoad struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+type ipLoad = faultkit.Load
 
-	committed atomic.Int64
-	failed    atomic.Int64
-
-	mu      sync.Mutex
-	ids     []uuid.UUID // events whose transaction's Commit returned nil
-	lastErr error
-}
-
-// ipStartLoad commits a transaction of perTx events every interval, spread
-// round-robin over aggregates "<prefix>-0".."<prefix>-(aggregates-1)".
+// ipStartLoad is faultkit.StartLoad.
 func ipStartLoad(t testing.TB, pool *pgxpool.Pool, w *outbox.Writer, prefix string, aggregates, perTx int, interval time.Duration) *ipLoad {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &ipLoad{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		n := 0
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			evs := make([]outbox.Event, perTx)
-			for i := range evs {
-				agg := fmt.Sprintf("%s-%d", prefix, n%aggregates)
-				evs[i] = outbox.Event{ID: outbox.NewID(), AggregateID: agg, Type: "fault.load", Payload: eventPayload(n, agg)}
-				n++
-			}
-			if err := ipCommit(ctx, pool, w, evs); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				l.failed.Add(1)
-				l.mu.Lock()
-				l.lastErr = err
-				l.mu.Unlock()
-				continue
-			}
-			l.mu.Lock()
-			for _, e := range evs {
-				l.ids = append(l.ids, e.ID)
-			}
-			l.mu.Unlock()
-			l.committed.Add(int64(len(evs)))
-		}
-	}()
-	t.Cleanup(l.Stop)
-	return l
-}
-
-// Stop stops the load and waits for its last transaction.
-func (l *ipLoad) Stop() {
-	l.cancel()
-	<-l.done
-}
-
-// LastErr returns the last writer error.
-func (l *ipLoad) LastErr() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lastErr
-}
-
-// IDs returns the IDs of the events whose commit succeeded.
-func (l *ipLoad) IDs() []uuid.UUID {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]uuid.UUID(nil), l.ids...)
+	return faultkit.StartLoad(t, pool, w, prefix, aggregates, perTx, interval)
 }
 
 func ipCommit(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, evs []outbox.Event) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	if err := w.Add(ctx, tx, evs...); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	return tx.Commit(ctx)
+	return faultkit.Commit(ctx, pool, w, evs)
 }
 
-// ipInsert commits evs in one transaction, failing the test on error.
 func ipInsert(t testing.TB, pool *pgxpool.Pool, w *outbox.Writer, evs ...outbox.Event) {
 	t.Helper()
-	if err := ipCommit(context.Background(), pool, w, evs); err != nil {
-		t.Fatalf("insert events: %v", err)
-	}
+	faultkit.Insert(t, pool, w, evs...)
 }
 
-// ipEvent is the n-th test event of aggregate agg.
-func ipEvent(agg string, n int) outbox.Event {
-	return outbox.Event{ID: outbox.NewID(), AggregateID: agg, Type: "fault.test", Payload: eventPayload(n, agg)}
-}
+func ipEvent(agg string, n int) outbox.Event { return faultkit.Event(agg, n) }
 
-// ipCount runs a count query and returns its result.
 func ipCount(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return faultkit.Count(t, pool, sql, args...)
 }
 
-func ipUnpublished(t testing.TB, pool *pgxpool.Pool) int {
-	t.Helper()
-	return ipCount(t, pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL")
-}
+func ipUnpublished(t testing.TB, pool *pgxpool.Pool) int { t.Helper(); return faultkit.Unpublished(t, pool) }
 
-func ipPublished(t testing.TB, pool *pgxpool.Pool) int {
-	t.Helper()
-	return ipCount(t, pool, "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-}
+func ipPublished(t testing.TB, pool *pgxpool.Pool) int { t.Helper(); return faultkit.Published(t, pool) }
 
 // ipLevel returns a pointer to l, for ipConfig.LogLevel.
 func ipLevel(l zapcore.Level) *zapcore.Level { return &l }
 
-// ipWait polls cond until it is true or timeout passes, and reports which;
-// for conditions whose failure the test reports itself and goes on.
-func ipWait(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	interval := 2 * time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(interval)
-		interval = min(2*interval, 50*time.Millisecond)
-	}
-	return true
-}
+func ipWait(timeout time.Duration, cond func() bool) bool { return faultkit.Wait(timeout, cond) }
 
 // ipBug fails the test with a production bug it found. (These tests were
 // written against bugs that are fixed now; they must stay fixed.)

@@ -77,7 +77,7 @@ func TestInprocPostgresRestartedUnderLoad(t *testing.T) {
 	testenv.Eventually(t, 15*time.Second, func() bool { return ipPublished(t, relayPool) >= 200 }, "nothing published before the restart")
 
 	reconnects := h.Listener.Reconnects()
-	committed := load.committed.Load()
+	committed := load.Committed.Load()
 	start := time.Now()
 	if err := cluster.Restart(sctx); err != nil {
 		t.Fatalf("restart: %v", err)
@@ -87,7 +87,7 @@ func TestInprocPostgresRestartedUnderLoad(t *testing.T) {
 	// relay's pool may still hand out a connection the restart broke once
 	// (which the relay retries; a check here would fail the test).
 	checkPool := newPool()
-	testenv.Eventually(t, 20*time.Second, func() bool { return load.committed.Load() >= committed+200 }, "the writer did not commit again after the restart (last error: %v)", load.LastErr())
+	testenv.Eventually(t, 20*time.Second, func() bool { return load.Committed.Load() >= committed+200 }, "the writer did not commit again after the restart (last error: %v)", load.LastErr())
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		return h.Listener.Reconnects() > reconnects && h.Listener.State() == notify.StateListening
 	}, "the listener did not reconnect")
@@ -101,7 +101,7 @@ func TestInprocPostgresRestartedUnderLoad(t *testing.T) {
 	}
 	lastErr := load.LastErr()
 	t.Logf("writer: %d events committed, %d transactions failed during the restart (last: %v); relay stats %+v",
-		len(ids), load.failed.Load(), lastErr, h.Relay.Stats())
+		len(ids), load.Failed.Load(), lastErr, h.Relay.Stats())
 	checkTopic(t, checkPool, k.Brokers, topic, "Postgres restarted under load", 30*time.Second)
 }
 

@@ -3,10 +3,11 @@ package faults
 import (
 	"testing"
 
+	"github.com/pgoutbox/outbox/internal/faultkit"
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	sweepStaleBinDirs()
+	faultkit.SweepStaleBinDirs()
 	testenv.Main(m)
 }

@@ -110,7 +110,7 @@ func TestProcThreeRelaysRandomKills(t *testing.T) {
 		}
 		for _, v := range victims {
 			if relays[v].Exited() {
-				t.Fatalf("%s exited by itself: %v\n%s", relays[v].Name, relays[v].err, tail(relays[v].Stderr(), 5000))
+				t.Fatalf("%s exited by itself: %v\n%s", relays[v].Name, relays[v].Err(), tail(relays[v].Stderr(), 5000))
 			}
 			relays[v].Kill()
 			kills++
@@ -133,7 +133,7 @@ func TestProcThreeRelaysRandomKills(t *testing.T) {
 	}
 	for _, r := range relays {
 		if r.Exited() {
-			t.Errorf("%s exited by itself: %v", r.Name, r.err)
+			t.Errorf("%s exited by itself: %v", r.Name, r.Err())
 		}
 	}
 }
