@@ -2,7 +2,7 @@
 #
 # outbox-relay as a static binary on distroless, running as non-root.
 #
-#   docker build --build-arg VCS_REVISION=$(git rev-parse HEAD) -t outbox-relay .
+#   docker build --build-arg VCS_REVISION=$(git rev-parse HEAD) --build-arg VERSION=v0.1.0 -t outbox-relay .
 #   docker run --rm -p 9090:9090 -e DATABASE_URL=postgres://... \
 #       -e OUTBOX_BROKERS=kafka:9092 -e OUTBOX_TOPIC=events outbox-relay
 #   docker run --rm -e DATABASE_URL=postgres://... outbox-relay migrate
@@ -27,11 +27,13 @@ COPY . .
 # revision itself (-buildvcs=false); `outbox-relay version` reports this
 # one instead, when given.
 ARG VCS_REVISION=
+# The version `outbox-relay version` reports (e.g. v0.1.0); empty: (devel).
+ARG VERSION=
 # CGO off: a static binary that needs no libc in the runtime image.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false \
-        -ldflags="-s -w -X main.vcsRevision=${VCS_REVISION}" -o /out/outbox-relay ./cmd/outbox-relay
+        -ldflags="-s -w -X main.vcsRevision=${VCS_REVISION} -X main.version=${VERSION}" -o /out/outbox-relay ./cmd/outbox-relay
 
 # distroless/static: CA certificates (Kafka TLS, sslmode=verify-full),
 # tzdata and /etc/passwd with the nonroot user (65532), no shell.

@@ -21,6 +21,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
+	golang.org/x/mod v0.42.0
 	golang.org/x/sync v0.25.0
 	gonum.org/v1/plot v0.17.0
 )
