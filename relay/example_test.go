@@ -15,12 +15,18 @@ import (
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/relay"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // README: begin runRelay
 // runRelay runs the outbox relay inside your service until ctx ends:
 // LISTEN on "outbox", claim, publish to Kafka, mark; it stops gracefully.
 func runRelay(ctx context.Context, pool *pgxpool.Pool, brokers []string, log *zap.Logger) error {
+	// Create or upgrade the outbox table (safe to run twice or concurrently;
+	// or run `outbox-relay migrate`). Without it, Run returns at once.
+	if _, err := outboxsql.Migrate(ctx, pool); err != nil {
+		return err
+	}
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
 		Relay: relay.Config{Topic: "payments"}, // more: relay.Config's fields
 		Kafka: kafka.Config{Brokers: brokers},
@@ -34,15 +40,21 @@ func runRelay(ctx context.Context, pool *pgxpool.Pool, brokers []string, log *za
 // README: end runRelay
 
 // TestReadmeExampleRuns runs the README's example against the test
-// PostgreSQL and the in-process broker: an event written with outbox.Add is
-// published to "payments".
+// PostgreSQL (an empty schema: runRelay creates the table) and the
+// in-process broker: an event written with outbox.Add is published to
+// "payments".
 func TestReadmeExampleRuns(t *testing.T) {
 	t.Parallel()
-	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	db, k := testenv.DB(t), testenv.Kafka(t) // runRelay creates the table
 	k.NamedTopic(t, "payments", 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runRelay(ctx, db.Pool, k.Brokers, testenv.Logger(t)) }()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var exists bool
+		err := db.Pool.QueryRow(ctx, "SELECT to_regclass('outbox') IS NOT NULL").Scan(&exists)
+		return err == nil && exists
+	}, "runRelay did not create the outbox table")
 	id := outbox.NewID()
 	if err := outbox.Add(ctx, db.Pool, outbox.Event{ID: id, AggregateID: "pay_123", Type: "payment.captured", Payload: json.RawMessage(`{"amount":"12.50"}`)}); err != nil {
 		t.Fatal(err)
