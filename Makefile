@@ -7,7 +7,7 @@ TEST_TIMEOUT  ?= 12m
 TEST_FLAGS    ?=
 PKGS          ?= ./...
 
-.PHONY: all build test vet tidy-check run bench soak image
+.PHONY: all build test vet tidy-check run bench soak image helm check-deploy
 
 all: build
 
@@ -43,6 +43,27 @@ export SOURCE_DATE_EPOCH
 image:
 	$(GO) run ./internal/cmd/imagebuild --oci bin/image --tar bin/outbox-relay-image.tar \
 		--version '$(VERSION)' --revision '$(REVISION)'
+
+# helm, for the chart's checks (deploy/deploy_test.go), built from the Go
+# module proxy into a cache directory outside the repository, once per
+# version (about 4 minutes on 2 cores). Exported so that `make test` finds
+# it; without it the chart's test is skipped (it fails under CI).
+HELM_VERSION ?= v3.22.0
+CACHE_DIR    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pgoutbox
+HELM         ?= $(CACHE_DIR)/helm-$(HELM_VERSION)/helm
+export HELM
+helm: $(HELM)
+$(HELM):
+	GOBIN=$(dir $(HELM)) GOFLAGS= $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+# The deployment files' checks, verbose: promtool check/test rules,
+# helm lint and helm template of the chart, systemd-analyze verify and
+# security of the unit (deploy/), and the metric names of the rules and
+# the dashboard against the relay's registry (cmd/outbox-relay). promtool
+# comes from Debian's prometheus package (.ci/run installs it).
+check-deploy: $(HELM)
+	CI=$${CI:-true} $(GO) test -count=1 -v ./deploy/
+	$(GO) test -count=1 -v -run 'TestDashboardUsesTheRelaysMetrics|TestAlertRulesUseTheRelaysMetrics|TestCheckExprCatchesRenames' ./cmd/outbox-relay/
 
 # Runs the development stack (cmd/outbox-dev): throwaway PostgreSQL, an
 # embedded Kafka-protocol broker on localhost:9092, the relay and sample
