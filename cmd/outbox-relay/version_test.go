@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,10 +29,48 @@ func TestVersionReportsTheStampedVersion(t *testing.T) {
 	}
 }
 
+// sourceFile is a file of the working tree, for golang.org/x/mod/zip.
+type sourceFile struct{ root, rel string }
+
+func (f sourceFile) Path() string                 { return f.rel }
+func (f sourceFile) Lstat() (os.FileInfo, error)  { return os.Lstat(filepath.Join(f.root, f.rel)) }
+func (f sourceFile) Open() (io.ReadCloser, error) { return os.Open(filepath.Join(f.root, f.rel)) }
+
+// moduleFiles lists the module's source files under root, leaving out
+// what .gitignore leaves out of a commit (built binaries in bin/, tmp/
+// and the root, test binaries and profiles) and .git.
+func moduleFiles(t *testing.T, root string) []modzip.File {
+	t.Helper()
+	var files []modzip.File
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		switch {
+		case d.IsDir() && (rel == ".git" || rel == "bin" || rel == "tmp"):
+			return filepath.SkipDir
+		case d.IsDir(), strings.HasSuffix(rel, ".test"), strings.HasSuffix(rel, ".out"), d.Type()&fs.ModeSymlink != 0,
+			rel == "outbox-relay", rel == "outbox-bench", rel == "outbox-dev", rel == "outbox-soak":
+			return nil
+		}
+		files = append(files, sourceFile{root: root, rel: rel})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
 // TestVersionOfGoInstallAtVersion installs the command as a user does,
 // `go install github.com/pgoutbox/outbox/cmd/outbox-relay@v0.1.0`, from
 // a module proxy of this test's own (a directory holding this working
-// tree as the module's v0.1.0 zip, made by golang.org/x/mod/zip), and
+// tree's sources as the module's v0.1.0 zip, made by golang.org/x/mod/zip), and
 // checks that `version` names v0.1.0. Every dependency comes from the
 // local module cache's download directory, used as a second proxy, into a
 // module cache of the test's own: nothing is fetched from the network and
@@ -57,7 +97,7 @@ func TestVersionOfGoInstallAtVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	mv := module.Version{Path: modPath, Version: ver}
-	err = modzip.CreateFromDir(zf, mv, root)
+	err = modzip.Create(zf, mv, moduleFiles(t, root))
 	if cerr := zf.Close(); err == nil {
 		err = cerr
 	}
