@@ -1,8 +1,12 @@
 # syntax=docker/dockerfile:1
 #
-# outbox-relay as a static binary on distroless, running as non-root.
+# outbox-relay as a static binary on distroless, running as non-root, for
+# machines with Docker. Without a Docker daemon, `make image` builds the
+# same image FROM scratch (internal/cmd/imagebuild: the binary at
+# /outbox-relay, user 65532, entrypoint and command as here, port 9090, the
+# OCI labels), checked by `make test`; this Dockerfile is not built in CI.
 #
-#   docker build --build-arg VCS_REVISION=$(git rev-parse HEAD) -t outbox-relay .
+#   docker build --build-arg VCS_REVISION=$(git rev-parse HEAD) --build-arg VERSION=v0.1.0 -t outbox-relay .
 #   docker run --rm -p 9090:9090 -e DATABASE_URL=postgres://... \
 #       -e OUTBOX_BROKERS=kafka:9092 -e OUTBOX_TOPIC=events outbox-relay
 #   docker run --rm -e DATABASE_URL=postgres://... outbox-relay migrate
@@ -27,17 +31,26 @@ COPY . .
 # revision itself (-buildvcs=false); `outbox-relay version` reports this
 # one instead, when given.
 ARG VCS_REVISION=
+# The version `outbox-relay version` reports (e.g. v0.1.0); empty: (devel).
+ARG VERSION=
 # CGO off: a static binary that needs no libc in the runtime image.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false \
-        -ldflags="-s -w -X main.vcsRevision=${VCS_REVISION}" -o /out/outbox-relay ./cmd/outbox-relay
+        -ldflags="-s -w -X main.vcsRevision=${VCS_REVISION} -X main.version=${VERSION}" -o /out/outbox-relay ./cmd/outbox-relay
 
 # distroless/static: CA certificates (Kafka TLS, sslmode=verify-full),
 # tzdata and /etc/passwd with the nonroot user (65532), no shell.
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/outbox-relay /usr/local/bin/outbox-relay
+ARG VCS_REVISION=
+ARG VERSION=
+LABEL org.opencontainers.image.title="outbox-relay" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/pgoutbox/outbox" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${VCS_REVISION}"
+COPY --from=build /out/outbox-relay /outbox-relay
 USER 65532:65532
 EXPOSE 9090
-ENTRYPOINT ["/usr/local/bin/outbox-relay"]
+ENTRYPOINT ["/outbox-relay"]
 CMD ["run"]

@@ -33,8 +33,9 @@ import (
 // value of every field means its default (WithDefaults); Validate checks a
 // configuration without changing it.
 type Config struct {
-	// Topic is the Kafka topic for rows whose topic column is NULL. Required
-	// unless every row names its topic. Defaults to "".
+	// Topic is the Kafka topic for rows whose topic column is NULL.
+	// NewService requires it unless TopicTemplate is set; New accepts ""
+	// (then every row must name its topic). Defaults to "".
 	Topic string
 	// TopicTemplate routes each event to a topic computed from its row, as
 	// Debezium's Outbox Event Router does with route.topic.replacement:

@@ -3,6 +3,8 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log"
 	"os"
 	"strings"
 	"testing"
@@ -12,15 +14,22 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/exampletb"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/relay"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // README: begin runRelay
 // runRelay runs the outbox relay inside your service until ctx ends:
 // LISTEN on "outbox", claim, publish to Kafka, mark; it stops gracefully.
 func runRelay(ctx context.Context, pool *pgxpool.Pool, brokers []string, log *zap.Logger) error {
+	// Create or upgrade the outbox table (safe to run twice or concurrently;
+	// or run `outbox-relay migrate`). Without it, Run returns at once.
+	if _, err := outboxsql.Migrate(ctx, pool); err != nil {
+		return err
+	}
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
 		Relay: relay.Config{Topic: "payments"}, // more: relay.Config's fields
 		Kafka: kafka.Config{Brokers: brokers},
@@ -34,15 +43,21 @@ func runRelay(ctx context.Context, pool *pgxpool.Pool, brokers []string, log *za
 // README: end runRelay
 
 // TestReadmeExampleRuns runs the README's example against the test
-// PostgreSQL and the in-process broker: an event written with outbox.Add is
-// published to "payments".
+// PostgreSQL (an empty schema: runRelay creates the table) and the
+// in-process broker: an event written with outbox.Add is published to
+// "payments".
 func TestReadmeExampleRuns(t *testing.T) {
 	t.Parallel()
-	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	db, k := testenv.DB(t), testenv.Kafka(t) // runRelay creates the table
 	k.NamedTopic(t, "payments", 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runRelay(ctx, db.Pool, k.Brokers, testenv.Logger(t)) }()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var exists bool
+		err := db.Pool.QueryRow(ctx, "SELECT to_regclass('outbox') IS NOT NULL").Scan(&exists)
+		return err == nil && exists
+	}, "runRelay did not create the outbox table")
 	id := outbox.NewID()
 	if err := outbox.Add(ctx, db.Pool, outbox.Event{ID: id, AggregateID: "pay_123", Type: "payment.captured", Payload: json.RawMessage(`{"amount":"12.50"}`)}); err != nil {
 		t.Fatal(err)
@@ -55,6 +70,59 @@ func TestReadmeExampleRuns(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("runRelay: %v", err)
 	}
+}
+
+// exampleEnv gives an Example the test environment (internal/testenv): an
+// empty database schema and the in-process Kafka-protocol broker with the
+// topic "payments"; read returns the next record of that topic as
+// "key event_type value". done stops and removes them.
+func exampleEnv(name string) (pool *pgxpool.Pool, brokers []string, read func() string, done func()) {
+	tb := exampletb.New(name)
+	db, k := testenv.DB(tb), testenv.Kafka(tb)
+	k.NamedTopic(tb, "payments", 1)
+	read = func() string {
+		r := k.Consume(tb, "payments", 1, 30*time.Second)[0]
+		return fmt.Sprintf("%s %s %s", r.Key, r.Headers["event_type"], r.Value)
+	}
+	return db.Pool, k.Brokers, read, tb.Done
+}
+
+// NewService runs the relay inside your own process: here it publishes
+// one event to Kafka and stops when ctx ends.
+func ExampleNewService() {
+	pool, brokers, readRecord, done := exampleEnv("ExampleNewService") // a database and a Kafka broker
+	defer done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// The table first: Run returns at once, naming it, when it is missing.
+	if _, err := outboxsql.Migrate(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+	svc, err := relay.NewService(pool, relay.ServiceConfig{
+		Relay: relay.Config{Topic: "payments"}, // events whose row names no topic
+		Kafka: kafka.Config{Brokers: brokers},
+	}, zap.NewNop())
+	if err != nil {
+		log.Fatal(err) // a *outbox.FieldError names the bad field
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- svc.Run(ctx) }()
+
+	err = outbox.Add(ctx, pool, outbox.Event{AggregateID: "pay_123", Type: "payment.captured", Payload: json.RawMessage(`{"amount":"12.50"}`)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(readRecord()) // what a consumer of "payments" receives
+
+	cancel() // a graceful stop: delivered rows are marked, the rest released
+	if err := <-stopped; err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stopped; published:", svc.Relay().Stats().Published)
+	// Output:
+	// pay_123 payment.captured {"amount": "12.50"}
+	// stopped; published: 1
 }
 
 // TestReadmeShowsTheExample keeps the README's "Run the relay inside your

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -50,6 +52,7 @@ type ServiceConfig struct {
 // outbox-relay command, the development stack, the benchmark and the tests
 // all use it.
 type Service struct {
+	pool     *pgxpool.Pool
 	relay    *Relay
 	claimer  *lease.Claimer
 	pub      *kafka.Publisher
@@ -63,10 +66,17 @@ type Service struct {
 // configuration (a *outbox.FieldError names the bad field; a *BudgetError
 // says one publish may outlast the lease) and connects to nothing: the
 // relay and the listener reach PostgreSQL and Kafka when Run starts them,
-// and retry with backoff while they cannot. logger may be nil.
+// and retry with backoff while they cannot. An empty Relay.Topic is
+// refused (a *outbox.FieldError naming relay Config.Topic) unless
+// Relay.TopicTemplate routes events: every event of a row without a topic
+// would fail to publish and count an attempt toward a dead letter.
+// logger may be nil.
 func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("relay: NewService: pool is nil")
+	}
+	if cfg.Relay.Topic == "" && cfg.Relay.TopicTemplate == "" {
+		return nil, config.Invalid("relay", "Topic", "required: the topic of events whose row names none (or set Config.TopicTemplate to route them)")
 	}
 	if logger == nil {
 		logger = zap.NewNop()
@@ -89,7 +99,7 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 		_ = pub.Close()
 		return nil, &BudgetError{Budget: b, Lease: claimer.Config().Lease}
 	}
-	s := &Service{claimer: claimer, pub: pub}
+	s := &Service{pool: pool, claimer: claimer, pub: pub}
 	var wake <-chan struct{}
 	if !cfg.NoNotify {
 		cc := pool.Config().ConnConfig
@@ -128,8 +138,17 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 // on ctx's end the relay stops claiming, finishes or gives back its batches
 // within Config.ShutdownTimeout, then the listener stops and the publisher
 // closes. Call Run once.
+//
+// Run first checks that the outbox table exists, as `outbox-relay run`
+// does: a missing table returns at once an error that names it and
+// sql.Migrate (lease.IsMissingTable reports it), instead of claims that
+// fail and are retried forever. A database that does not answer yet is
+// not an error: the relay retries.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.Close()
+	if err := s.checkTable(ctx); err != nil {
+		return err
+	}
 	if s.listener == nil {
 		return s.relay.Run(ctx)
 	}
@@ -143,6 +162,20 @@ func (s *Service) Run(ctx context.Context) error {
 		err = lerrv
 	}
 	return err
+}
+
+// checkTable returns an error when the claimer's table does not exist;
+// nil when it does or when the database cannot tell now (the relay's own
+// retries cover a database that is not up yet).
+func (s *Service) checkTable(ctx context.Context) error {
+	table := s.claimer.Config().Table
+	cctx, cancel := context.WithTimeout(ctx, DefaultDBTimeout)
+	defer cancel()
+	_, err := s.pool.Exec(cctx, "SELECT FROM "+sqlname.Quote(table)+" LIMIT 0")
+	if lease.IsMissingTable(err) {
+		return fmt.Errorf("relay: outbox table %q not found: create it with sql.Migrate (github.com/pgoutbox/outbox/sql; sql.MigrateTable for another name) or `outbox-relay migrate`: %w", table, err)
+	}
+	return nil
 }
 
 // Close closes the publisher (Run does it on return). Safe to call more

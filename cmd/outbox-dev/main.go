@@ -16,6 +16,9 @@
 // port, name; never a password). It then migrates the outbox table, starts the relay, and writes a
 // trickle of sample payment events through outbox.Add, printing for each one
 // how long it took from the writer's COMMIT to Kafka's acknowledgement.
+// The relay's /metrics, /healthz and /readyz are served on 127.0.0.1
+// (--metrics-port, default a free port); the banner prints their URLs and
+// the `outbox-relay status` command that reads the same database.
 //
 // Ctrl-C (SIGINT) or SIGTERM stops the samples, stops the relay gracefully,
 // closes the broker and removes the throwaway cluster. Every other flag can

@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -237,10 +240,17 @@ func TestThrowawayStackStartsAndCleansUp(t *testing.T) {
 	for _, want := range []string{
 		"Kafka (embedded, in memory): " + broker,
 		fmt.Sprintf("kcat -b localhost:%d -t devtest -C -o beginning -f 'key=%%k headers=%%h value=%%s\\n'", port),
+		"outbox-relay status --database-url '" + dsn[1] + "'",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
+	}
+	// Without --metrics-port, a free port on 127.0.0.1.
+	if m := regexp.MustCompile(`curl (http://127\.0\.0\.1:\d+)/healthz`).FindStringSubmatch(out); m == nil {
+		t.Errorf("stdout names no /healthz on 127.0.0.1:\n%s", out)
+	} else if code, body := httpGet(t, m[1]+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("%s/healthz: %d %q", m[1], code, body)
 	}
 
 	// Consume at least what was printed so far (more may come meanwhile).
@@ -271,6 +281,97 @@ func TestThrowawayStackStartsAndCleansUp(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q after stop:\n%s", want, out)
 		}
+	}
+}
+
+// httpGet returns the status code and body of a GET of url.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// The banner's endpoints answer as outbox-relay run's do, on
+// 127.0.0.1:--metrics-port, and its outbox-relay status command works
+// against the stack's database; the endpoints go away with the stack.
+func TestBannerEndpointsAndStatusCommandWork(t *testing.T) {
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	port := freePort(t)
+	d := startDev(t, "--database-url", db.ConnString, "--brokers", strings.Join(k.Brokers, ","),
+		"--topic", topic, "--rate", "40", "--metrics-port", fmt.Sprint(port))
+	d.waitPublished(t, 2)
+	out := d.stdout.String()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	for _, w := range []string{"curl " + base + "/metrics", "curl " + base + "/healthz", "curl " + base + "/readyz"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, out)
+		}
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := httpGet(t, base+"/readyz")
+		var r struct{ Ready bool }
+		if code == http.StatusOK && json.Unmarshal([]byte(body), &r) == nil && r.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not ready after 30s: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, scrape := httpGet(t, base+"/metrics")
+	for _, w := range []string{`outbox_published_events_total{topic="` + topic + `"}`, "outbox_relay_up 1", "outbox_oldest_unpublished_age_seconds ", "outbox_listener_connected 1"} {
+		if !strings.Contains(scrape, w) {
+			t.Errorf("/metrics lacks %q", w)
+		}
+	}
+
+	m := regexp.MustCompile(`(?m)^  outbox-relay status --database-url '([^']+)'$`).FindStringSubmatch(out)
+	if m == nil || m[1] != db.ConnString {
+		t.Fatalf("stdout has no outbox-relay status command for %s:\n%s", db.ConnString, out)
+	}
+	bin := filepath.Join(t.TempDir(), "outbox-relay")
+	if b, err := exec.Command("go", "build", "-o", bin, "../outbox-relay").CombinedOutput(); err != nil {
+		t.Fatalf("build outbox-relay: %v\n%s", err, b)
+	}
+	status, err := exec.Command(bin, "status", "--database-url", m[1]).CombinedOutput()
+	if err != nil || !strings.Contains(string(status), "outbox table outbox") || !regexp.MustCompile(`published \(kept\)\s+[1-9]`).Match(status) {
+		t.Errorf("the printed status command: %v\n%s", err, status)
+	}
+
+	if err := d.stop(t); err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+		c.Close()
+		t.Errorf("the metrics port still accepts connections after stop")
+	}
+}
+
+func TestMetricsPortTakenFailsFastNamingTheFlag(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	err = run(context.Background(), []string{"--metrics-port", fmt.Sprint(port), "--brokers", "127.0.0.1:1", "--database-url", "postgres://u@127.0.0.1:1/db"}, io.Discard, io.Discard)
+	if !isUsage(err) || !strings.Contains(err.Error(), "--metrics-port") || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("run with a taken metrics port: %v; want a usage error naming --metrics-port", err)
 	}
 }
 
@@ -341,6 +442,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--rate", "-2"}, "--rate"},
 		{[]string{"--rate", "x"}, "rate"},
 		{[]string{"--broker-port", "70000"}, "--broker-port"},
+		{[]string{"--metrics-port", "-1"}, "--metrics-port"},
 		{[]string{"--topic", ""}, "--topic"},
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--log-level", "loud"}, "--log-level"},

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/relay"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -50,11 +52,14 @@ type options struct {
 	// ignoredEnv are the variables that were set but not used for them.
 	ignoredEnv []string
 	brokerPort int
-	topic      string
-	rate       float64
-	noSample   bool
-	logFormat  string
-	logLevel   string
+	// metricsPort is the port of /metrics, /healthz and /readyz on
+	// 127.0.0.1; 0 means a free one.
+	metricsPort int
+	topic       string
+	rate        float64
+	noSample    bool
+	logFormat   string
+	logLevel    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -66,7 +71,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 broker, the relay and a writer of sample payment events. Without
 --database-url on the command line it starts a throwaway PostgreSQL
 cluster; without --brokers on the command line an embedded broker on
-127.0.0.1:--broker-port. Ctrl-C stops everything.
+127.0.0.1:--broker-port. The relay's /metrics, /healthz and /readyz are
+on 127.0.0.1:--metrics-port. Ctrl-C stops everything.
 The other flags can also be set as OUTBOX_<FLAG_NAME>; DATABASE_URL,
 OUTBOX_DATABASE_URL and OUTBOX_BROKERS are ignored, so that sample events
 never go to a database or cluster by accident.
@@ -80,6 +86,7 @@ Flags:
 	fs.StringVar(&o.brokers, "brokers", "",
 		"Kafka brokers to use instead of the embedded one, comma-separated host:port (command line only: OUTBOX_BROKERS is ignored)")
 	fs.IntVar(&o.brokerPort, "broker-port", 9092, "port of the embedded broker on 127.0.0.1 (when --brokers is empty)")
+	fs.IntVar(&o.metricsPort, "metrics-port", 0, "port of /metrics, /healthz and /readyz on 127.0.0.1, as outbox-relay run serves them on --metrics-addr (0: a free port, printed)")
 	fs.StringVar(&o.topic, "topic", "payments", "Kafka topic of the events")
 	fs.Float64Var(&o.rate, "rate", 2, "sample events written per second")
 	fs.BoolVar(&o.noSample, "no-sample", false, "do not write sample events (relay only)")
@@ -114,6 +121,9 @@ Flags:
 	}
 	if o.brokers == "" && (o.brokerPort < 1 || o.brokerPort > 65535) {
 		return nil, usagef("--broker-port: %d is not a TCP port (1..65535)", o.brokerPort)
+	}
+	if o.metricsPort < 0 || o.metricsPort > 65535 {
+		return nil, usagef("--metrics-port: %d is not a TCP port (0..65535; 0: a free one)", o.metricsPort)
 	}
 	if o.topic == "" {
 		return nil, usagef("--topic: required")
@@ -199,6 +209,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	// The metrics port too: a taken one fails before initdb.
+	metricsLn, err := listenMetrics(o.metricsPort)
+	if err != nil {
+		return err
+	}
+	defer metricsLn.Close()
+
 	dsn := o.databaseURL
 	var pg *pgtemp.Cluster
 	if dsn == "" {
@@ -254,9 +271,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("migration applied", zap.String("name", r.Name))
 	}
 
+	// The relay's metrics and health endpoints, as outbox-relay run serves
+	// them (without its listener-state and retention metrics).
+	m, err := metrics.New(metrics.Config{DefaultTopic: o.topic, Topics: []string{o.topic}}, pool, log)
+	if err != nil {
+		return err
+	}
 	lat := newLatencies(out)
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
-		Relay: relay.Config{Topic: o.topic, ShutdownTimeout: 5 * time.Second, Observer: relay.ObserverFuncs{OnPublished: lat.published}},
+		Relay: relay.Config{Topic: o.topic, ShutdownTimeout: 5 * time.Second,
+			Observer: relay.Observers(m, relay.ObserverFuncs{OnPublished: lat.published})},
 		Lease: lease.Config{RelayID: "outbox-dev"},
 		Kafka: kafka.Config{
 			Brokers:         brokers,
@@ -278,10 +302,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("connect to Kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
 
-	printBanner(out, o, pg, pcfg, brokers)
+	m.Attach(metrics.Components{Relay: svc.Relay(), Listener: svc.Listener(), Broker: svc.Publisher()})
+
+	printBanner(out, o, pg, pcfg, brokers, metricsLn.Addr().String())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(gctx) })
+	context.AfterFunc(gctx, m.SetStopping)
+	g.Go(func() error { return m.RunRefresher(gctx) })
+	g.Go(func() error {
+		if err := m.Serve(gctx, metricsLn); err != nil && gctx.Err() == nil {
+			return fmt.Errorf("metrics server on %s: %w", metricsLn.Addr(), err)
+		}
+		return nil
+	})
 	var written int64
 	if !o.noSample {
 		g.Go(func() error {
@@ -315,6 +349,19 @@ func startBroker(port int, topic string) (*kfake.Cluster, error) {
 	return c, nil
 }
 
+// listenMetrics listens on 127.0.0.1:port (0: a free port) for the
+// metrics server; a port in use is a usage error naming the flag.
+func listenMetrics(port int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, usagef("--metrics-port: port %d on 127.0.0.1 is already in use (a relay's --metrics-addr?): pass another --metrics-port, or 0 for a free one", port)
+		}
+		return nil, fmt.Errorf("metrics server: listen on 127.0.0.1:%d: %w", port, err)
+	}
+	return ln, nil
+}
+
 // printIgnoredEnv says which variables were set but not used for the
 // database or the brokers, and how to use them.
 func (o *options) printIgnoredEnv(out *lockedWriter) {
@@ -339,10 +386,11 @@ func (o *options) printIgnoredEnv(out *lockedWriter) {
 	}
 }
 
-// printBanner says where everything runs. pcfg is the database the samples
-// are written into: its host, port and name are printed, never its
-// password.
-func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, pcfg *pgxpool.Config, brokers []string) {
+// printBanner says where everything runs and the commands that look at it:
+// kcat, psql, the relay's endpoints (metricsAddr) and `outbox-relay
+// status`. pcfg is the database the samples are written into: its host,
+// port and name are printed, never its password.
+func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, pcfg *pgxpool.Config, brokers []string, metricsAddr string) {
 	dsn := pcfg.ConnString()
 	shownDSN := redactURL(dsn)
 	out.printf("\n")
@@ -363,7 +411,13 @@ func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, pcfg *pgxpoo
 		kb = fmt.Sprintf("localhost:%d", o.brokerPort)
 	}
 	out.printf("Watch the events:\n  kcat -b %s -t %s -C -o beginning -f 'key=%%k headers=%%h value=%%s\\n'\n", kb, o.topic)
-	out.printf("Look at the table:\n  psql '%s' -c 'SELECT seq, aggregate_id, event_type, published_at FROM outbox ORDER BY seq DESC LIMIT 10'\n\n", shownDSN)
+	out.printf("Look at the table:\n  psql '%s' -c 'SELECT seq, aggregate_id, event_type, published_at FROM outbox ORDER BY seq DESC LIMIT 10'\n", shownDSN)
+	statusDSN := shownDSN
+	if pg != nil {
+		statusDSN = dsn // the throwaway cluster has no password
+	}
+	out.printf("Ask the relay's questions (make build puts outbox-relay in bin/; or go run ./cmd/outbox-relay):\n  outbox-relay status --database-url '%s'\n", statusDSN)
+	out.printf("The relay's metrics and health, as outbox-relay run serves them on --metrics-addr:\n  curl http://%s/metrics\n  curl http://%s/healthz\n  curl http://%s/readyz\n\n", metricsAddr, metricsAddr, metricsAddr)
 	db := fmt.Sprintf("database %q at %s:%d (--database-url)", pcfg.ConnConfig.Database, pcfg.ConnConfig.Host, pcfg.ConnConfig.Port)
 	if pg != nil {
 		db = fmt.Sprintf("database %q at %s:%d (throwaway)", pcfg.ConnConfig.Database, pcfg.ConnConfig.Host, pcfg.ConnConfig.Port)

@@ -129,17 +129,34 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // -ldflags "-X main.vcsRevision=$VCS_REVISION".
 var vcsRevision string
 
-// versionText is `outbox-relay version`'s output: the module version and
+// version is the version to report, set at link time with -ldflags "-X
+// main.version=v0.1.0" by the builds that are not `go install
+// module@version`: the image builder (internal/cmd/imagebuild) and the
+// Dockerfile. When it is empty, the module version from the binary's build
+// information is reported: v0.1.0 for a binary built by `go install
+// github.com/pgoutbox/outbox/cmd/outbox-relay@v0.1.0`, a pseudo-version
+// or "(devel)" for one built in a checkout.
+var version string
+
+// versionText is `outbox-relay version`'s output: the version (the
+// stamped one, else the module version), the module path and version, and
 // the VCS revision, commit time and modified flag from the binary's build
 // information.
 func versionText() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
+		if version != "" {
+			return "outbox-relay " + version + "\n"
+		}
 		return "outbox-relay (unknown version: the binary has no build information)\n"
 	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
+	mv := bi.Main.Version
+	if mv == "" {
+		mv = "(devel)"
+	}
+	v := mv
+	if version != "" {
+		v = version
 	}
 	set := map[string]string{}
 	for _, s := range bi.Settings {
@@ -148,7 +165,7 @@ func versionText() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "outbox-relay %s\n", v)
 	if bi.Main.Path != "" {
-		fmt.Fprintf(&b, "module:   %s\n", bi.Main.Path)
+		fmt.Fprintf(&b, "module:   %s %s\n", bi.Main.Path, mv)
 	}
 	switch rev := set["vcs.revision"]; {
 	case rev != "":

@@ -189,22 +189,28 @@ func (ob *observer) attach(svc *relay.Service) error {
 	if err != nil {
 		return usageError{err}
 	}
-	ob.m.Registry().MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "outbox_retention_deleted_rows_total",
-			Help: "Published rows deleted by the retention cleaner.",
-		}, func() float64 { return float64(c.Stats().Deleted) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "outbox_retention_errors_total",
-			Help: "Failed retention DELETE statements.",
-		}, func() float64 { return float64(c.Stats().Errors) }),
-	)
+	ob.m.Registry().MustRegister(retentionCollectors(c.Stats)...)
 	ob.wg.Add(1)
 	go func() {
 		defer ob.wg.Done()
 		_ = c.Run(ob.ctx)
 	}()
 	return nil
+}
+
+// retentionCollectors are the retention cleaner's counters, read from
+// stats at scrape time.
+func retentionCollectors(stats func() retention.Stats) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "outbox_retention_deleted_rows_total",
+			Help: "Published rows deleted by the retention cleaner.",
+		}, func() float64 { return float64(stats().Deleted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "outbox_retention_errors_total",
+			Help: "Failed retention DELETE statements.",
+		}, func() float64 { return float64(stats().Errors) }),
+	}
 }
 
 // stop stops the cleaner, the table gauges and the metrics server, and
