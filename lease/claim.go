@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,22 +60,41 @@ const maxMarkers = 1024
 // of their aggregates like another relay's leases do, and are taken over
 // when their lease ends. Without that, an aggregate's next event could be
 // claimed and published before them.
+//
+// Before it claims it rebalances when due (owner.go): at the first claim,
+// after another relay joined, left or moved partitions, when a member's
+// membership ran out, when a partition being given back became idle, and
+// every sixth of a lease to renew this relay's membership. A claim takes
+// rows of the partitions this relay owns only; while a relay of an older
+// version holds leases on the table (Ownership.Legacy) it claims nothing.
 func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := time.Now()
+	if c.own.rebalanceDue(now, c.cfg.Lease) {
+		if err := c.rebalance(ctx, now); err != nil {
+			return nil, err
+		}
+	}
 	b, err := c.claim(ctx, marks)
 	if err != nil {
-		c.newHolder()
+		c.newHolder(now)
+		return b, err
 	}
+	c.own.track(b)
 	return b, err
 }
 
 // newHolder makes the Claimer write a new locked_by value from now on
-// (Config.RelayID and a new suffix), registered in the order guard by its
-// next claim; the old one stays registered until it expires. Called with
-// c.mu held.
-func (c *Claimer) newHolder() {
-	c.holder.Store(c.cfg.RelayID + "/" + randomHex(4))
+// (its Member and a new suffix), registered in the order guard by its next
+// claim; the old one stays registered until it expires. The old holder's
+// leases, if the failed claim committed, last until a lease from now at
+// the latest: until then the guard respects them and the partitions stay
+// with this relay. Called with c.mu held.
+func (c *Claimer) newHolder(now time.Time) {
+	c.own.lostClaim(c.holder.Load(), now.Add(c.cfg.Lease+time.Second))
+	c.own.holders++
+	c.holder.Store(c.own.member + "." + strconv.Itoa(c.own.holders))
 	c.lastBeat = time.Time{}
 }
 
@@ -84,7 +104,7 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	began := time.Now()
 	q := c.queueClaim(began, token, marks)
 	// The statements run in one implicit transaction, in one round trip;
-	// it commits when the batch completes, releasing the advisory lock.
+	// it commits when the batch completes.
 	br := c.pool.SendBatch(ctx, q.batch)
 	defer br.Close()
 	n := 1
@@ -106,6 +126,9 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	batch, err := readClaimed(br, token)
 	if err != nil {
 		return nil, err
+	}
+	if err := br.QueryRow().Scan(&c.own.seenGen, &c.own.expired); err != nil {
+		return nil, fmt.Errorf("claim batch: ownership: %w", err)
 	}
 	if q.advance {
 		if err := c.readAdvance(br); err != nil {
@@ -168,7 +191,15 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	// minutes at 1,000 events/s (make soak) such claims took seconds,
 	// passed the statement timeout and were retried as rescans, and the
 	// relays stalled.
-	q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor)
+	if c.own.legacy != "" {
+		// A relay of an older version claims on this table: claim
+		// nothing (the rebalances watch for it to go).
+		q.batch.Queue(c.claimSQL, 0, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor, c.own.member, []int32{}, true)
+	} else {
+		q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor,
+			c.own.member, c.own.releasingList(), len(c.own.guardKeys(began)) > 0)
+	}
+	q.batch.Queue(c.ownerSQL)
 	q.advance = time.Since(c.lastAdvance) >= advanceEvery
 	if q.advance {
 		// In this order: the sequence before the transactions running
@@ -199,9 +230,12 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
 		// value the column can hold: a row the relay cannot use becomes a
 		// dead letter by itself (DecodeErr), never a claim that fails after
 		// it committed, again at every lease.
-		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &created, &r.Attempts, &batch.LockedUntil, &aggType, &batch.TakenOver); err != nil {
+		var leaseMS int64
+		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &created, &r.Attempts, &batch.LockedUntil, &aggType,
+			&r.KeyPartition, &leaseMS, &batch.TakenOver); err != nil {
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
+		batch.Lease = time.Duration(leaseMS) * time.Millisecond
 		r.CreatedAt = created.Time
 		if !created.Valid || created.InfinityModifier != pgtype.Finite {
 			r.DecodeErr = fmt.Errorf("created_at is %s: not a timestamp the relay can publish", timestamptzText(created))

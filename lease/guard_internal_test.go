@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -76,14 +77,6 @@ func TestGuardProbesStartAtTheLowestUnpublishedRow(t *testing.T) {
 	if _, err := hold.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1"); err != nil {
 		t.Fatal(err)
 	}
-	// Another relay is registered: the guard is on.
-	other, err := New(db.Pool, Config{RelayID: "other"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.Claim(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// 60,000 rows of 20 aggregates, claimed and marked published as a
 	// relay does (their old row versions and index entries stay: the
 	// snapshot is held).
@@ -107,6 +100,11 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 		if _, err := pub.MarkPublished(ctx, b.Token, seqs); err != nil {
 			t.Fatal(err)
 		}
+		pub.Settled(b.Token, time.Time{})
+	}
+	// It leaves: the new relay below owns every partition.
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
 SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 500) g`); err != nil {
@@ -116,8 +114,13 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A claim scanning from seq 0 with the floor 0, as a new relay's.
-	fresh := explainBuffers(t, c, c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), uuid.New(), int64(0), int64(0))
+	// A claim scanning from seq 0 with the floor 0, as a new relay's, that
+	// owns every partition, with the guard on (a row backing off, say).
+	if err := c.rebalance(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	fresh := explainBuffers(t, c, c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), uuid.New(), int64(0), int64(0),
+		c.own.member, []int32{}, true)
 	t.Logf("a new relay's claim (floor 0) touched %d buffers", fresh)
 	// Measured: 884,348 buffers with the probes bounded by the scan's
 	// start (each walks its aggregate's 3,000 dead entries), 10,444 now
@@ -162,10 +165,10 @@ func genericClaimPlan(t *testing.T, c *Claimer, withSettings bool) string {
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint) AS "+c.claimSQL); err != nil {
+	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, int[], bool) AS "+c.claimSQL); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_generic(500, 30000, 'h', '"+uuid.NewString()+"', 0, 0)")
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_generic(500, 30000, 'h', '"+uuid.NewString()+"', 0, 0, 'h', '{}', true)")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,6 +164,9 @@ type Row struct {
 	CreatedAt time.Time
 	// Attempts counts earlier failed publishes of this row.
 	Attempts int
+	// KeyPartition is the row's key partition (outbox.KeyPartition of its
+	// aggregate ID).
+	KeyPartition int
 	// DecodeErr is set when the row cannot become a Kafka record (its
 	// headers are not a JSON object): the relay dead-letters it at once
 	// with this reason. The other fields are still filled in.
@@ -183,14 +186,24 @@ type Batch struct {
 	// takeover). They may have been published already.
 	TakenOver int
 	// Claimed is when the claim committed, by this host's clock; with
-	// Config.Lease it gives a local deadline that is safe against clock
-	// skew because it only measures elapsed time.
+	// Lease it gives a local deadline that is safe against clock skew
+	// because it only measures elapsed time.
 	Claimed time.Time
+	// Lease is how long the claim leased the rows for: Config.Lease, or
+	// less when the relay's membership ends sooner (a lease never
+	// outlives it, see Ownership). 0 for an empty batch.
+	Lease time.Duration
 }
 
 // Deadline is the local time (monotonic clock) by which the batch must be
-// published and marked before its lease may pass to another relay.
-func (b *Batch) Deadline(lease time.Duration) time.Time { return b.Claimed.Add(lease) }
+// published and marked before its lease may pass to another relay:
+// Claimed plus the shorter of lease and the batch's own Lease.
+func (b *Batch) Deadline(lease time.Duration) time.Time {
+	if b.Lease > 0 && b.Lease < lease {
+		lease = b.Lease
+	}
+	return b.Claimed.Add(lease)
+}
 
 // Claimer claims, marks and releases outbox rows through a pool.
 type Claimer struct {
@@ -204,15 +217,18 @@ type Claimer struct {
 	advanceSQL string
 	// advanceSeqSQL and advanceVXIDSQL read the identity's last value and
 	// the running transactions for a floor marker.
-	advanceSeqSQL, advanceVXIDSQL string
-	claimSQL                      string
-	markSQL                       string
-	extendSQL                     string
-	releaseSQL                    string
-	deadSQL                       string
-	requeueSQL                    string
-	lockSQL                       string
-	lockSyncSQL                   string
+	advanceSeqSQL, advanceVXIDSQL                                string
+	claimSQL                                                     string
+	markSQL                                                      string
+	extendSQL                                                    string
+	releaseSQL                                                   string
+	deadSQL                                                      string
+	requeueSQL                                                   string
+	lockSQL                                                      string
+	lockSyncSQL                                                  string
+	ownerSQL                                                     string // reads the generation after a claim
+	keyPartition                                                 string // the row's key partition, as SQL on alias o
+	joinSQL, membersSQL, ownersSQL, legacySQL, moveSQL, leaveSQL string
 
 	// The floor (see advance) is used and moved only by Claim.
 	mu          sync.Mutex
@@ -221,6 +237,7 @@ type Claimer struct {
 	lastAdvance time.Time
 	lastBeat    time.Time // when the last registry write was sent
 	lastRescan  time.Time // when a claim last scanned from seq 0
+	own         *owner    // key partitions owned (owner.go)
 }
 
 // New returns a Claimer on pool. It returns cfg's validation error.
@@ -230,7 +247,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 		return nil, err
 	}
 	c := &Claimer{cfg: cfg, pool: pool, guard: sqlname.OrderGuard(cfg.Table)}
-	c.holder.Store(cfg.RelayID + "/" + randomHex(4))
+	c.own = newOwner(cfg.RelayID + "/" + randomHex(4))
+	c.holder.Store(c.own.member)
+	c.prepareOwner()
 	c.prepareGuard()
 	c.prepareClaim()
 	c.prepareFloor()
@@ -243,8 +262,8 @@ func (c *Claimer) table() string {
 	return sqlname.Quote(c.cfg.Table)
 }
 
-// Holder is the value this Claimer writes to locked_by: Config.RelayID
-// plus a suffix, new for each Claimer and after each failed claim (see
+// Holder is the value this Claimer writes to locked_by: its Member, and
+// after each failed claim its Member plus ".<n>", a new one each time (see
 // Claim).
 func (c *Claimer) Holder() string { return c.holder.Load() }
 
@@ -260,14 +279,20 @@ func (a *atomicString) Load() string {
 
 func (a *atomicString) Store(s string) { a.v.Store(&s) }
 
-// Close tells other relays that this one holds no more leases, so their
-// claims can skip the order guard again. Call it after every batch was
-// marked or released; it does nothing while rows are still leased by this
-// Claimer. Errors are wrapped as "close claimer: ...".
+// Close gives this relay's key partitions back and leaves the table's
+// relays, so that the others take its partitions at once (a partition of
+// which a batch is still unsettled, see Settled, is kept until this
+// member's membership runs out), and tells relays of older versions that
+// this one holds no more leases. Call it after every batch was marked or
+// released. A later claim joins again. Errors are wrapped as "close
+// claimer: ...".
 func (c *Claimer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lastBeat = time.Time{} // a later claim registers again
+	if err := c.leave(ctx); err != nil {
+		return fmt.Errorf("close claimer: %w", err)
+	}
 	_, err := c.pool.Exec(ctx, `DELETE FROM `+c.guard+` WHERE key = 'relay:' || $1
 AND NOT EXISTS (SELECT 1 FROM `+c.table()+` WHERE locked_by = $1 AND published_at IS NULL AND locked_until > now())`, c.holder.Load())
 	if err != nil {

@@ -174,35 +174,47 @@ func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int
 }
 
 // Extend renews the lease of the rows seqs still held by token to
-// Config.Lease from now (database clock), and returns the seqs it renewed:
-// rows whose lease passed to another claim meanwhile are missing, and must
-// not be published by this claim's holder any more. The relay extends a
-// batch that waited behind a slow publish before it publishes it. Errors
-// are wrapped as "extend lease: ...".
-func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, error) {
+// Config.Lease from now (database clock), or less when this relay's
+// membership ends sooner (see Ownership), and returns the seqs it renewed
+// and the lease it gave them: rows whose lease passed to another claim
+// meanwhile, or of a partition this relay no longer owns, are missing, and
+// must not be published by this claim's holder any more. The relay extends
+// a batch that waited behind a slow publish before it publishes it.
+// Errors are wrapped as "extend lease: ...".
+func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, time.Duration, error) {
 	if len(seqs) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	b := &pgx.Batch{}
 	b.Queue(asyncCommitSQL)
-	b.Queue(c.extendSQL, seqs, token, c.cfg.Lease.Milliseconds())
+	b.Queue(c.extendSQL, seqs, token, c.cfg.Lease.Milliseconds(), c.own.member)
 	br := c.pool.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("extend lease: %w", err)
+		return nil, 0, fmt.Errorf("extend lease: %w", err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("extend lease: %w", err)
+		return nil, 0, fmt.Errorf("extend lease: %w", err)
 	}
-	kept, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("extend lease: %w", err)
+	var kept []int64
+	lease := c.cfg.Lease
+	for rows.Next() {
+		var seq, ms int64
+		if err := rows.Scan(&seq, &ms); err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("extend lease: %w", err)
+		}
+		kept = append(kept, seq)
+		lease = min(lease, time.Duration(ms)*time.Millisecond)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("extend lease: %w", err)
 	}
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("extend lease: commit: %w", err)
+		return nil, 0, fmt.Errorf("extend lease: commit: %w", err)
 	}
-	return kept, nil
+	return kept, lease, nil
 }
 
 // asyncCommitSQL turns off synchronous_commit for the rest of the

@@ -42,17 +42,15 @@ ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until`
 VALUES ('holds', CASE WHEN $1::bigint IS NULL THEN 'infinity'::timestamptz ELSE now() + $1 * interval '1 millisecond' END)
 ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.until)`
 	c.sweepSQL = `DELETE FROM ` + guard + ` WHERE key LIKE 'relay:%' AND until < now() - interval '1 hour'`
-	// Claims of all relays on one table serialize on a transaction-level
-	// advisory lock keyed by the table's OID. Without it, two concurrent
-	// claims could split one aggregate's consecutive events between two
-	// relays (the second one skips the rows the first has locked but not
-	// yet leased), which would let them be published out of order. The
-	// lock lasts only the claim statement, a few milliseconds.
-	c.lockSQL = `SELECT ` + sqlname.XactLock(sqlname.LockClaim, c.cfg.Table) + `, ` + planSettings + `, set_config('synchronous_commit', 'off', true)`
+	// Claims of relays on one table do not wait for each other: each
+	// takes rows of the key partitions it owns only (owner.go), so no two
+	// claims can split one aggregate's consecutive events.
+	c.lockSQL = `SELECT ` + planSettings + `, set_config('synchronous_commit', 'off', true)`
 	// A claim that registers the relay in the order guard commits
-	// synchronously: other relays skip the guard on the strength of that
-	// row, so a database crash must not lose it while its leases survive.
-	c.lockSyncSQL = `SELECT ` + sqlname.XactLock(sqlname.LockClaim, c.cfg.Table) + `, ` + planSettings
+	// synchronously: relays of older versions skip their guard on the
+	// strength of that row, so a database crash must not lose it while its
+	// leases survive.
+	c.lockSyncSQL = `SELECT ` + planSettings
 }
 
 // prepareClaim writes the claim statement.
@@ -69,20 +67,20 @@ func (c *Claimer) prepareClaim() {
 	// ctid (a TID scan, no index lookup). Never `UPDATE ... WHERE id IN
 	// (SELECT ... LIMIT n)`: the planner may run that subquery more than
 	// once and lease more than n rows (PostgreSQL bug #15715). The
-	// candidates are not row-locked (FOR UPDATE SKIP LOCKED): claims of all
-	// relays are serialized by the advisory lock taken first in the same
-	// transaction, and the only other writer of a claimable row is the
-	// relay whose lease on it ended, settling it late; the UPDATE then
-	// waits for that transaction and skips the row, whose ctid changed.
-	// A row lock is a WAL record of its own per row (about 54 bytes per
-	// event).
+	// candidates are not row-locked (FOR UPDATE SKIP LOCKED): no other
+	// relay claims rows of this relay's partitions, its own claims are
+	// serialized by Claimer.mu, and the only other writer of a claimable
+	// row is the relay whose lease on it ended, settling it late; the
+	// UPDATE then waits for that transaction and skips the row, whose ctid
+	// changed. A row lock is a WAL record of its own per row (about 54
+	// bytes per event).
 	//
-	// The guard keeps per-aggregate order across relays and across retries:
-	// a row is not claimable while an earlier unpublished row of its
-	// aggregate is leased by another relay, or is backing off after a
-	// failed publish (locked_by NULL, locked_until in the future). This
-	// relay's own leases do not block it: it publishes its batches one after
-	// the other, in seq order. The guard is a scalar subquery on purpose:
+	// The guard keeps per-aggregate order across retries: a row is not
+	// claimable while an earlier unpublished row of its aggregate is
+	// backing off after a failed publish (locked_by NULL, locked_until in
+	// the future), held as a dead letter, or leased under another holder.
+	// This relay's own leases do not block it: it publishes its batches one
+	// after the other, in seq order. The guard is a scalar subquery on purpose:
 	// written as NOT EXISTS the planner turns it into an anti-join that
 	// reads the whole table once per claim; as a correlated SubPlan it is
 	// one probe of outbox_unpublished_aggregate_idx per candidate, which
@@ -90,6 +88,7 @@ func (c *Claimer) prepareClaim() {
 	// (set_config above): the SubPlan's pessimistic cost estimate would
 	// otherwise trigger JIT compilation, about 20ms per claim for nothing.
 	st := NewStates(cfg.Table, cfg.Columns)
+	relays, parts := sqlname.Beside(cfg.Table, "_relays"), sqlname.Beside(cfg.Table, "_partitions")
 	// The guard's probes start at the lowest unpublished seq at or above
 	// the floor ($6), computed once per claim (an InitPlan): no row below
 	// it is leased or backing off. Every probe walks its aggregate's index
@@ -97,22 +96,47 @@ func (c *Claimer) prepareClaim() {
 	// a rescan) each probe would walk its aggregate's whole history while a
 	// long transaction keeps VACUUM from removing it.
 	guardFrom := `(SELECT coalesce(min(m.seq), $6) FROM ` + t + ` m WHERE m.published_at IS NULL AND m.seq >= $6)`
-	c.claimSQL = `WITH candidates AS (
+	// Ownership ($7 the member, $8 the partitions it is giving back): the
+	// member must be live, its lease on a row ends no later than its
+	// membership, and only rows of the partitions it owns (and keeps) are
+	// candidates. Both CTEs are evaluated once; with no partition owned
+	// the scan does not run at all.
+	//
+	// The guard ($9: a claim of this relay's whose answer was lost may
+	// have leased rows under an earlier holder) is needed only while a row
+	// could block a later event of its aggregate: a row backing off or a
+	// held dead letter ('holds' in the order guard), or such a lost claim.
+	// Other relays' leases cannot: they own other partitions, and a
+	// partition changes hands only once nothing of it is leased.
+	c.claimSQL = `WITH me AS MATERIALIZED (
+  SELECT r.until FROM ` + relays + ` r WHERE r.member = $7 AND r.until > now()
+), owned AS MATERIALIZED (
+  SELECT p.partition FROM ` + parts + ` p
+  WHERE p.owner = $7 AND p.partition <> ALL($8::int[]) AND EXISTS (SELECT 1 FROM me)
+), candidates AS (
   SELECT o.ctid, o.locked_by IS NOT NULL AS taken_over FROM ` + t + ` o
-  WHERE ` + st.Live("o") + `
+  WHERE EXISTS (SELECT 1 FROM owned)
+    AND ` + st.Live("o") + `
     AND o.seq >= $5
     AND ` + st.LeaseFree("o") + `
-    AND (NOT (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.until > now() AND g.key <> 'relay:' || $3))
+    AND ` + c.keyPartition + ` IN (SELECT partition FROM owned)
+    AND (NOT ($9::bool OR (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.key = 'holds' AND g.until > now())))
       OR NOT ` + st.Waiting("o", "$3", guardFrom) + `)
   ORDER BY o.seq
   LIMIT $1
 ), claimed AS (
 UPDATE ` + t + ` o
-SET locked_until = now() + $2 * interval '1 millisecond', locked_by = $3, claim_token = $4
+SET locked_until = least(now() + $2 * interval '1 millisecond', (SELECT until FROM me)), locked_by = $3, claim_token = $4
 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
-RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `
+RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `,
+  ` + c.keyPartition + `, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint
 )
 SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) FROM claimed`
+	// Read after each claim: the generation (a change means another relay
+	// joined, left or moved partitions) and whether a member's membership
+	// ran out (its partitions are free): either makes the next claim
+	// rebalance first.
+	c.ownerSQL = `SELECT m.generation, EXISTS (SELECT 1 FROM ` + relays + ` r WHERE r.until <= now()) FROM ` + sqlname.Beside(cfg.Table, "_partitioning") + ` m`
 }
 
 // prepareFloor writes the floor's statements.
@@ -185,8 +209,21 @@ UPDATE ` + t + ` SET ` + set + `
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM settled))`
 	}
 	c.markSQL = bySeq(`published_at = now(), locked_until = NULL, last_error = NULL`)
-	c.extendSQL = bySeq(`locked_until = now() + $3 * interval '1 millisecond'`) + `
-RETURNING seq`
+	// An extension, like a claim, never outlives the membership of the
+	// relay ($4), and only rows of partitions it still owns are extended.
+	relays, parts := sqlname.Beside(c.cfg.Table, "_relays"), sqlname.Beside(c.cfg.Table, "_partitions")
+	c.extendSQL = `WITH me AS MATERIALIZED (
+  SELECT r.until FROM ` + relays + ` r WHERE r.member = $4 AND r.until > now()
+), settled AS (
+  SELECT o.ctid FROM ` + t + ` o
+  WHERE o.seq = ANY($1::bigint[]) AND o.claim_token = $2::uuid AND o.published_at IS NULL
+    AND ` + c.keyPartition + ` IN (SELECT p.partition FROM ` + parts + ` p WHERE p.owner = $4)
+    AND EXISTS (SELECT 1 FROM me)
+  ORDER BY o.seq
+)
+UPDATE ` + t + ` o SET locked_until = least(now() + $3 * interval '1 millisecond', (SELECT until FROM me))
+WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM settled))
+RETURNING o.seq, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint`
 	c.releaseSQL = bySeq(`locked_until = CASE WHEN $3::bigint > 0 THEN now() + $3::bigint * interval '1 millisecond' END,
     locked_by = NULL, claim_token = NULL,
     attempts = attempts + $4::int, last_error = COALESCE($5::text, last_error)`)

@@ -618,12 +618,18 @@ var (
 	descStalled      = prometheus.NewDesc("outbox_relay_stalled", "1 while the relay moves no events: a step (label) made no progress for --stall-timeout (relay.Health), else 0 (and step=\"\").", []string{"step"}, nil)
 	descFailStreak   = prometheus.NewDesc("outbox_relay_consecutive_failures", "Claims or marks (label step) that failed in a row; 0 after a success.", []string{"step"}, nil)
 	descPubStalled   = prometheus.NewDesc("outbox_relay_publish_stalled_seconds", "How long events have been claimed without any of them being published or dead-lettered; 0 when none waits.", nil, nil)
+	descOwned        = prometheus.NewDesc("outbox_relay_owned_partitions", "Key partitions this relay owns now (it claims rows of those only); the table has outbox_relay_key_partitions of them.", nil, nil)
+	descPartitions   = prometheus.NewDesc("outbox_relay_key_partitions", "The table's number of key partitions.", nil, nil)
+	descMembers      = prometheus.NewDesc("outbox_relay_relays", "Relays running on the table, as this relay saw at its last rebalance.", nil, nil)
+	descAcquired     = prometheus.NewDesc("outbox_relay_partitions_acquired_total", "Key partitions this relay acquired.", nil, nil)
+	descGivenBack    = prometheus.NewDesc("outbox_relay_partitions_released_total", "Key partitions this relay gave back (to a relay that joined, or at shutdown).", nil, nil)
+	descHandovers    = prometheus.NewDesc("outbox_relay_partition_handovers_total", "Key partitions this relay acquired from another relay (one that left, died or gave them back).", nil, nil)
 )
 
 func (c *componentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMarked, descFailed, descDead, descHeldBack, descReleased,
 		descClaims, descEmptyClaims, descWakeups, descConnected, descNotes, descReconnects, descRelayRunning,
-		descStalled, descFailStreak, descPubStalled} {
+		descStalled, descFailStreak, descPubStalled, descOwned, descPartitions, descMembers, descAcquired, descGivenBack, descHandovers} {
 		ch <- d
 	}
 }
@@ -650,6 +656,12 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descWakeups, s.WakePoll, "poll")
 	counter(descWakeups, s.WakeWindow, "window")
 	counter(descWakeups, s.WakeBacklog, "backlog")
+	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(s.OwnedPartitions))
+	ch <- prometheus.MustNewConstMetric(descPartitions, prometheus.GaugeValue, float64(s.Partitions))
+	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(s.Relays))
+	counter(descAcquired, s.PartitionsAcquired)
+	counter(descGivenBack, s.PartitionsReleased)
+	counter(descHandovers, s.Handovers)
 	h := comps.Relay.Health()
 	stalled := 0.0
 	if !h.Moving {

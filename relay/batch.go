@@ -155,25 +155,28 @@ func (br *batchRun) abandon(hb *holdback, why string) {
 }
 
 // drop removes from the rows not considered yet those whose seq is not in
-// kept: their lease passed to another claim, which publishes them. That
-// claim is later than this batch's, so the later rows of their aggregates
-// left in this batch must not go out before them: they are held as after a
-// failure.
-func (br *batchRun) drop(hb *holdback, kept []int64) int {
+// kept, and returns them: their lease passed to another claim (or ended
+// with this relay's membership), which publishes them. That claim is later
+// than this batch's, so the later rows of their aggregates left in this
+// batch must not go out before them: they are held as after a failure; and
+// the caller holds them in the batches claimed meanwhile, as after a
+// give-back.
+func (br *batchRun) drop(hb *holdback, kept []int64) []lease.Row {
 	keep := make(map[int64]bool, len(kept))
 	for _, s := range kept {
 		keep[s] = true
 	}
 	rest := br.rows[br.next:]
 	out := rest[:0:0]
+	var dropped []lease.Row
 	for i := range rest {
 		if keep[rest[i].Seq] {
 			out = append(out, rest[i])
 		} else {
 			hb.fail(&rest[i])
+			dropped = append(dropped, rest[i])
 		}
 	}
-	dropped := len(rest) - len(out)
 	br.rows = append(br.rows[:br.next:br.next], out...)
 	return dropped
 }
@@ -281,14 +284,21 @@ func (r *Relay) keepLease(work context.Context, br *batchRun) {
 	}
 	began := r.now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(work), r.cfg.DBTimeout)
-	kept, err := r.claimer.Extend(ctx, br.b.Token, seqsOf(br.rows[br.next:]))
+	kept, leased, err := r.claimer.Extend(ctx, br.b.Token, seqsOf(br.rows[br.next:]))
 	cancel()
 	if err != nil {
 		r.log.Warn("could not renew a batch's lease; publishing within what is left of it", zap.Error(err))
 		return
 	}
-	br.deadline = began.Add(r.lease.Lease)
-	if n := br.drop(r.hb, kept); n > 0 {
-		r.log.Warn("lease lost before publish: another claim took these events over and publishes them", zap.Int("events", n))
+	if len(kept) > 0 {
+		br.deadline = began.Add(leased)
+	}
+	if dropped := br.drop(r.hb, kept); len(dropped) > 0 {
+		// Like a give-back: every claim started until now may hold later
+		// events of these aggregates; they wait, and the claimer lets the
+		// pipeline settle before it claims again (claimGate).
+		r.hb.gaveBack(dropped, r.gate.lastStarted())
+		r.gate.flush()
+		r.log.Warn("lease lost before publish: another claim takes these events over and publishes them", zap.Int("events", len(dropped)))
 	}
 }

@@ -213,7 +213,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			r.gate.batchSent()
 		case <-ctx.Done():
 			// Shutting down with a batch nobody will publish: give it back.
-			_ = r.release(context.WithoutCancel(ctx), lease.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)})
+			r.releaseBatch(context.WithoutCancel(ctx), b)
 			return
 		}
 		s.claimedRows(len(b.Rows), sinceLast)
@@ -252,6 +252,7 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 		return nil, no, err
 	}
 	r.progress.claims.ok()
+	r.watchOwnership(time.Now())
 	r.obs.Claimed(d, len(b.Rows), b.TakenOver, nil)
 	if len(b.Rows) == 0 {
 		r.stats.emptyClaims.Add(1)

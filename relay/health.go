@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/lease"
 )
 
 // Health says whether the relay is moving events: the answer behind
@@ -19,7 +20,9 @@ type Health struct {
 	// Moving is false once one of the steps below has made no progress
 	// for longer than Config.StallTimeout.
 	Moving bool `json:"moving"`
-	// Step names the stalled step: "claim" (every claim failed), "publish"
+	// Step names the stalled step: "ownership" (the relay owns no key
+	// partition while other relays run, or a relay of an older version
+	// keeps it from claiming), "claim" (every claim failed), "publish"
 	// (rows were claimed but none was published or dead-lettered, or
 	// publishes have failed for a condition of the Kafka cluster, even if
 	// a few rows got through) or "mark" (every mark failed). Empty while
@@ -84,6 +87,32 @@ type progress struct {
 	// cluster metadata said, the partition's leader.
 	outage    atomic.Int64
 	outageErr atomic.Pointer[string]
+	// unowned is since when the relay has owned no key partition while
+	// other relays run (unix nanos, 0: it owns some, or runs alone), and
+	// ownerWhy says why.
+	unowned  atomic.Int64
+	ownerWhy atomic.Pointer[string]
+}
+
+// ownership records what the claimer owned after a claim.
+func (p *progress) ownership(now time.Time, o lease.Ownership) {
+	var why string
+	switch {
+	case o.Legacy != "":
+		why = fmt.Sprintf("a relay of an older version, without key partitions, holds leases on the table (locked_by %s): this relay claims nothing until it stops; stop or upgrade it", o.Legacy)
+	case o.Owned == 0 && o.Partitions > 0 && o.Members > 1:
+		why = fmt.Sprintf("owns none of the %d key partitions while %d relays run", o.Partitions, o.Members)
+		if o.Members > o.Partitions {
+			why += fmt.Sprintf(": there are more relays than partitions (migrate a new table with --partitions >= %d, or run fewer relays)", o.Members)
+		} else {
+			why += ": the relays that own them have not given them back (see `outbox-relay status`)"
+		}
+	default:
+		p.unowned.Store(0)
+		return
+	}
+	p.ownerWhy.Store(&why)
+	p.unowned.CompareAndSwap(0, now.UnixNano())
 }
 
 // publishAnswered records a publish that started at began: a message
@@ -132,6 +161,11 @@ func (p *progress) health(now time.Time) Health {
 		h.Moving, h.Step, h.Since = false, step, time.Unix(0, since)
 		h.Reason = fmt.Sprintf("%s for %s: %s", reason, now.Sub(h.Since).Round(time.Second), stepDetail(step, p))
 	}
+	if u := p.unowned.Load(); u != 0 {
+		if why := p.ownerWhy.Load(); why != nil {
+			stalled("ownership", u, *why)
+		}
+	}
 	if h.ClaimFailures > 0 {
 		stalled("claim", p.claims.since.Load(), fmt.Sprintf("%d claims failed in a row", h.ClaimFailures))
 	}
@@ -150,6 +184,8 @@ func (p *progress) health(now time.Time) Health {
 func stepDetail(step string, p *progress) string {
 	var last *string
 	switch step {
+	case "ownership":
+		return "see `outbox-relay status` for who owns the key partitions"
 	case "claim":
 		last = p.claims.last.Load()
 	case "mark":

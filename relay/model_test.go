@@ -174,10 +174,16 @@ func (m *model) MarkPublished(_ context.Context, token uuid.UUID, seqs []int64) 
 	return m.held(token, seqs, func(r *mrow) { r.published, r.lockedUntil = true, time.Time{}; m.pending-- }), nil
 }
 
-func (m *model) Extend(_ context.Context, token uuid.UUID, seqs []int64) ([]int64, error) {
+func (m *model) Extend(_ context.Context, token uuid.UUID, seqs []int64) ([]int64, time.Duration, error) {
 	var kept []int64
 	m.held(token, seqs, func(r *mrow) { r.lockedUntil = m.now.Add(m.lease); kept = append(kept, r.seq) })
-	return kept, nil
+	return kept, m.lease, nil
+}
+
+func (m *model) Settled(uuid.UUID, time.Time) {}
+
+func (m *model) Ownership() lease.Ownership {
+	return lease.Ownership{Member: m.me, Partitions: 1, Owned: 1, Members: 1}
 }
 
 var errStuck = errors.New("model: connection reset")

@@ -34,9 +34,16 @@ type Claimer interface {
 	// marks (lease.Claimer.Claim).
 	Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error)
 	MarkPublished(ctx context.Context, token uuid.UUID, seqs []int64) (int64, error)
-	Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, error)
+	Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, time.Duration, error)
 	Release(ctx context.Context, s lease.Settle) (int64, error)
 	DeadLetter(ctx context.Context, s lease.Settle) (int64, error)
+	// Settled says the relay is done with a claimed batch (its rows
+	// published, given back or dead-lettered; rows it could not give back
+	// stay leased until busyUntil): the claimer gives a key partition to
+	// another relay only once no unsettled batch holds rows of it.
+	Settled(token uuid.UUID, busyUntil time.Time)
+	// Ownership says which key partitions the claimer owns.
+	Ownership() lease.Ownership
 	Close(ctx context.Context) error
 	Config() lease.Config
 }
@@ -55,6 +62,11 @@ type Stats struct {
 	Published, Marked, Failed, HeldBack, Released, DeadLettered int64
 	// Wakeups counts wake-ups by cause.
 	WakeNotify, WakePoll, WakeWindow, WakeBacklog int64
+	// Key partitions (lease.Ownership): how many this relay owns now, of
+	// how many, among how many relays; how many it acquired, gave back,
+	// and acquired from another relay (handovers).
+	OwnedPartitions, Partitions, Relays               int64
+	PartitionsAcquired, PartitionsReleased, Handovers int64
 }
 
 // Relay moves events from the outbox table to Kafka.
@@ -82,6 +94,9 @@ type Relay struct {
 	// failed for a whole batch: the broker is down, claiming more only
 	// churns rows.
 	pauseUntil atomic.Int64
+	// lastOwned and lastMembers are what the claimer owned at the last
+	// claim (watchOwnership); claimer goroutine only.
+	lastOwned, lastMembers int
 	// sleep waits between release retries, now reads the clock that lease
 	// deadlines are measured on (tests replace both).
 	sleep func(time.Duration)
@@ -148,18 +163,36 @@ func (e *BudgetError) Error() string {
 // Stats returns a snapshot of the relay's counters.
 func (r *Relay) Stats() Stats {
 	s := &r.stats
+	o := r.claimer.Ownership()
 	return Stats{
 		Claims: s.claims.Load(), EmptyClaims: s.emptyClaims.Load(),
 		Published: s.published.Load(), Marked: s.marked.Load(), Failed: s.failed.Load(),
 		HeldBack: s.heldBack.Load(), Released: s.released.Load(), DeadLettered: s.deadLettered.Load(),
 		WakeNotify: s.wakeNotify.Load(), WakePoll: s.wakePoll.Load(),
 		WakeWindow: s.wakeWindow.Load(), WakeBacklog: s.wakeBacklog.Load(),
+		OwnedPartitions: int64(o.Owned), Partitions: int64(o.Partitions), Relays: int64(o.Members),
+		PartitionsAcquired: o.Acquired, PartitionsReleased: o.Released, Handovers: o.TakenOver,
 	}
 }
 
 // Health says whether events are moving now (see Health). Safe to call
 // concurrently with Run.
 func (r *Relay) Health() Health { return r.progress.health(time.Now()) }
+
+// watchOwnership records, after a claim, what the claimer owns: one log
+// line when the number of key partitions it owns changes, and the
+// ownership step of Health (a relay that owns none while others own
+// them, or that a relay of an older version keeps from claiming).
+func (r *Relay) watchOwnership(now time.Time) {
+	o := r.claimer.Ownership()
+	if o.Owned != r.lastOwned || o.Members != r.lastMembers {
+		r.log.Info("key partitions", zap.Int("owned", o.Owned), zap.Int("partitions", o.Partitions), zap.Int("releasing", o.Releasing),
+			zap.Int("relays", o.Members), zap.Int64("acquired_total", o.Acquired), zap.Int64("released_total", o.Released),
+			zap.Int64("handovers_total", o.TakenOver), zap.String("member", o.Member))
+		r.lastOwned, r.lastMembers = o.Owned, o.Members
+	}
+	r.progress.ownership(now, o)
+}
 
 // claimed is a batch with the number of the claim that produced it.
 type claimed struct {
@@ -233,7 +266,7 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed) {
 			b = next
 		}
 		if ctx.Err() != nil {
-			_ = r.release(work, lease.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)})
+			r.releaseBatch(work, b.Batch)
 			r.gate.settled()
 			continue
 		}
@@ -323,9 +356,12 @@ func (r *Relay) settle(work context.Context, br *batchRun) {
 		// may hold later events of these aggregates without them.
 		r.hb.gaveBack(gave, r.gate.lastStarted())
 	}
+	var busyUntil time.Time
 	for i := range stuck {
 		r.hb.stuck(&stuck[i], br.deadline)
+		busyUntil = br.deadline.Add(stuckMargin)
 	}
+	r.claimer.Settled(br.b.Token, busyUntil)
 	if len(gave)+len(stuck) > 0 {
 		r.gate.flush()
 	}
@@ -402,6 +438,16 @@ func (r *Relay) deadLetter(ctx context.Context, s lease.Settle) error {
 	r.stats.deadLettered.Add(n)
 	r.progress.resolved()
 	return nil
+}
+
+// releaseBatch gives a whole batch back unpublished (the relay is
+// stopping) and tells the claimer it is settled.
+func (r *Relay) releaseBatch(ctx context.Context, b *lease.Batch) {
+	var busyUntil time.Time
+	if err := r.release(ctx, lease.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)}); err != nil {
+		busyUntil = b.Deadline(r.lease.Lease).Add(stuckMargin)
+	}
+	r.claimer.Settled(b.Token, busyUntil)
 }
 
 // release gives rows back. A release must happen even on a hard shutdown:

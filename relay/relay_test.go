@@ -29,6 +29,7 @@ type harness struct {
 	kafka    *testenv.TestKafka
 	topic    string
 	relay    *relay.Relay
+	claimer  *lease.Claimer
 	listener *notify.Listener
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -59,7 +60,7 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.relay, h.listener = svc.Relay(), svc.Listener()
+	h.relay, h.claimer, h.listener = svc.Relay(), svc.Claimer(), svc.Listener()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() {

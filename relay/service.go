@@ -175,6 +175,11 @@ func (s *Service) checkTable(ctx context.Context) error {
 	if lease.IsMissingTable(err) {
 		return fmt.Errorf("relay: outbox table %q not found: create it with sql.Migrate (github.com/pgoutbox/outbox/sql; sql.MigrateTable for another name) or `outbox-relay migrate`: %w", table, err)
 	}
+	if err == nil {
+		if err := lease.CheckPartitions(cctx, s.pool, table); errors.Is(err, lease.ErrNotMigrated) {
+			return fmt.Errorf("relay: %w (sql.Migrate, or sql.Adopt for an adopted table)", err)
+		}
+	}
 	return nil
 }
 

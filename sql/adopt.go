@@ -135,6 +135,7 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 		`CREATE INDEX IF NOT EXISTS ` + idx("_published_at_idx") + ` ON ` + t + ` (published_at) WHERE published_at IS NOT NULL`,
 		`CREATE TABLE IF NOT EXISTS ` + guard + ` (key text PRIMARY KEY, until timestamptz NOT NULL)`,
 	}
+	stmts = append(stmts, keyPartitionStatements(table, cols.AggregateID, DefaultPartitions)...)
 	// Locked first: adding the columns and constraints below needs the
 	// ACCESS EXCLUSIVE lock in the end, and a weaker lock taken on the way
 	// (ALTER TABLE SET, CREATE TRIGGER) deadlocks with a producer that read
@@ -197,6 +198,9 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 		return nil
 	})
 	if err != nil {
+		return fmt.Errorf("adopt %s: %w", table, err)
+	}
+	if err := backfillKeyPartitions(ctx, pool, table, cols.AggregateID); err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
 	return nil

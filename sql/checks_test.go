@@ -49,7 +49,7 @@ func rowCheckTriggers(t *testing.T, pool *pgxpool.Pool, table string) (defs map[
 	rows, err := pool.Query(context.Background(), `SELECT tg.tgname::text, pg_get_triggerdef(tg.oid), p.prosrc, tg.tgtype & (1|2|16) = (1|2|16),
   coalesce(array_to_string(p.proconfig, ';'), '')
 FROM pg_trigger tg JOIN pg_proc p ON p.oid = tg.tgfoid
-WHERE tg.tgrelid = $1::regclass AND NOT tg.tgisinternal`, table)
+WHERE tg.tgrelid = $1::regclass AND NOT tg.tgisinternal AND tg.tgname::text NOT LIKE '%key_partition_fill'`, table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +168,8 @@ func TestMigrationChecksNewRowsAndKeepsOldOnes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate over rows that break the rules: %v", err)
 	}
-	if len(res) != 2 || res[0].Version != 7 || res[1].Version != 8 {
-		t.Fatalf("applied %+v, want migrations 7 and 8", res)
+	if len(res) != 3 || res[0].Version != 7 || res[1].Version != 8 || res[2].Version != 9 {
+		t.Fatalf("applied %+v, want migrations 7, 8 and 9", res)
 	}
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil || n != 6 {

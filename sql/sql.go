@@ -74,12 +74,57 @@ const DefaultTable = "outbox"
 // error saying so (*MissingSchemaError). Errors are wrapped as "migrate:
 // ...".
 func MigrateTable(ctx context.Context, pool *pgxpool.Pool, table string) ([]Result, error) {
-	if err := checkSchema(ctx, pool, table); err != nil {
+	return MigrateWith(ctx, pool, MigrateOptions{Table: table})
+}
+
+// DefaultPartitions is the number of key partitions of a table that
+// MigrateOptions.Partitions does not set.
+const DefaultPartitions = 256
+
+// MaxPartitions bounds MigrateOptions.Partitions.
+const MaxPartitions = 4096
+
+// MigrateOptions configures MigrateWith.
+type MigrateOptions struct {
+	// Table is the outbox table, optionally schema-qualified. Defaults to
+	// "outbox".
+	Table string
+	// Partitions is the number of partitions of the aggregate key space
+	// (1..MaxPartitions), which relays on the table own and claim from
+	// (migration 00009). It is fixed when that migration runs: on a table
+	// that has it, a different number is an error. Defaults to
+	// DefaultPartitions, far above any number of relays.
+	Partitions int
+}
+
+// MigrateWith applies every pending migration to opts.Table (see
+// MigrateTable), then fills in, in batches of 1,000 rows each its own
+// short transaction, the key partition of unpublished rows written before
+// migration 00009, and records that it did (the relay refuses a table
+// without that record). Errors are wrapped as "migrate: ...".
+func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) ([]Result, error) {
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	if opts.Partitions < 0 || opts.Partitions > MaxPartitions {
+		return nil, fmt.Errorf("migrate: MigrateOptions.Partitions: must be 1..%d, got %d", MaxPartitions, opts.Partitions)
+	}
+	if err := checkSchema(ctx, pool, opts.Table); err != nil {
 		return nil, err
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	return migrateDB(ctx, db, table)
+	res, err := migrateDB(ctx, db, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPartitions(ctx, pool, opts); err != nil {
+		return res, err
+	}
+	if err := backfillKeyPartitions(ctx, pool, opts.Table, "aggregate_id"); err != nil {
+		return res, err
+	}
+	return res, nil
 }
 
 // MissingSchemaError is MigrateTable's error when the table's schema (or,
@@ -140,24 +185,41 @@ func firstSchema(path string) string {
 	return ""
 }
 
-// tableMigrations returns the migrations rendered for table: the name
-// "outbox" of the files replaced by table's (quoted), the "outbox_" prefix
-// of its indexes and constraints by the table's own name, the order-guard
-// table and the row-check function qualified like the table.
-func tableMigrations(table string) (fs.FS, error) {
-	if table == DefaultTable {
+// siblings are the objects the migrations create beside the outbox table,
+// qualified like it: tables and functions (triggers and indexes are named
+// after the table by the "outbox_" prefix alone: they live in its schema
+// anyway).
+var siblings = []string{"_order_guard", "_check_row", "_key_partition", "_set_key_partition", "_partitioning", "_relays", "_partitions"}
+
+// besides are the siblings named by sqlname.Beside (migration 00009's):
+// the others keep the names sqlname.Sibling gave them before.
+var besides = map[string]bool{"_key_partition": true, "_set_key_partition": true, "_partitioning": true, "_relays": true, "_partitions": true}
+
+// partitionsRE is the placeholder of the partition count in the migrations.
+var partitionsRE = regexp.MustCompile(`/\*PARTITIONS\*/256`)
+
+// tableMigrations returns the migrations rendered for table and a number
+// of key partitions (0: the default, 256): the name "outbox" of the files
+// replaced by table's (quoted), the "outbox_" prefix of its indexes,
+// constraints and triggers by the table's own name, the tables and
+// functions beside it qualified like the table.
+func tableMigrations(table string, partitions int) (fs.FS, error) {
+	if table == DefaultTable && (partitions == 0 || partitions == DefaultPartitions) {
 		return Migrations(), nil
+	}
+	if partitions == 0 {
+		partitions = DefaultPartitions
 	}
 	parts := strings.Split(table, ".")
 	base := parts[len(parts)-1]
 	if !plainName.MatchString(base) {
 		return nil, fmt.Errorf("table name %q: migrate names the table's indexes and constraints after it, so it must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 40 bytes)", base)
 	}
-	guard := sqlname.OrderGuard(table)
 	quoted := sqlname.Quote(table)
-	checkFn := sqlname.RowCheckFunction(table)
-	guardRE := regexp.MustCompile(`\boutbox_order_guard\b`)
-	checkFnRE := regexp.MustCompile(`\boutbox_check_row\b`)
+	siblingREs := make([]*regexp.Regexp, len(siblings))
+	for i, suffix := range siblings {
+		siblingREs[i] = regexp.MustCompile(`\boutbox` + suffix + `\b`)
+	}
 	prefixRE := regexp.MustCompile(`\boutbox_(\w+)`)
 	tableRE := regexp.MustCompile(`\boutbox\b`)
 	literalRE := regexp.MustCompile(`'outbox'`)
@@ -170,15 +232,27 @@ func tableMigrations(table string) (fs.FS, error) {
 		if err != nil {
 			return err
 		}
+		s := partitionsRE.ReplaceAllLiteralString(string(b), fmt.Sprintf("/*PARTITIONS*/%d", partitions))
+		if table == DefaultTable {
+			out[path] = &fstest.MapFile{Data: []byte(s)}
+			return nil
+		}
 		// Placeholders first, so that no replacement is replaced again
 		// (the new names may contain "outbox" themselves).
-		s := guardRE.ReplaceAllLiteralString(string(b), "\x00guard\x00")
-		s = checkFnRE.ReplaceAllLiteralString(s, "\x00checkfn\x00")
+		var names []string
+		for i, re := range siblingREs {
+			s = re.ReplaceAllLiteralString(s, fmt.Sprintf("\x00sibling%d\x00", i))
+			name := sqlname.Sibling(table, siblings[i])
+			if besides[siblings[i]] {
+				name = sqlname.Beside(table, siblings[i])
+			}
+			names = append(names, fmt.Sprintf("\x00sibling%d\x00", i), name)
+		}
 		s = prefixRE.ReplaceAllString(s, "\x00prefix\x00$1")
 		s = literalRE.ReplaceAllLiteralString(s, "\x00literal\x00")
 		s = tableRE.ReplaceAllLiteralString(s, "\x00table\x00")
-		s = strings.NewReplacer("\x00guard\x00", guard, "\x00checkfn\x00", checkFn, "\x00prefix\x00", base+"_",
-			"\x00literal\x00", sqlname.Literal(quoted), "\x00table\x00", quoted).Replace(s)
+		names = append(names, "\x00prefix\x00", base+"_", "\x00literal\x00", sqlname.Literal(quoted), "\x00table\x00", quoted)
+		s = strings.NewReplacer(names...).Replace(s)
 		out[path] = &fstest.MapFile{Data: []byte(s)}
 		return nil
 	})
@@ -199,7 +273,8 @@ func versionTable(table string) string {
 	return strings.Join(parts, ".")
 }
 
-func migrateDB(ctx context.Context, db *sql.DB, table string) ([]Result, error) {
+func migrateDB(ctx context.Context, db *sql.DB, opts MigrateOptions) ([]Result, error) {
+	table := opts.Table
 	// goose polls the advisory lock (pg_try_advisory_lock) every 5 s by
 	// default, so a concurrent migrate would wait up to 5 s after the lock
 	// is free. Poll every second instead, still for up to 5 minutes in all
@@ -212,7 +287,7 @@ func migrateDB(ctx context.Context, db *sql.DB, table string) ([]Result, error) 
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	migrations, err := tableMigrations(table)
+	migrations, err := tableMigrations(table, opts.Partitions)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}

@@ -278,9 +278,18 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"how long to retry while PostgreSQL is not reachable, e.g. 30s (0: forever, as on run; without the flag migrate fails at once)")
 	fs.DurationVar(&wait, "wait", 0,
 		"deprecated: the old name of --startup-wait, kept for existing scripts; unlike --startup-wait, its 0 means fail at once")
+	var partitions int
+	fs.IntVar(&partitions, "partitions", outboxsql.DefaultPartitions, fmt.Sprintf(
+		"number of key partitions the relays share (1..%d), fixed when the table first gets them: at least the most relays you will run, far above is fine", outboxsql.MaxPartitions))
 	from, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if partitions < 1 || partitions > outboxsql.MaxPartitions {
+		return usagef("--partitions: must be 1..%d, got %d", outboxsql.MaxPartitions, partitions)
+	}
+	if from["partitions"] == "" {
+		partitions = 0 // the table's, whatever it is
 	}
 	log, err := common.logger(stderr)
 	if err != nil {
@@ -313,7 +322,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("connect to database: %w", err2)
 		}
 	}
-	applied, err := outboxsql.MigrateTable(ctx, pool, tbl.table)
+	applied, err := outboxsql.MigrateWith(ctx, pool, outboxsql.MigrateOptions{Table: tbl.table, Partitions: partitions})
 	if err != nil {
 		return err
 	}

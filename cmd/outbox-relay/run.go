@@ -315,10 +315,15 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 			event = append(event, pgx.Identifier{name}.Sanitize())
 		}
 	}
-	cols := strings.Join(event, ", ") + ", seq, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at"
+	cols := strings.Join(event, ", ") + ", seq, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at, key_partition"
 	_, err := pool.Exec(ctx, "SELECT "+cols+" FROM "+outbox.TableIdentifier(table)+" LIMIT 0")
 	switch {
 	case err == nil:
+		if err := lease.CheckPartitions(ctx, pool, table); errors.Is(err, lease.ErrNotMigrated) {
+			return fmt.Errorf("table %q has no key partitions yet: run `%s` (it adds them and fills them in; `outbox-relay adopt` for an adopted table)", table, migrateCommand(table))
+		} else if err != nil {
+			return err
+		}
 		return nil
 	case lease.IsMissingTable(err):
 		return fmt.Errorf("outbox table %q not found: run `%s` first (%v)", table, migrateCommand(table), err)

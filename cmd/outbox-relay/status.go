@@ -38,7 +38,10 @@ type statusReport struct {
 	OldestPublishedAt *time.Time    `json:"oldest_published_at"`
 	NewestPublishedAt *time.Time    `json:"newest_published_at"`
 	Relays            []relayLeases `json:"relays"`
-	tableArgs         string        // the table flags, to repeat in hints
+	// KeyPartitions says which relay owns which key partitions, and since
+	// when.
+	KeyPartitions *lease.Owners `json:"key_partitions"`
+	tableArgs     string        // the table flags, to repeat in hints
 }
 
 // relayLeases is one relay holding leases.
@@ -135,7 +138,63 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 			*p = &v
 		}
 	}
+	if r.KeyPartitions, err = lease.ReadOwners(ctx, tx, table); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	return r, nil
+}
+
+// ranges prints partitions as "0-3,7,9-12".
+func ranges(ps []int) string {
+	var b []byte
+	for i := 0; i < len(ps); {
+		j := i
+		for j+1 < len(ps) && ps[j+1] == ps[j]+1 {
+			j++
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%d", ps[i])
+		if j > i {
+			b = fmt.Appendf(b, "-%d", ps[j])
+		}
+		i = j + 1
+	}
+	if len(b) == 0 {
+		return "none"
+	}
+	return string(b)
+}
+
+// writeOwners prints who owns the key partitions.
+func (r *statusReport) writeOwners(w io.Writer) {
+	o := r.KeyPartitions
+	if o == nil {
+		return
+	}
+	live := 0
+	for _, m := range o.Relays {
+		if m.Live {
+			live++
+		}
+	}
+	fmt.Fprintf(w, "\nkey partitions: %d, %d relay(s) running\n", o.Partitions, live)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RELAY\tOWNS\tSINCE\tMEMBERSHIP\tPARTITIONS")
+	for _, m := range o.Relays {
+		since := "-"
+		if !m.Since.IsZero() {
+			since = m.Since.UTC().Format(timeLayout)
+		}
+		state := fmt.Sprintf("ends in %s", fmtSeconds(m.Until.Sub(r.CheckedAt).Seconds()))
+		if !m.Live {
+			state = fmt.Sprintf("ran out %s ago (its partitions are free)", fmtSeconds(r.CheckedAt.Sub(m.Until).Seconds()))
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", m.Member, len(m.Owned), since, state, ranges(m.Owned))
+	}
+	fmt.Fprintf(tw, "  (nobody)\t%d\t\t\t%s\n", len(o.Free), ranges(o.Free))
+	_ = tw.Flush()
 }
 
 const timeLayout = "2006-01-02 15:04:05.000000Z07:00"
@@ -169,6 +228,7 @@ func (r *statusReport) writeHuman(w io.Writer) {
 	fmt.Fprintf(tw, "published (kept)\t%d\t%s\n", r.Published, kept)
 	_ = tw.Flush()
 	fmt.Fprintln(w)
+	defer r.writeOwners(w)
 	if len(r.Relays) == 0 {
 		fmt.Fprintln(w, "relays holding leases: none")
 		return

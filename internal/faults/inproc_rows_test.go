@@ -246,6 +246,8 @@ func TestInprocPublishFailureLogsAreBounded(t *testing.T) {
 	time.Sleep(max(0, 10*time.Second-time.Since(began))) // the fault lasts 10 s
 	fault.Remove()
 	testenv.Eventually(t, 30*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "not delivered after the fault")
+	// The outage ends once publishes have gone through for 5 s.
+	testenv.Eventually(t, 10*time.Second, func() bool { return logs.FilterMessageSnippet("Kafka outage over").Len() > 0 }, "no line said the outage ended")
 	warn := logs.FilterLevelExact(zapcore.WarnLevel).Len() + logs.FilterLevelExact(zapcore.ErrorLevel).Len()
 	st := h.Relay.Stats()
 	t.Logf("%d failed publishes in 10 s: %d log lines in all, %d at warn or error", st.Failed, logs.Len(), warn)

@@ -6,7 +6,10 @@
 package sqlname
 
 import (
+	"fmt"
+	"hash/fnv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -40,6 +43,38 @@ func Sibling(table, suffix string) string {
 	parts := strings.Split(table, ".")
 	parts[len(parts)-1] += suffix
 	return pgx.Identifier(parts).Sanitize()
+}
+
+// Beside returns the quoted name of an object beside table, in the same
+// schema, like Sibling, for the objects of key partitions (migration
+// 00009: <table>_partitioning, _relays, _partitions, _key_partition,
+// _set_key_partition): when table's own name and suffix would pass
+// PostgreSQL's 63 bytes, the name is cut at a character boundary and an
+// 8-digit hash of the whole name keeps names of different tables (and
+// different suffixes, which the cut would drop) apart. Short names are
+// Sibling's.
+func Beside(table, suffix string) string {
+	parts := strings.Split(table, ".")
+	parts[len(parts)-1] = besideName(parts[len(parts)-1], suffix)
+	return pgx.Identifier(parts).Sanitize()
+}
+
+// maxIdentifierBytes is PostgreSQL's NAMEDATALEN - 1.
+const maxIdentifierBytes = 63
+
+func besideName(base, suffix string) string {
+	name := base + suffix
+	if len(name) <= maxIdentifierBytes {
+		return name
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	tag := fmt.Sprintf("_%08x", h.Sum32())
+	keep := maxIdentifierBytes - len(tag) - len(suffix)
+	for keep > 0 && !utf8.RuneStart(base[keep]) {
+		keep--
+	}
+	return base[:keep] + tag + suffix
 }
 
 // Advisory-lock classes: the first key of the two-key
