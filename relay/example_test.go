@@ -73,15 +73,18 @@ func TestReadmeExampleRuns(t *testing.T) {
 }
 
 // exampleEnv gives an Example the test environment (internal/testenv): an
-// empty database schema and the in-process Kafka-protocol broker with the
-// topic "payments"; read returns the next record of that topic as
-// "key event_type value". done stops and removes them.
+// empty database schema and the test's Kafka broker with the topic
+// "payments"; read returns the next record of that topic written after
+// exampleEnv returned (the broker is shared by the package's tests, and
+// TestReadmeExampleRuns writes to "payments" too), as "key event_type
+// value". done stops and removes them.
 func exampleEnv(name string) (pool *pgxpool.Pool, brokers []string, read func() string, done func()) {
 	tb := exampletb.New(name)
 	db, k := testenv.DB(tb), testenv.Kafka(tb)
 	k.NamedTopic(tb, "payments", 1)
+	from := k.EndOffsets(tb, "payments")
 	read = func() string {
-		r := k.Consume(tb, "payments", 1, 30*time.Second)[0]
+		r := k.ConsumeFrom(tb, "payments", from, 1, 30*time.Second)[0]
 		return fmt.Sprintf("%s %s %s", r.Key, r.Headers["event_type"], r.Value)
 	}
 	return db.Pool, k.Brokers, read, tb.Done

@@ -66,7 +66,10 @@ func proxiedDSN(t testing.TB, dsn string) (string, *tcpproxy.Proxy) {
 	return fmt.Sprintf("%s host=%s port=%s", strings.TrimSpace(dsn), host, port), p
 }
 
-func writer(t testing.TB, pool *pgxpool.Pool) *outbox.Writer { t.Helper(); return faultkit.Writer(t, pool) }
+func writer(t testing.TB, pool *pgxpool.Pool) *outbox.Writer {
+	t.Helper()
+	return faultkit.Writer(t, pool)
+}
 
 func eventPayload(i int, agg string) json.RawMessage { return faultkit.EventPayload(i, agg) }
 
@@ -75,10 +78,12 @@ func writeEvents(t testing.TB, pool *pgxpool.Pool, n, aggregates int) []checker.
 	return faultkit.WriteEvents(t, pool, n, aggregates)
 }
 
-func matrixRow(t testing.TB, fault string, r checker.Report) { t.Helper(); faultkit.MatrixRow(t, fault, r) }
+func matrixRow(t testing.TB, fault string, r checker.Report) {
+	t.Helper()
+	faultkit.MatrixRow(t, fault, r)
+}
 
 func checkTopic(t testing.TB, pool *pgxpool.Pool, brokers []string, topic, fault string, timeout time.Duration) checker.Report {
 	t.Helper()
 	return faultkit.CheckTopic(t, pool, brokers, topic, fault, timeout)
 }
-

@@ -266,9 +266,15 @@ func ipCount(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return faultkit.Count(t, pool, sql, args...)
 }
 
-func ipUnpublished(t testing.TB, pool *pgxpool.Pool) int { t.Helper(); return faultkit.Unpublished(t, pool) }
+func ipUnpublished(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	return faultkit.Unpublished(t, pool)
+}
 
-func ipPublished(t testing.TB, pool *pgxpool.Pool) int { t.Helper(); return faultkit.Published(t, pool) }
+func ipPublished(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	return faultkit.Published(t, pool)
+}
 
 // ipLevel returns a pointer to l, for ipConfig.LogLevel.
 func ipLevel(l zapcore.Level) *zapcore.Level { return &l }

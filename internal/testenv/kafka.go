@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -382,6 +383,39 @@ func (k *TestKafka) Consume(t testing.TB, topic string, want int, timeout time.D
 	// Include whatever else is already buffered, so duplicates show up.
 	out = append(out, c.buf...)
 	c.buf = nil
+	return out
+}
+
+// EndOffsets returns the end offset of each of topic's partitions now:
+// with ConsumeFrom, what is written from now on.
+func (k *TestKafka) EndOffsets(t testing.TB, topic string) map[int32]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	offs, err := kadm.NewClient(k.Client(t)).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("testenv: end offsets of %s: %v", topic, err)
+	}
+	out := map[int32]int64{}
+	offs.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// ConsumeFrom is Consume from the given offsets (EndOffsets) instead of
+// the start of every partition.
+func (k *TestKafka) ConsumeFrom(t testing.TB, topic string, from map[int32]int64, want int, timeout time.Duration) []Record {
+	t.Helper()
+	offsets := map[int32]kgo.Offset{}
+	for p, o := range from {
+		offsets[p] = kgo.NewOffset().At(o)
+	}
+	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}), kgo.FetchMaxWait(250*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []Record
+	for len(out) < want && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, toRecord(r)) })
+	}
 	return out
 }
 

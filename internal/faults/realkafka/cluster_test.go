@@ -120,4 +120,3 @@ func TestRealKafka(t *testing.T) {
 
 	realTopicFaults(t, k)
 }
-
