@@ -88,7 +88,11 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 	topics := make([]*string, len(events))
 	for i := range events {
 		e := &events[i]
-		if err := w.validate(i, e); err != nil {
+		h := e.Headers
+		if len(trace) > 0 {
+			h = withTrace(h, trace)
+		}
+		if err := w.validateEvent(i, e, h); err != nil {
 			return err
 		}
 		id := e.ID
@@ -99,13 +103,6 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		aggs[i] = e.AggregateID
 		types[i] = e.Type
 		payloads[i] = string(e.Payload)
-		h := e.Headers
-		if len(trace) > 0 {
-			h = withTrace(h, trace)
-		}
-		if err := w.checkSize(i, e, h); err != nil {
-			return err
-		}
 		if len(h) > 0 {
 			b, err := json.Marshal(h)
 			if err != nil { // map[string]string always marshals
@@ -158,6 +155,15 @@ func (w *Writer) shouldNotify() bool {
 		return false
 	}
 	return w.lastNotify.CompareAndSwap(last, now)
+}
+
+// validateEvent refuses event i, e, whose headers with the trace context
+// are h, with a *ValidationError: validate's rules, then checkSize's.
+func (w *Writer) validateEvent(i int, e *Event, h map[string]string) error {
+	if err := w.validate(i, e); err != nil {
+		return err
+	}
+	return w.checkSize(i, e, h)
 }
 
 func (w *Writer) validate(i int, e *Event) error {
