@@ -37,3 +37,24 @@ func BenchmarkValidateEvent(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPostgresChecks measures what the NUL, UTF-8 and \u escape
+// checks (textProblem, jsonbProblem) add to BenchmarkValidateEvent's
+// events.
+func BenchmarkPostgresChecks(b *testing.B) {
+	for _, c := range []struct{ name, agg, payload string }{
+		{"small", "order-1234567", `{"amount":"12.50","currency":"EUR","customer":"c-981","items":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}]}`},
+		{"4KB", "order-1234567", `{"text":"` + strings.Repeat("lorem ipsum dolor sit amet ", 150) + `","n":[1,2,3,4,5,6,7,8,9,10]}`},
+		{"escapes", "order-1234567", `{"name":"Ren\u00e9e \u20ac \ud83d\ude00","path":"C:\\dir\\file","quote":"\"x\""}`},
+	} {
+		payload := []byte(c.payload)
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(payload)))
+			for b.Loop() {
+				if textProblem(c.agg) != "" || textProblem("order.paid") != "" || jsonbProblem(payload) != "" {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -62,10 +63,17 @@ func Add(ctx context.Context, q Querier, events ...Event) error {
 // nothing if any event is invalid: an empty AggregateID or one over
 // MaxAggregateIDBytes (1024 bytes), an empty Type, an empty or invalid
 // Payload, a record over MaxRecordBytes, an empty or reserved header name,
-// or an illegal Topic. The outbox table's row checks (migration 00008's
+// or an illegal Topic; or if PostgreSQL would refuse it, which would abort
+// the caller's transaction: a NUL byte or invalid UTF-8 in AggregateID,
+// Type or a header's name or value, invalid UTF-8, a \u0000 escape, a
+// lone surrogate escape (\ud800 without a low surrogate after it) or a
+// number outside numeric's range in Payload (jsonb refuses them all).
+// The caller's transaction stays usable after a *ValidationError: nothing
+// was sent. The outbox table's row checks (migration 00008's
 // trigger, raising check_violation, SQLSTATE 23514, that names
 // outbox_aggregate_id_check, outbox_event_type_check, outbox_headers_check
-// or outbox_topic_check) refuse the same rows from plain-SQL writers. Otherwise it returns the database error wrapped as
+// or outbox_topic_check) refuse the rows of the first list from plain-SQL
+// writers. Otherwise it returns the database error wrapped as
 // "outbox: insert events: ...". A duplicate ID is a unique violation on
 // outbox_pkey (SQLSTATE 23505) and, inside a transaction, aborts it.
 func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
@@ -128,6 +136,20 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 	return nil
 }
 
+// Validate checks events as Add does, without writing anything: it
+// returns the *ValidationError (wrapping ErrInvalidEvent) Add would return
+// for the first invalid one, or nil. It sees no trace context: the
+// traceparent and tracestate headers Add adds from its ctx (about 200 bytes)
+// are not counted in the record size.
+func (w *Writer) Validate(events ...Event) error {
+	for i := range events {
+		if err := w.validateEvent(i, &events[i], events[i].Headers); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // withTrace returns h plus the trace headers it does not set itself,
 // without modifying h.
 func withTrace(h map[string]string, trace propagation.MapCarrier) map[string]string {
@@ -182,12 +204,27 @@ func (w *Writer) validate(i int, e *Event) error {
 	case !json.Valid(e.Payload):
 		return bad("Payload", "not valid JSON")
 	}
-	for k := range e.Headers {
+	if p := textProblem(e.AggregateID); p != "" {
+		return bad("AggregateID", p)
+	}
+	if p := textProblem(e.Type); p != "" {
+		return bad("Type", p)
+	}
+	if p := jsonbProblem(e.Payload); p != "" {
+		return bad("Payload", p)
+	}
+	for k, v := range e.Headers {
 		switch k {
 		case "":
 			return bad("Headers", "empty header name")
 		case "event_id", "event_type", "aggregate_id":
 			return bad("Headers", fmt.Sprintf("%q is set by the relay from the event's own fields", k))
+		}
+		if p := textProblem(k); p != "" {
+			return bad("Headers", fmt.Sprintf("header name %q %s", k, p))
+		}
+		if p := textProblem(v); p != "" {
+			return bad("Headers", fmt.Sprintf("value of header %q %s", k, p))
 		}
 	}
 	if e.Topic != "" {
@@ -230,7 +267,12 @@ const relayHeaderBytes = len("event_id") + 36 + len("event_type") + len("aggrega
 func (w *Writer) checkSize(i int, e *Event, h map[string]string) error {
 	value, err := jsonbTextLen(e.Payload)
 	if err != nil {
-		return &ValidationError{Index: i, Field: "Payload", Reason: "not valid JSON: " + err.Error()}
+		reason := "not valid JSON: " + err.Error()
+		var re *numericRangeError
+		if errors.As(err, &re) {
+			reason = re.Error()
+		}
+		return &ValidationError{Index: i, Field: "Payload", Reason: reason}
 	}
 	rest := len(e.AggregateID) + relayHeaderBytes + len(e.Type) + len(e.AggregateID)
 	for k, v := range h {
