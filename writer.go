@@ -125,7 +125,7 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		}
 	}
 	var err error
-	if w.shouldNotify() {
+	if w.shouldNotify(ctx) {
 		_, err = q.Exec(ctx, w.notifySQL, ids, aggs, types, payloads, headers, topics, w.cfg.Channel)
 	} else {
 		_, err = q.Exec(ctx, w.insertSQL, ids, aggs, types, payloads, headers, topics)
@@ -164,7 +164,10 @@ func withTrace(h map[string]string, trace propagation.MapCarrier) map[string]str
 }
 
 // shouldNotify decides whether this call carries a notification.
-func (w *Writer) shouldNotify() bool {
+func (w *Writer) shouldNotify(ctx context.Context) bool {
+	if withoutWakeup(ctx) {
+		return false
+	}
 	switch w.cfg.Wakeup {
 	case WakeupEveryTx:
 		return true
