@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
@@ -250,14 +251,7 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 	r := &TableReport{Table: table, Publications: []Publication{}, Slots: []Slot{}}
 	quoted := sqlname.Quote(table)
 	var seq *string
-	err := q.QueryRow(ctx, `SELECT c.relpersistence = 'u', (`+seqOfSQL+`)::regclass::text,
-  CASE c.relreplident
-    WHEN 'f' THEN 'full'
-    WHEN 'd' THEN CASE WHEN EXISTS (SELECT 1 FROM pg_index WHERE indrelid = c.oid AND indisprimary) THEN 'default' ELSE 'none' END
-    WHEN 'i' THEN CASE WHEN EXISTS (SELECT 1 FROM pg_index WHERE indrelid = c.oid AND indisreplident) THEN 'index' ELSE 'none' END
-    ELSE 'none' END
-FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq, &r.ReplicaIdentity)
-	if err != nil {
+	if err := q.QueryRow(ctx, `SELECT c.relpersistence = 'u', (`+seqOfSQL+`)::regclass::text FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq); err != nil {
 		return nil, wrap(err)
 	}
 	if seq != nil {
@@ -275,28 +269,64 @@ FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq, &r.
 			return nil, wrap(err)
 		}
 	}
-	rows, err := q.Query(ctx, `SELECT p.pubname::text, p.puballtables, p.pubupdate, p.pubdelete FROM pg_publication p
-WHERE EXISTS (SELECT 1 FROM pg_publication_tables pt JOIN pg_class c ON c.relname = pt.tablename
-  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = pt.schemaname
-  WHERE pt.pubname = p.pubname AND c.oid = $1::regclass)
-ORDER BY p.pubname`, quoted)
-	if err != nil {
+	var err error
+	if r.ReplicaIdentity, r.Publications, err = publications(ctx, q, table); err != nil {
 		return nil, wrap(err)
 	}
-	pubs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Publication, error) {
-		var p Publication
-		return p, row.Scan(&p.Name, &p.AllTables, &p.Updates, &p.Deletes)
-	})
-	if err != nil {
-		return nil, wrap(err)
-	}
-	r.Publications = append(r.Publications, pubs...)
 	slots, err := ReplicationSlots(ctx, q)
 	if err != nil {
 		return nil, wrap(err)
 	}
 	r.Slots = append(r.Slots, slots...)
 	return r, nil
+}
+
+// publications returns table's replica identity as TableReport names it
+// and the publications that cover it: catalog lookups only.
+func publications(ctx context.Context, q Querier, table string) (string, []Publication, error) {
+	quoted := sqlname.Quote(table)
+	var ident string
+	if err := q.QueryRow(ctx, `SELECT CASE c.relreplident
+    WHEN 'f' THEN 'full'
+    WHEN 'd' THEN CASE WHEN EXISTS (SELECT 1 FROM pg_index WHERE indrelid = c.oid AND indisprimary) THEN 'default' ELSE 'none' END
+    WHEN 'i' THEN CASE WHEN EXISTS (SELECT 1 FROM pg_index WHERE indrelid = c.oid AND indisreplident) THEN 'index' ELSE 'none' END
+    ELSE 'none' END
+FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&ident); err != nil {
+		return "", nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT p.pubname::text, p.puballtables, p.pubupdate, p.pubdelete FROM pg_publication p
+WHERE EXISTS (SELECT 1 FROM pg_publication_tables pt JOIN pg_class c ON c.relname = pt.tablename
+  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = pt.schemaname
+  WHERE pt.pubname = p.pubname AND c.oid = $1::regclass)
+ORDER BY p.pubname`, quoted)
+	if err != nil {
+		return "", nil, err
+	}
+	pubs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Publication, error) {
+		var p Publication
+		return p, row.Scan(&p.Name, &p.AllTables, &p.Updates, &p.Deletes)
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return ident, append([]Publication{}, pubs...), nil
+}
+
+// CheckReplicaIdentity returns a *ReplicaIdentityError when a publication
+// publishes the UPDATEs or DELETEs of table while it has no usable replica
+// identity (PostgreSQL then refuses them: SQLSTATE 55000); nil otherwise.
+// Catalog lookups only. Other errors are the queries', wrapped as "check
+// table <table>: ...".
+func CheckReplicaIdentity(ctx context.Context, q Querier, table string) error {
+	ident, pubs, err := publications(ctx, q, table)
+	if err != nil {
+		return fmt.Errorf("check table %s: %w", table, err)
+	}
+	r := TableReport{Table: table, ReplicaIdentity: ident, Publications: pubs}
+	if e := r.replicaIdentityError(); e != nil {
+		return e
+	}
+	return nil
 }
 
 // SlotsSQL lists the logical replication slots of the current database,
@@ -325,21 +355,16 @@ func ReplicationSlots(ctx context.Context, q Querier) ([]Slot, error) {
 
 // checkAdoptable refuses a table Adopt must not prepare: an unlogged one
 // (*UnloggedError) or one whose UPDATEs fail for want of a replica
-// identity (*ReplicaIdentityError).
+// identity (*ReplicaIdentityError). A table that does not exist is left to
+// adopt's own statements, which say so.
 func checkAdoptable(ctx context.Context, q Querier, table string) error {
 	if err := CheckDurability(ctx, q, table); err != nil {
 		return err
 	}
-	r, err := Inspect(ctx, q, table)
-	if err != nil {
-		var pgErr interface{ SQLState() string }
-		if errors.As(err, &pgErr) {
-			return nil // adopt's own statements say what is wrong with the table
-		}
-		return err
+	err := CheckReplicaIdentity(ctx, q, table)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return nil
 	}
-	if e := r.replicaIdentityError(); e != nil {
-		return e
-	}
-	return nil
+	return err
 }

@@ -306,6 +306,16 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for _, r := range applied {
 		fmt.Fprintf(stdout, "applied %s\n", r.Name)
 	}
+	// What a schema change does not fix, but the relay suffers from (a
+	// sequence restarted below the table's seqs, a publication that makes
+	// its UPDATEs fail): said, not refused.
+	if r, err := outboxsql.Inspect(ctx, pool, tbl.table); err != nil {
+		log.Warn("could not inspect the table after migrating", zap.Error(err))
+	} else {
+		for _, p := range r.Problems() {
+			fmt.Fprintf(stderr, "outbox-relay migrate: warning: %v\n", p)
+		}
+	}
 	return nil
 }
 

@@ -337,7 +337,10 @@ func (f *runFlags) databaseReady(ctx, startCtx context.Context, log *zap.Logger,
 	if err := f.checkPrimaries(startCtx, log, pool, waitPromotion); err != nil {
 		return err
 	}
-	return checkTable(ctx, pool, f.table, f.lease.Columns)
+	if err := checkTable(ctx, pool, f.table, f.lease.Columns); err != nil {
+		return err
+	}
+	return checkRunnable(ctx, pool, f.table)
 }
 
 // kafkaReady waits (within startCtx) until the brokers answer, then
