@@ -564,10 +564,14 @@ func refreshWait(interval, took time.Duration) time.Duration {
 // Config.Interval until ctx is done; it returns nil then. A refresh that
 // takes longer than Config.Interval/20 spaces the next one out to 20 times
 // its duration (at most 5% of one database backend). Failures are logged
-// once when they start and once when they end, not on every interval.
+// once when they start and once when they end, not on every interval. At
+// its start it logs once when the role cannot see other roles'
+// transactions (no pg_read_all_stats): the held-snapshot watch is blind to
+// them.
 func (m *Metrics) RunRefresher(ctx context.Context) error {
 	t := time.NewTimer(m.cfg.Interval)
 	defer t.Stop()
+	m.checkSnapshotVisibility(ctx)
 	for {
 		start := time.Now()
 		_, err := m.Refresh(ctx)

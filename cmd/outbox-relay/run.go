@@ -24,6 +24,7 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // runFlags are the flags of `outbox-relay run`.
@@ -264,6 +265,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
 		Relay: f.relay, Lease: f.lease, Kafka: f.kafka, Notify: f.notify, NoNotify: f.noNotify,
 		ListenConnString: f.listenURL,
+		Privileges:       outboxsql.Needs{Retention: f.observe.retention >= 0, SnapshotWatch: true},
 	}, log)
 	if err != nil {
 		return usageError{errors.New(flagError(err))}
