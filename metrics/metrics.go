@@ -235,6 +235,8 @@ type Metrics struct {
 
 	refreshFailing atomic.Bool
 	snap           snapshotWatch
+	tcheck         tableCheck
+	tableChecks    prometheus.Counter
 	// oldest is the last refresh's view of the oldest events, from which
 	// the age gauges are computed at scrape time.
 	oldest atomic.Pointer[oldestSnapshot]
@@ -375,6 +377,11 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		Name: "outbox_mark_errors_total",
 		Help: "Failed mark statements (retried; events are published again if the lease ends first).",
 	})
+	m.tableChecks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_table_checks_total",
+		Help: "Checks of the outbox table run (every --metrics-interval: UNLOGGED, the seq sequence behind the table, replication slots), failed ones included.",
+	})
+	m.reg.MustRegister(m.tableChecks, slotCollector{m})
 	m.reg.MustRegister(m.publishErrors, m.claimDur, m.batchSize, m.markDur, m.takeovers, m.leaseLost, m.markErrors)
 	m.reg.MustRegister(m.snapshotGauge())
 	m.reg.MustRegister(oldestAge, oldestClaimableAge, oldestCreated, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
@@ -410,6 +417,11 @@ func (m *Metrics) Published(rows []lease.Row) {
 		return
 	}
 	now := time.Now()
+	var maxSeq int64
+	for i := range rows {
+		maxSeq = max(maxSeq, rows[i].Seq)
+	}
+	m.tcheck.noteSeqs(maxSeq)
 	topic, n := "", 0
 	flush := func() {
 		if n > 0 {
@@ -509,7 +521,7 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 	// settings: a generic plan made on an empty table scans the whole
 	// table), in the statement's own transaction.
 	b := &pgx.Batch{}
-	b.Queue("SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)")
+	b.Queue("SELECT " + m.sessionSettings())
 	b.Queue(m.statsSQL)
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()
@@ -579,6 +591,9 @@ func (m *Metrics) RunRefresher(ctx context.Context) error {
 			sctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
 			_, err = m.OldestSnapshot(sctx)
 			cancel()
+		}
+		if err == nil {
+			_, err = m.CheckTable(ctx)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:

@@ -151,6 +151,25 @@ FROM (SELECT to_regclass($1) AS oid) r
 LEFT JOIN pg_class c ON c.oid = r.oid
 LEFT JOIN pg_class s ON s.oid = (` + seqOfSQL + `)`
 
+// SequenceOf returns the sequence of table's seq column as regclass
+// prints it (quoted and schema-qualified as needed), or "" when the
+// column has none. Errors are wrapped as "sequence of <table>: ...".
+func SequenceOf(ctx context.Context, q RowQuerier, table string) (string, error) {
+	var seq *string
+	if err := q.QueryRow(ctx, `SELECT (`+seqOfSQL+`)::regclass::text FROM pg_class c WHERE c.oid = $1::regclass`, sqlname.Quote(table)).Scan(&seq); err != nil {
+		return "", fmt.Errorf("sequence of %s: %w", table, err)
+	}
+	if seq == nil {
+		return "", nil
+	}
+	return *seq, nil
+}
+
+// RowQuerier is the part of Querier that SequenceOf needs.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // seqOfSQL finds the sequence of the seq column of the table c.
 const seqOfSQL = `SELECT d.objid FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
   WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass AND d.refobjid = c.oid
