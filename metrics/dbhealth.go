@@ -181,11 +181,11 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 		}
 		c.behind = &outboxsql.SequenceBehindError{Table: m.cfg.Table, Sequence: c.seq, Next: next, MaxSeq: high}
 	}
-	c.behind.Next = next
-	if high > c.behind.MaxSeq {
-		c.behind.MaxSeq = high
-	}
-	return &checkProblem{"sequence", c.behind}, nil
+	// A new error each time: the last one is read by readiness meanwhile.
+	e := *c.behind
+	e.Next, e.MaxSeq = next, max(e.MaxSeq, high)
+	c.behind = &e
+	return &checkProblem{"sequence", &e}, nil
 }
 
 // sessionSettings are the set_config calls that open the gauges' and the
