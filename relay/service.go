@@ -73,7 +73,10 @@ type Service struct {
 // configuration (a *outbox.FieldError names the bad field; a *BudgetError
 // says one publish may outlast the lease) and connects to nothing: the
 // relay and the listener reach PostgreSQL and Kafka when Run starts them,
-// and retry with backoff while they cannot. logger may be nil.
+// and retry with backoff while they cannot. The LISTEN session turns off
+// idle_session_timeout and idle_in_transaction_session_timeout for itself
+// (see ConfigurePool, which does the same for a pool: call it on the
+// pool's configuration). logger may be nil.
 func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("relay: NewService: pool is nil")
@@ -109,6 +112,7 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 				return nil, fmt.Errorf("relay: ServiceConfig.ListenConnString: %w", err)
 			}
 		}
+		configureListener(cc)
 		connect := func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }
 		if s.listener, err = notify.New(cfg.Notify, connect, pool, logger); err != nil {
 			_ = pub.Close()

@@ -236,6 +236,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if pcfg.MaxConns < 4 {
 		pcfg.MaxConns = 4
 	}
+	// idle_session_timeout off and statement_timeout no shorter than the
+	// relay's own bound, for its sessions (docs/database.md).
+	relay.ConfigurePool(pcfg, f.relay)
 
 	startCtx := ctx
 	if f.startupWait > 0 {
