@@ -15,6 +15,12 @@
 //     notify.Listener and the cleaner: outbox_relay_*_total,
 //     outbox_listener_connected, outbox_notifications_received_total,
 //     outbox_listener_reconnects_total.
+//   - The table check (CheckTable, every Config.Interval beside the table
+//     gauges): the outbox table or its sequence made UNLOGGED, the
+//     sequence behind the table's seqs (both fail the "table" readiness
+//     check naming the fix), and the database's logical replication slots
+//     (outbox_replication_slot_retained_wal_bytes{slot},
+//     outbox_replication_slot_active{slot}).
 //   - Per-event metrics fed by the relay through relay.Observer, which
 //     Metrics implements (set it as relay.Config.Observer):
 //     outbox_published_events_total{topic} and
