@@ -58,14 +58,12 @@ func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs
 	var sel, upd, del, gSel, gIns, gUpd, gDel, seqSel, stats *bool
 	var seq *string
 	err = q.QueryRow(ctx, `SELECT current_user::text,
-  has_table_privilege(t.oid, 'SELECT'), has_table_privilege(t.oid, 'UPDATE'), has_table_privilege(t.oid, 'DELETE'),
+  has_table_privilege(c.oid, 'SELECT'), has_table_privilege(c.oid, 'UPDATE'), has_table_privilege(c.oid, 'DELETE'),
   has_table_privilege(g.oid, 'SELECT'), has_table_privilege(g.oid, 'INSERT'), has_table_privilege(g.oid, 'UPDATE'), has_table_privilege(g.oid, 'DELETE'),
   s.oid::regclass::text, has_sequence_privilege(s.oid, 'SELECT') OR has_sequence_privilege(s.oid, 'USAGE'),
   pg_has_role('pg_read_all_stats', 'USAGE')
-FROM (SELECT to_regclass($1) AS oid) t, (SELECT to_regclass($2) AS oid) g,
-  LATERAL (SELECT (SELECT d.objid FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-    WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass AND d.refobjid = t.oid
-      AND a.attname = 'seq' AND NOT a.attisdropped AND d.deptype IN ('a', 'i') LIMIT 1) AS oid) s`, t, guard).
+FROM (SELECT to_regclass($1) AS oid) c, (SELECT to_regclass($2) AS oid) g,
+  LATERAL (SELECT (`+seqOfSQL+`) AS oid) s`, t, guard).
 		Scan(&role, &sel, &upd, &del, &gSel, &gIns, &gUpd, &gDel, &seq, &seqSel, &stats)
 	if err != nil {
 		return "", nil, fmt.Errorf("check privileges: %w", err)
