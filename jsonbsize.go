@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -107,23 +108,57 @@ func jsonStringLen(s string) int {
 	return n
 }
 
+// PostgreSQL's numeric limits (src/backend/utils/adt/numeric.c): at most
+// NUMERIC_WEIGHT_MAX+1 = 32768 base-10000 digits before the decimal point,
+// a display scale of at most NUMERIC_DSCALE_MAX = 16383, and an exponent
+// whose magnitude is below INT_MAX/2 (set_var_from_str). jsonb stores
+// numbers as numeric and refuses one outside them (SQLSTATE 22003, "value
+// overflows numeric format").
+const (
+	numericMaxIntDigits = 32768 * 4
+	numericMaxScale     = 0x3fff
+	numericMaxExponent  = 1<<31/2 - 1
+)
+
+// numericRangeError is jsonbTextLen's error for a number jsonb refuses.
+type numericRangeError struct{ lit string }
+
+func (e *numericRangeError) Error() string {
+	n := e.lit
+	if len(n) > 40 {
+		n = n[:37] + "..."
+	}
+	return fmt.Sprintf("the number %s is outside the range of PostgreSQL's numeric, which jsonb stores numbers as (at most %d digits before the decimal point and %d after)",
+		n, numericMaxIntDigits, numericMaxScale)
+}
+
 // numericLen is the length of the JSON number lit as PostgreSQL's numeric
 // prints it: plain notation, display scale max(0, fraction digits -
-// exponent), no sign for zero.
+// exponent), no sign for zero. A number outside numeric's range is a
+// *numericRangeError.
 func numericLen(lit string) (int, error) {
+	full := lit
 	neg := strings.HasPrefix(lit, "-")
 	lit = strings.TrimPrefix(lit, "-")
 	mant, exp := lit, 0
 	if i := strings.IndexAny(lit, "eE"); i >= 0 {
 		mant = lit[:i]
-		if _, err := fmt.Sscan(strings.TrimPrefix(lit[i+1:], "+"), &exp); err != nil {
+		e, err := strconv.Atoi(strings.TrimPrefix(lit[i+1:], "+"))
+		if errors.Is(err, strconv.ErrRange) || err == nil && (e >= numericMaxExponent || e <= -numericMaxExponent) {
+			return 0, &numericRangeError{full}
+		}
+		if err != nil {
 			return 0, fmt.Errorf("number %q: %w", lit, err)
 		}
+		exp = e
 	}
 	intPart, frac, _ := strings.Cut(mant, ".")
 	scale := len(frac) - exp
 	if scale < 0 {
 		scale = 0
+	}
+	if scale > numericMaxScale {
+		return 0, &numericRangeError{full}
 	}
 	digits := intPart + frac
 	// The decimal point sits after point digits of digits.
@@ -137,6 +172,9 @@ func numericLen(lit string) (int, error) {
 			lead++
 		}
 		intDigits = point - lead
+	}
+	if intDigits > numericMaxIntDigits {
+		return 0, &numericRangeError{full}
 	}
 	n := intDigits
 	if n == 0 {

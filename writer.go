@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -62,10 +63,17 @@ func Add(ctx context.Context, q Querier, events ...Event) error {
 // nothing if any event is invalid: an empty AggregateID or one over
 // MaxAggregateIDBytes (1024 bytes), an empty Type, an empty or invalid
 // Payload, a record over MaxRecordBytes, an empty or reserved header name,
-// or an illegal Topic. The outbox table's row checks (migration 00008's
+// or an illegal Topic; or if PostgreSQL would refuse it, which would abort
+// the caller's transaction: a NUL byte or invalid UTF-8 in AggregateID,
+// Type or a header's name or value, invalid UTF-8, a \u0000 escape, a
+// lone surrogate escape (\ud800 without a low surrogate after it) or a
+// number outside numeric's range in Payload (jsonb refuses them all).
+// The caller's transaction stays usable after a *ValidationError: nothing
+// was sent. The outbox table's row checks (migration 00008's
 // trigger, raising check_violation, SQLSTATE 23514, that names
 // outbox_aggregate_id_check, outbox_event_type_check, outbox_headers_check
-// or outbox_topic_check) refuse the same rows from plain-SQL writers. Otherwise it returns the database error wrapped as
+// or outbox_topic_check) refuse the rows of the first list from plain-SQL
+// writers. Otherwise it returns the database error wrapped as
 // "outbox: insert events: ...". A duplicate ID is a unique violation on
 // outbox_pkey (SQLSTATE 23505) and, inside a transaction, aborts it.
 func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
@@ -88,7 +96,11 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 	topics := make([]*string, len(events))
 	for i := range events {
 		e := &events[i]
-		if err := w.validate(i, e); err != nil {
+		h := e.Headers
+		if len(trace) > 0 {
+			h = withTrace(h, trace)
+		}
+		if err := w.validateEvent(i, e, h); err != nil {
 			return err
 		}
 		id := e.ID
@@ -99,13 +111,6 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		aggs[i] = e.AggregateID
 		types[i] = e.Type
 		payloads[i] = string(e.Payload)
-		h := e.Headers
-		if len(trace) > 0 {
-			h = withTrace(h, trace)
-		}
-		if err := w.checkSize(i, e, h); err != nil {
-			return err
-		}
 		if len(h) > 0 {
 			b, err := json.Marshal(h)
 			if err != nil { // map[string]string always marshals
@@ -120,13 +125,27 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		}
 	}
 	var err error
-	if w.shouldNotify() {
+	if w.shouldNotify(ctx) {
 		_, err = q.Exec(ctx, w.notifySQL, ids, aggs, types, payloads, headers, topics, w.cfg.Channel)
 	} else {
 		_, err = q.Exec(ctx, w.insertSQL, ids, aggs, types, payloads, headers, topics)
 	}
 	if err != nil {
 		return fmt.Errorf("outbox: insert events: %w", err)
+	}
+	return nil
+}
+
+// Validate checks events as Add does, without writing anything: it
+// returns the *ValidationError (wrapping ErrInvalidEvent) Add would return
+// for the first invalid one, or nil. It sees no trace context: the
+// traceparent and tracestate headers Add adds from its ctx (about 200 bytes)
+// are not counted in the record size.
+func (w *Writer) Validate(events ...Event) error {
+	for i := range events {
+		if err := w.validateEvent(i, &events[i], events[i].Headers); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -145,7 +164,10 @@ func withTrace(h map[string]string, trace propagation.MapCarrier) map[string]str
 }
 
 // shouldNotify decides whether this call carries a notification.
-func (w *Writer) shouldNotify() bool {
+func (w *Writer) shouldNotify(ctx context.Context) bool {
+	if withoutWakeup(ctx) {
+		return false
+	}
 	switch w.cfg.Wakeup {
 	case WakeupEveryTx:
 		return true
@@ -158,6 +180,15 @@ func (w *Writer) shouldNotify() bool {
 		return false
 	}
 	return w.lastNotify.CompareAndSwap(last, now)
+}
+
+// validateEvent refuses event i, e, whose headers with the trace context
+// are h, with a *ValidationError: validate's rules, then checkSize's.
+func (w *Writer) validateEvent(i int, e *Event, h map[string]string) error {
+	if err := w.validate(i, e); err != nil {
+		return err
+	}
+	return w.checkSize(i, e, h)
 }
 
 func (w *Writer) validate(i int, e *Event) error {
@@ -176,12 +207,27 @@ func (w *Writer) validate(i int, e *Event) error {
 	case !json.Valid(e.Payload):
 		return bad("Payload", "not valid JSON")
 	}
-	for k := range e.Headers {
+	if p := textProblem(e.AggregateID); p != "" {
+		return bad("AggregateID", p)
+	}
+	if p := textProblem(e.Type); p != "" {
+		return bad("Type", p)
+	}
+	if p := jsonbProblem(e.Payload); p != "" {
+		return bad("Payload", p)
+	}
+	for k, v := range e.Headers {
 		switch k {
 		case "":
 			return bad("Headers", "empty header name")
 		case "event_id", "event_type", "aggregate_id":
 			return bad("Headers", fmt.Sprintf("%q is set by the relay from the event's own fields", k))
+		}
+		if p := textProblem(k); p != "" {
+			return bad("Headers", fmt.Sprintf("header name %q %s", k, p))
+		}
+		if p := textProblem(v); p != "" {
+			return bad("Headers", fmt.Sprintf("value of header %q %s", k, p))
 		}
 	}
 	if e.Topic != "" {
@@ -224,7 +270,12 @@ const relayHeaderBytes = len("event_id") + 36 + len("event_type") + len("aggrega
 func (w *Writer) checkSize(i int, e *Event, h map[string]string) error {
 	value, err := jsonbTextLen(e.Payload)
 	if err != nil {
-		return &ValidationError{Index: i, Field: "Payload", Reason: "not valid JSON: " + err.Error()}
+		reason := "not valid JSON: " + err.Error()
+		var re *numericRangeError
+		if errors.As(err, &re) {
+			reason = re.Error()
+		}
+		return &ValidationError{Index: i, Field: "Payload", Reason: reason}
 	}
 	rest := len(e.AggregateID) + relayHeaderBytes + len(e.Type) + len(e.AggregateID)
 	for k, v := range h {

@@ -31,8 +31,8 @@ type Check struct {
 type Readiness struct {
 	// Ready is true when every check passed.
 	Ready bool `json:"ready"`
-	// Failed names the checks that failed ("database", "listener",
-	// "broker", "relay", "backlog", "stopping"), in that order; empty when
+	// Failed names the checks that failed ("database", "table",
+	// "listener", "broker", "relay", "backlog", "stopping"), in that order; empty when
 	// Ready.
 	Failed []string `json:"failed"`
 	// Checks maps each check's name to its outcome.
@@ -58,6 +58,10 @@ type Readiness struct {
 //     host:port"), where every claim would fail with SQLSTATE 25006 — the
 //     relay pointed at a replica, or left on a demoted node after a
 //     failover;
+//   - "table": the last table check (CheckTable, every Config.Interval)
+//     found nothing wrong: the outbox table and its seq sequence are
+//     logged (an UNLOGGED table is emptied by a crash), and the sequence
+//     hands out seqs above the table's; the detail names the fix;
 //   - "listener": listening, or poll-only when Components.Listener is nil;
 //     otherwise the state, and the reason when the listener gives one
 //     (ListenerReasoner: a deaf listener behind a transaction pooler, a
@@ -104,6 +108,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 		defer wg.Done()
 		set("database", ping(m.checkDatabase), "ok")
 	}()
+	set("table", m.tableProblem(), "ok")
 	if comps == nil || comps.Relay == nil {
 		set("relay", errors.New("starting: waiting for the database and the broker"), "")
 	} else if h := comps.Relay.Health(); !h.Moving {
@@ -151,7 +156,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 	}
 	wg.Wait()
 	r := Readiness{Ready: true, Checks: checks, CheckedAt: time.Now().UTC(), Failed: []string{}}
-	for _, name := range []string{"database", "listener", "broker", "relay", "backlog", "stopping"} {
+	for _, name := range []string{"database", "table", "listener", "broker", "relay", "backlog", "stopping"} {
 		if c, ok := checks[name]; ok && !c.OK {
 			r.Ready = false
 			r.Failed = append(r.Failed, name)

@@ -15,6 +15,12 @@
 //     notify.Listener and the cleaner: outbox_relay_*_total,
 //     outbox_listener_connected, outbox_notifications_received_total,
 //     outbox_listener_reconnects_total.
+//   - The table check (CheckTable, every Config.Interval beside the table
+//     gauges): the outbox table or its sequence made UNLOGGED, the
+//     sequence behind the table's seqs (both fail the "table" readiness
+//     check naming the fix), and the database's logical replication slots
+//     (outbox_replication_slot_retained_wal_bytes{slot},
+//     outbox_replication_slot_active{slot}).
 //   - Per-event metrics fed by the relay through relay.Observer, which
 //     Metrics implements (set it as relay.Config.Observer):
 //     outbox_published_events_total{topic} and
@@ -233,8 +239,11 @@ type Metrics struct {
 	leaseLost     prometheus.Counter
 	markErrors    prometheus.Counter
 
+	oview          oldestView
 	refreshFailing atomic.Bool
 	snap           snapshotWatch
+	tcheck         tableCheck
+	tableChecks    prometheus.Counter
 	// oldest is the last refresh's view of the oldest events, from which
 	// the age gauges are computed at scrape time.
 	oldest atomic.Pointer[oldestSnapshot]
@@ -278,24 +287,31 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		db:  db,
 		log: logger.Named("metrics"),
 		reg: prometheus.NewRegistry(),
-		// Index scans: the lowest-seq unpublished, live row through
-		// outbox_unpublished_seq_idx (LIMIT 1, it stops at the first row
-		// that is not a dead letter); the lowest-seq claimable row (the
+		// Index scans: the lowest-seq unpublished, live rows through
+		// outbox_unpublished_seq_idx (LIMIT headRows, skipping dead letters:
+		// see oldest.go); the lowest-seq claimable row (the
 		// same, stopping at the first row whose lease is free and that no
 		// earlier event of its aggregate holds back: one probe of
 		// outbox_unpublished_aggregate_idx per row passed); the unpublished
 		// rows through the seq index; the dead letters through
 		// outbox_dead_letters_idx. Timestamps, not ages: the ages are
 		// computed when scraped (see oldestSnapshot).
-		statsSQL: `SELECT extract(epoch FROM now())::float8,
-  (SELECT extract(epoch FROM o.created_at)::float8 FROM ` + t + ` o
-     WHERE ` + st.Live("o") + ` ORDER BY o.seq LIMIT 1),
-  (SELECT extract(epoch FROM o.created_at)::float8 FROM ` + t + ` o
-     WHERE ` + st.Claimable("o") + `
-     ORDER BY o.seq LIMIT 1),
+		statsSQL: `WITH head AS (
+  SELECT o.seq, extract(epoch FROM o.created_at)::float8 AS created FROM ` + t + ` o
+  WHERE ` + st.Live("o") + ` ORDER BY o.seq LIMIT ` + strconv.Itoa(headRows) + `
+), claimable AS (
+  SELECT o.seq, extract(epoch FROM o.created_at)::float8 AS created FROM ` + t + ` o
+  WHERE ` + st.Claimable("o") + `
+  ORDER BY o.seq LIMIT 1
+)
+SELECT extract(epoch FROM now())::float8,
+  coalesce((SELECT array_agg(seq ORDER BY seq) FROM head), '{}'),
+  coalesce((SELECT array_agg(created ORDER BY seq) FROM head), '{}'),
+  (SELECT seq FROM claimable), (SELECT created FROM claimable),
   (SELECT count(*) FROM ` + t + ` o WHERE ` + st.Live("o") + `),
   (SELECT count(*) FROM ` + t + ` WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)`,
 	}
+	m.oview.poke = make(chan struct{}, 1)
 	ageNow := func(pick func(*oldestSnapshot) float64) func() float64 {
 		return func() float64 {
 			if o := m.oldest.Load(); o != nil {
@@ -377,6 +393,11 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		Name: "outbox_mark_errors_total",
 		Help: "Failed mark statements (retried; events are published again if the lease ends first).",
 	})
+	m.tableChecks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_table_checks_total",
+		Help: "Checks of the outbox table run (every --metrics-interval: UNLOGGED, the seq sequence behind the table, replication slots), failed ones included.",
+	})
+	m.reg.MustRegister(m.tableChecks, slotCollector{m})
 	m.reg.MustRegister(m.publishErrors, m.claimDur, m.batchSize, m.markDur, m.takeovers, m.leaseLost, m.markErrors)
 	m.reg.MustRegister(m.snapshotGauge())
 	m.kafka = newKafkaMetrics(m.reg)
@@ -406,13 +427,21 @@ func (m *Metrics) SetStopping() { m.stopping.Store(true) }
 
 // Published records rows that Kafka acknowledged (relay.Observer): it adds
 // them to outbox_published_events_total by topic (rows with no topic count
-// under Config.DefaultTopic) and observes now - CreatedAt for each into
-// outbox_publish_latency_seconds. It is cheap and never blocks.
+// under Config.DefaultTopic), observes now - CreatedAt for each into
+// outbox_publish_latency_seconds, and drops them from the age gauges'
+// view at once (see oldest.go: the gauges do not wait for the next
+// refresh). It is cheap and never blocks.
 func (m *Metrics) Published(rows []lease.Row) {
 	if len(rows) == 0 {
 		return
 	}
 	now := time.Now()
+	var maxSeq int64
+	for i := range rows {
+		maxSeq = max(maxSeq, rows[i].Seq)
+	}
+	m.tcheck.noteSeqs(maxSeq)
+	m.notePublished(rows)
 	topic, n := "", 0
 	flush := func() {
 		if n > 0 {
@@ -475,6 +504,15 @@ func (m *Metrics) PublishFailed(_ lease.Row, topic string, err error, deadLetter
 type oldestSnapshot struct {
 	dbNow, unpublished, claimable float64 // 0: no such event
 	at                            time.Time
+	// head are the lowest-seq live unpublished rows the refresh saw, by
+	// seq, less those published since (oldest.go); complete is true when
+	// they were all of them, lastSeen the created_at of the last one it
+	// saw. claimableSeq is the claimable row's seq (0: none, or published
+	// since).
+	head         []headRow
+	complete     bool
+	lastSeen     float64
+	claimableSeq int64
 }
 
 func (o *oldestSnapshot) age(created float64, now time.Time) float64 {
@@ -507,17 +545,20 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 	defer cancel()
 	var s TableStats
 	var dbNow float64
-	var oldest, claimable *float64
+	var headSeqs []int64
+	var headCreated []float64
+	var claimableSeq *int64
+	var claimable *float64
 	// The index plans whatever the statistics say (see lease's plan
 	// settings: a generic plan made on an empty table scans the whole
 	// table), in the statement's own transaction.
 	b := &pgx.Batch{}
-	b.Queue("SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)")
+	b.Queue("SELECT " + m.sessionSettings())
 	b.Queue(m.statsSQL)
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&dbNow, &oldest, &claimable, &s.Unpublished, &s.DeadLetters)
+		err = br.QueryRow().Scan(&dbNow, &headSeqs, &headCreated, &claimableSeq, &claimable, &s.Unpublished, &s.DeadLetters)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -526,14 +567,18 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 		m.refreshErrors.Inc()
 		return TableStats{}, fmt.Errorf("metrics: table stats: %w", err)
 	}
-	snap := &oldestSnapshot{dbNow: dbNow, at: time.Now()}
-	if oldest != nil {
-		snap.unpublished = *oldest
+	snap := &oldestSnapshot{dbNow: dbNow, at: time.Now(), complete: s.Unpublished <= int64(len(headSeqs))}
+	for i := range headSeqs {
+		snap.head = append(snap.head, headRow{seq: headSeqs[i], created: headCreated[i]})
 	}
-	if claimable != nil {
-		snap.claimable = *claimable
+	if len(snap.head) > 0 {
+		snap.lastSeen = snap.head[len(snap.head)-1].created
 	}
-	m.oldest.Store(snap)
+	if claimable != nil && claimableSeq != nil {
+		snap.claimable, snap.claimableSeq = *claimable, *claimableSeq
+	}
+	m.storeOldest(snap)
+	snap = m.oldest.Load()
 	s.OldestUnpublishedAge = time.Duration(snap.age(snap.unpublished, snap.at) * float64(time.Second))
 	s.OldestClaimableAge = time.Duration(snap.age(snap.claimable, snap.at) * float64(time.Second))
 	m.unpublished.Set(float64(s.Unpublished))
@@ -566,18 +611,33 @@ func refreshWait(interval, took time.Duration) time.Duration {
 // RunRefresher refreshes the table gauges at once and then every
 // Config.Interval until ctx is done; it returns nil then. A refresh that
 // takes longer than Config.Interval/20 spaces the next one out to 20 times
-// its duration (at most 5% of one database backend). Failures are logged
-// once when they start and once when they end, not on every interval.
+// its duration (at most 5% of one database backend). When the relay has
+// published every old row the last refresh saw and there were more
+// (Published), it refreshes the gauges early, no sooner than 100ms and 20
+// times the last refresh's duration after it. Failures are logged
+// once when they start and once when they end, not on every interval. At
+// its start it logs once when the role cannot see other roles'
+// transactions (no pg_read_all_stats): the held-snapshot watch is blind to
+// them.
 func (m *Metrics) RunRefresher(ctx context.Context) error {
 	t := time.NewTimer(m.cfg.Interval)
 	defer t.Stop()
+	m.checkSnapshotVisibility(ctx)
+	var nextFull time.Time
 	for {
 		start := time.Now()
+		// A refresh Published asked for (see oldest.go) recomputes the
+		// table gauges only; the snapshot watch and the table check keep
+		// their interval.
+		full := !start.Before(nextFull)
 		_, err := m.Refresh(ctx)
-		if err == nil {
+		if err == nil && full {
 			sctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
 			_, err = m.OldestSnapshot(sctx)
 			cancel()
+		}
+		if err == nil && full {
+			_, err = m.CheckTable(ctx)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -589,11 +649,25 @@ func (m *Metrics) RunRefresher(ctx context.Context) error {
 				m.log.Info("table stats work again", zap.String("table", m.cfg.Table))
 			}
 		}
-		t.Reset(refreshWait(m.cfg.Interval, time.Since(start)))
+		took := time.Since(start)
+		if full {
+			nextFull = start.Add(refreshWait(m.cfg.Interval, took))
+		}
+		earliest := start.Add(max(minRefreshGap, refreshDutyCycle*took))
+		t.Reset(time.Until(nextFull))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-m.oview.poke:
+			if d := time.Until(earliest); d > 0 {
+				t.Reset(d)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-t.C:
+				}
+			}
 		}
 	}
 }

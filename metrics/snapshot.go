@@ -99,3 +99,26 @@ func (m *Metrics) OldestSnapshot(ctx context.Context) (*SnapshotHolder, error) {
 	}
 	return &h, nil
 }
+
+// visibilitySQL says whether this role sees every role's sessions in
+// pg_stat_activity: without the privileges of pg_read_all_stats (or a
+// superuser's) their xact_start and backend_xmin read as NULL.
+const visibilitySQL = `SELECT current_user::text, pg_has_role('pg_read_all_stats', 'USAGE')`
+
+// checkSnapshotVisibility logs once, at the refresher's start, that the
+// held-snapshot watch is half-blind when the role cannot see other roles'
+// transactions: it would read 0 and never warn about them.
+func (m *Metrics) checkSnapshotVisibility(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
+	defer cancel()
+	var role string
+	var sees bool
+	if err := m.db.QueryRow(ctx, visibilitySQL).Scan(&role, &sees); err != nil {
+		m.log.Debug("snapshot watch: could not read the role's privileges", zap.Error(err))
+		return
+	}
+	if !sees {
+		m.log.Warn("the held-snapshot watch cannot see other roles' transactions: pg_stat_activity hides their xact_start and backend_xmin from a role without the privileges of pg_read_all_stats, so it watches only this role's own sessions; GRANT pg_read_all_stats TO the relay's role",
+			zap.String("role", role))
+	}
+}

@@ -218,6 +218,9 @@ type Listener struct {
 	silent int
 	// reason says why the state is deaf or standby ("" otherwise).
 	reason atomic.Pointer[string]
+	// storm is the reconnect storm under way (storm.go); only Run's
+	// goroutine touches it.
+	storm storm
 	// OnStateChange, if set before Run, is called (synchronously, from the
 	// listener's goroutine) on every state change. For metrics and tests.
 	OnStateChange func(State)
@@ -327,10 +330,12 @@ func (l *Listener) Run(ctx context.Context) error {
 		h := &handler{l: l, established: established}
 		pl := &pgxlisten.Listener{
 			Connect: h.connect,
+			// The error that ends a session is logged by afterSession,
+			// with what the listener does about it.
 			LogError: func(_ context.Context, err error) {
 				var se *StandbyError
 				if ctx.Err() == nil && !errors.As(err, &se) && !errors.Is(err, errDeaf) {
-					l.log.Warn("listener error", zap.Error(err))
+					l.log.Debug("listener error", zap.Error(err))
 				}
 			},
 		}
@@ -393,7 +398,7 @@ func (l *Listener) afterSession(err error, failures int) time.Duration {
 		return delay
 	}
 	l.setState(StateConnecting)
-	l.log.Warn("listener disconnected; reconnecting", zap.Error(err), zap.Duration("delay", delay), zap.Int("failures", failures))
+	l.logDisconnect(err, delay, failures)
 	return delay
 }
 

@@ -68,7 +68,11 @@ func (h *handler) HandleBacklog(ctx context.Context, channel string, conn *pgx.C
 	if was == StateDeaf || was == StateStandby {
 		fields = append(fields, zap.Stringer("was", was))
 	}
-	h.l.log.Info("listening", fields...)
+	if h.l.storm.on {
+		h.l.log.Debug("listening", fields...) // the storm was said once
+	} else {
+		h.l.log.Info("listening", fields...)
+	}
 	h.l.signal()
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // ServiceConfig configures a Service: one Config per component. Zero values
@@ -40,6 +41,12 @@ type ServiceConfig struct {
 	// connection configuration).
 	ListenConnString string
 
+	// Privileges are the relay's duties beside claiming, publishing and
+	// marking whose privileges Run's start-up check covers too (retention's
+	// DELETE, the held-snapshot watch's pg_read_all_stats): Run logs every
+	// missing privilege in one line. Defaults to none.
+	Privileges outboxsql.Needs
+
 	// WrapClaimer and WrapPublisher, if set, wrap what the relay calls
 	// (instrumentation and fault-injection tests). Default to nil.
 	WrapClaimer   func(Claimer) Claimer
@@ -52,11 +59,13 @@ type ServiceConfig struct {
 // outbox-relay command, the development stack, the benchmark and the tests
 // all use it.
 type Service struct {
-	pool     *pgxpool.Pool
-	relay    *Relay
-	claimer  *lease.Claimer
-	pub      *kafka.Publisher
-	listener *notify.Listener
+	relay      *Relay
+	claimer    *lease.Claimer
+	pub        *kafka.Publisher
+	listener   *notify.Listener
+	pool       *pgxpool.Pool
+	log        *zap.Logger
+	privileges outboxsql.Needs
 
 	closeOnce sync.Once
 	closeErr  error
@@ -70,7 +79,10 @@ type Service struct {
 // refused (a *outbox.FieldError naming relay Config.Topic) unless
 // Relay.TopicTemplate routes events: every event of a row without a topic
 // would fail to publish and count an attempt toward a dead letter.
-// logger may be nil.
+// The LISTEN session turns off
+// idle_session_timeout and idle_in_transaction_session_timeout for itself
+// (see ConfigurePool, which does the same for a pool: call it on the
+// pool's configuration). logger may be nil.
 func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Service, error) {
 	if pool == nil {
 		return nil, errors.New("relay: NewService: pool is nil")
@@ -99,7 +111,7 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 		_ = pub.Close()
 		return nil, &BudgetError{Budget: b, Lease: claimer.Config().Lease}
 	}
-	s := &Service{pool: pool, claimer: claimer, pub: pub}
+	s := &Service{claimer: claimer, pub: pub, pool: pool, log: logger, privileges: cfg.Privileges}
 	var wake <-chan struct{}
 	if !cfg.NoNotify {
 		cc := pool.Config().ConnConfig
@@ -109,6 +121,7 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 				return nil, fmt.Errorf("relay: ServiceConfig.ListenConnString: %w", err)
 			}
 		}
+		configureListener(cc)
 		connect := func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }
 		if s.listener, err = notify.New(cfg.Notify, connect, pool, logger); err != nil {
 			_ = pub.Close()
@@ -132,7 +145,12 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 }
 
 // Run relays until ctx is done, then stops gracefully and returns nil (or
-// the listener's error if it failed for good). Order: the listener starts
+// the listener's error if it failed for good). It first checks the outbox
+// table and refuses, returning the error, one it must not relay: an
+// UNLOGGED table or sequence (*outboxsql.UnloggedError: a crash empties
+// it) or one whose UPDATEs fail for want of a replica identity
+// (*outboxsql.ReplicaIdentityError); it logs in one line every privilege
+// the role lacks (see ServiceConfig.Privileges). Order: the listener starts
 // first and stops last, so that the relay never waits on a wake-up channel
 // nobody feeds and no notification sent while the relay drains is lost;
 // on ctx's end the relay stops claiming, finishes or gives back its batches
@@ -148,6 +166,9 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.Close()
 	if err := s.checkTable(ctx); err != nil {
 		return err
+	}
+	if err := s.checkAtStart(ctx); err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
 	if s.listener == nil {
 		return s.relay.Run(ctx)

@@ -84,6 +84,12 @@ WHERE attrelid = $1::regclass AND attname IN ('event_type', 'type') AND attnum >
 // the function's name then also gets a hash of the table's, so that two
 // long table names of one schema do not share it.
 //
+// It refuses, changing nothing, an UNLOGGED table (*UnloggedError: a
+// crash would empty it) and a table whose UPDATEs fail because a
+// publication publishes them and it has no usable replica identity
+// (*ReplicaIdentityError: every claim and mark would fail with SQLSTATE
+// 55000), naming the fix.
+//
 // It is idempotent and serialized by an advisory lock, so it is safe to run
 // twice and from two processes. Adding seq rewrites the table (an identity
 // column is filled for existing rows), under an ACCESS EXCLUSIVE lock: run
@@ -105,6 +111,9 @@ func AdoptTable(ctx context.Context, pool *pgxpool.Pool, table string, cols Adop
 // adopt is AdoptTable without the defaults: an empty cols.EventType leaves
 // out the event type's rule.
 func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
+	if err := checkAdoptable(ctx, pool, table); err != nil {
+		return fmt.Errorf("adopt %s: %w", table, err)
+	}
 	parts := strings.Split(table, ".")
 	t := sqlname.Quote(table)
 	name := parts[len(parts)-1]

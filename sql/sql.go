@@ -56,7 +56,8 @@ type Result struct {
 // Migrate applies every pending migration to the table "outbox" through
 // pool and returns those it applied (none when the schema is current). It
 // holds a Postgres advisory lock for the duration so concurrent callers
-// serialize. Errors are wrapped as "migrate: ...".
+// serialize. An UNLOGGED table is refused (see MigrateTable). Errors are
+// wrapped as "migrate: ...".
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]Result, error) {
 	return MigrateTable(ctx, pool, DefaultTable)
 }
@@ -71,8 +72,10 @@ const DefaultTable = "outbox"
 // its schema, and its own migration history table,
 // <schema>.<name>_schema_migrations ("outbox" keeps outbox_schema_migrations
 // in the search_path's first schema). A schema that does not exist is an
-// error saying so (*MissingSchemaError). Errors are wrapped as "migrate:
-// ...".
+// error saying so (*MissingSchemaError). An existing table that is
+// UNLOGGED, or whose seq sequence is, is refused before anything is
+// applied (*UnloggedError: a crash would empty it). Errors are wrapped as
+// "migrate: ...".
 func MigrateTable(ctx context.Context, pool *pgxpool.Pool, table string) ([]Result, error) {
 	return MigrateWith(ctx, pool, MigrateOptions{Table: table})
 }
@@ -111,6 +114,9 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 	}
 	if err := checkSchema(ctx, pool, opts.Table); err != nil {
 		return nil, err
+	}
+	if err := CheckDurability(ctx, pool, opts.Table); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()

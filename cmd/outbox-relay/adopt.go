@@ -11,7 +11,11 @@ import (
 )
 
 // cmdAdopt prepares an existing outbox table (typically Debezium's) for the
-// relay, leaving its producers untouched.
+// relay, leaving its producers untouched, and reports what a Debezium
+// installation may have left: logical replication slots (with the WAL they
+// keep) and publications covering the table. A table the relay cannot run
+// on (UNLOGGED, or UPDATEs failing for want of a replica identity) is
+// refused, exit 1, naming the fix.
 func cmdAdopt(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := newFlagSet("adopt", stdout)
 	var common commonFlags
@@ -42,5 +46,13 @@ func cmdAdopt(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "table %s is ready for outbox-relay (give run, status, inspect and requeue %s)\n", tbl.table, tbl.flags())
+	r, err := outboxsql.Inspect(ctx, pool, tbl.table)
+	if err != nil {
+		return err
+	}
+	for _, p := range r.Problems() {
+		fmt.Fprintf(stdout, "warning: %v\n", p)
+	}
+	writeLeftovers(stdout, r)
 	return nil
 }

@@ -46,6 +46,7 @@ Usage:
   outbox-relay adopt [flags]    prepare an existing (e.g. Debezium) outbox table: --table T --debezium
   outbox-relay status [flags]   oldest unpublished age, events by state, relays holding leases (--json)
   outbox-relay inspect [flags]  was an event published, when, to which topic, attempts, last error (--event-id ID, --json)
+  outbox-relay grants [flags]   print the GRANT script of the relay's least-privileged role (--role ROLE)
   outbox-relay version          print the version and the VCS revision (also: outbox-relay --version)
   outbox-relay help [command]   this list, or a command's flags
 
@@ -64,6 +65,7 @@ var commandHelp = map[string]string{
 	"adopt":   "Prepares an existing outbox table (e.g. Debezium's) for the relay: --table T --debezium.",
 	"status":  "Oldest unpublished age, events by state, dead letters and the relays holding leases.",
 	"inspect": "Was an event published, when, to which topic, its attempts and last error.\nExit 1 when the ID is not in the table.",
+	"grants":  "Prints the SQL that grants --role what the relay needs on --table (and --writer-role what writers need);\nrun it as the table's owner. Connects to nothing.",
 	"version": "Prints the module version, the VCS revision and whether the working tree\nhad uncommitted changes, as recorded in the binary.",
 }
 
@@ -77,6 +79,7 @@ var commands = map[string]command{
 	"requeue": cmdRequeue,
 	"status":  cmdStatus,
 	"inspect": cmdInspect,
+	"grants":  cmdGrants,
 	"version": cmdVersion,
 }
 
@@ -331,6 +334,16 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	for _, r := range applied {
 		fmt.Fprintf(stdout, "applied %s\n", r.Name)
+	}
+	// What a schema change does not fix, but the relay suffers from (a
+	// sequence restarted below the table's seqs, a publication that makes
+	// its UPDATEs fail): said, not refused.
+	if r, err := outboxsql.Inspect(ctx, pool, tbl.table); err != nil {
+		log.Warn("could not inspect the table after migrating", zap.Error(err))
+	} else {
+		for _, p := range r.Problems() {
+			fmt.Fprintf(stderr, "outbox-relay migrate: warning: %v\n", p)
+		}
 	}
 	return nil
 }

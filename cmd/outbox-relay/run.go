@@ -24,6 +24,7 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // runFlags are the flags of `outbox-relay run`.
@@ -235,6 +236,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if pcfg.MaxConns < 4 {
 		pcfg.MaxConns = 4
 	}
+	// idle_session_timeout off and statement_timeout no shorter than the
+	// relay's own bound, for its sessions (docs/database.md).
+	relay.ConfigurePool(pcfg, f.relay)
 
 	startCtx := ctx
 	if f.startupWait > 0 {
@@ -265,6 +269,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	svc, err := relay.NewService(pool, relay.ServiceConfig{
 		Relay: f.relay, Lease: f.lease, Kafka: f.kafka, Notify: f.notify, NoNotify: f.noNotify,
 		ListenConnString: f.listenURL,
+		Privileges:       outboxsql.Needs{Retention: f.observe.retention >= 0, SnapshotWatch: true},
 	}, log)
 	if err != nil {
 		return usageError{errors.New(flagError(err))}
@@ -343,7 +348,10 @@ func (f *runFlags) databaseReady(ctx, startCtx context.Context, log *zap.Logger,
 	if err := f.checkPrimaries(startCtx, log, pool, waitPromotion); err != nil {
 		return err
 	}
-	return checkTable(ctx, pool, f.table, f.lease.Columns)
+	if err := checkTable(ctx, pool, f.table, f.lease.Columns); err != nil {
+		return err
+	}
+	return checkRunnable(ctx, pool, f.table)
 }
 
 // kafkaReady waits (within startCtx) until the brokers answer, then

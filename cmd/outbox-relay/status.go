@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/lease"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // statusReport is `outbox-relay status`'s result; its JSON form is the
@@ -41,7 +42,17 @@ type statusReport struct {
 	// KeyPartitions says which relay owns which key partitions, and since
 	// when.
 	KeyPartitions *lease.Owners `json:"key_partitions"`
-	tableArgs     string        // the table flags, to repeat in hints
+	// Problems are what is wrong with the table, each with its fix
+	// (outboxsql.TableReport.Problems): UNLOGGED, a sequence behind the
+	// table's seqs, UPDATEs failing for want of a replica identity.
+	Problems []string `json:"problems"`
+	// ReplicationSlots are the database's logical replication slots and
+	// Publications those covering the table (a Debezium installation's
+	// leftovers, say).
+	ReplicationSlots []outboxsql.Slot        `json:"replication_slots"`
+	Publications     []outboxsql.Publication `json:"publications"`
+	tableArgs        string                  // the table flags, to repeat in hints
+	inspected        *outboxsql.TableReport
 }
 
 // relayLeases is one relay holding leases.
@@ -132,6 +143,14 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("status: relays: %w", err)
 	}
+	ins, err := outboxsql.Inspect(ctx, tx, table)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	r.inspected, r.Problems, r.ReplicationSlots, r.Publications = ins, []string{}, ins.Slots, ins.Publications
+	for _, p := range ins.Problems() {
+		r.Problems = append(r.Problems, p.Error())
+	}
 	for _, p := range []**time.Time{&r.OldestPublishedAt, &r.NewestPublishedAt} {
 		if *p != nil {
 			v := (**p).UTC()
@@ -201,6 +220,19 @@ const timeLayout = "2006-01-02 15:04:05.000000Z07:00"
 
 func (r *statusReport) writeHuman(w io.Writer) {
 	fmt.Fprintf(w, "outbox table %s at %s\n\n", r.Table, r.CheckedAt.Format(timeLayout))
+	if len(r.Problems) > 0 {
+		fmt.Fprintln(w, "problems:")
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+		fmt.Fprintln(w)
+	}
+	defer func() {
+		if r.inspected != nil && (len(r.ReplicationSlots) > 0 || len(r.Publications) > 0) {
+			fmt.Fprintln(w)
+			writeLeftovers(w, r.inspected)
+		}
+	}()
 	switch {
 	case r.OldestUnpublishedCreatedAt != nil:
 		fmt.Fprintf(w, "oldest unpublished event: %s old (event_id %s, created_at %s)\n",

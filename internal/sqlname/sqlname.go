@@ -107,3 +107,28 @@ func itoa(n int) string {
 		}
 	}
 }
+
+// Readable returns table as a person would type it in SQL: unquoted when
+// each part is a plain lower-case identifier ("billing.outbox"), quoted
+// like Quote otherwise ("Billing"."Out box"). For messages that give a
+// statement to run.
+func Readable(table string) string {
+	for _, p := range strings.Split(table, ".") {
+		if !plain(p) {
+			return Quote(table)
+		}
+	}
+	return table
+}
+
+func plain(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && (c >= '0' && c <= '9' || c == '$')) {
+			return false
+		}
+	}
+	return true
+}

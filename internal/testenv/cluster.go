@@ -14,12 +14,20 @@ import (
 // where the server binaries are missing. Start-up is bounded by 2 minutes.
 func Cluster(t testing.TB) *pgtemp.Cluster {
 	t.Helper()
+	return ClusterWith(t, pgtemp.Options{})
+}
+
+// ClusterWith is Cluster with opts, for a test that needs server settings
+// the shared cluster does not have (wal_level = logical for replication
+// slots, say: opts.ExtraConf).
+func ClusterWith(t testing.TB, opts pgtemp.Options) *pgtemp.Cluster {
+	t.Helper()
 	if _, err := pgtemp.FindBinDir(); err != nil {
 		t.Skipf("no PostgreSQL server binaries: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := pgtemp.Start(ctx, pgtemp.Options{})
+	c, err := pgtemp.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

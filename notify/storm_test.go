@@ -1,0 +1,52 @@
+package notify
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/pgoutbox/outbox/internal/testenv"
+)
+
+// A listener whose connection keeps being closed (issue 20: with
+// idle_session_timeout = 2s set by the DBA, 25 s of idling logged 26
+// warnings, 13 of them "listener disconnected; reconnecting") logs the
+// storm once: the first disconnect, then one line saying it keeps
+// disconnecting, and the rest at debug level until it stays connected.
+func TestReconnectStormIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	cfg, app := connConfig(t, db)
+	core, logs := observer.New(zapcore.InfoLevel)
+	l, err := New(Config{Channel: db.Schema, PingInterval: -1, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond},
+		connectWith(cfg), nil, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, l)
+	waitWake(t, l, "after connecting")
+	const rounds = 8
+	for i := 1; i <= rounds; i++ {
+		drainWake(l)
+		terminateListener(t, db, app)
+		waitWake(t, l, "after reconnecting")
+	}
+	if n := l.Reconnects(); n != rounds+1 {
+		t.Fatalf("Reconnects() = %d, want %d", n, rounds+1)
+	}
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).All()
+	if len(warns) != 2 || warns[0].Message != "listener disconnected; reconnecting" || warns[1].ContextMap()["disconnects"] != int64(2) {
+		var msgs []string
+		for _, w := range warns {
+			msgs = append(msgs, w.Message)
+		}
+		t.Fatalf("%d warnings for %d disconnects: %q; want the first disconnect and one line about the storm", len(warns), rounds, msgs)
+	}
+	t.Logf("%s %v", warns[1].Message, warns[1].ContextMap())
+	if n := logs.FilterMessage("listening").Len(); n != 2 {
+		t.Errorf("%d info lines \"listening\", want 2 (the first connection and the reconnect after the first disconnect; the storm's are at debug level)", n)
+	}
+}

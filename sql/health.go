@@ -1,0 +1,389 @@
+package sql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/outbox/internal/sqlname"
+)
+
+// What a database setting can do to the outbox table without a word: an
+// UNLOGGED table (or sequence) is emptied by a crash; a sequence restarted
+// below the table's highest seq (a logical-replication cutover does not
+// carry sequences over) makes new events sort below published ones, where
+// only the relay's rescan finds them; a publication that publishes the
+// table's UPDATEs while it has no usable replica identity makes every
+// UPDATE fail (SQLSTATE 55000), the relay's claims and marks included; a
+// logical replication slot nobody reads (a Debezium connector that was
+// removed) keeps WAL until the disk fills. Migrate, Adopt and the relay
+// refuse the first and Adopt the third; Inspect reports them all.
+
+// Querier is what the checks need from a database handle; *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx implement it.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// UnloggedError says that the outbox table, or its seq sequence, is
+// UNLOGGED: PostgreSQL empties an unlogged table after a crash or an
+// immediate shutdown (pg_ctl stop -m immediate, a failover) and does not
+// replicate it, so every event in it, published or not, would be lost.
+// Migrate, Adopt and the relay refuse such a table.
+type UnloggedError struct {
+	// Table is the outbox table, as given.
+	Table string
+	// Sequence is the table's seq sequence when that is what is unlogged
+	// (the table itself is logged then); "" when the table is unlogged.
+	Sequence string
+}
+
+// Error names the table (or sequence) and the statement that makes it
+// durable.
+func (e *UnloggedError) Error() string {
+	if e.Sequence != "" {
+		return fmt.Sprintf("the sequence %s of outbox table %s is UNLOGGED: after a crash it starts over and new events get seqs below the published ones; make it durable: ALTER SEQUENCE %s SET LOGGED",
+			e.Sequence, e.Table, e.Sequence)
+	}
+	return fmt.Sprintf("outbox table %s is UNLOGGED: a crash or an immediate shutdown of PostgreSQL empties it, losing every event, published or not, and standbys never see it; make it durable: ALTER TABLE %s SET LOGGED (this rewrites the table under an ACCESS EXCLUSIVE lock)",
+		e.Table, sqlname.Readable(e.Table))
+}
+
+// SequenceBehindError says that the table's seq sequence will hand out a
+// value at or below the highest seq already in the table. New events then
+// sort below events the relay has passed (its floor) and wait for its
+// rescan, up to a minute; and seqs no longer follow insert order.
+type SequenceBehindError struct {
+	// Table is the outbox table, as given; Sequence its seq sequence.
+	Table, Sequence string
+	// Next is the value nextval would return next; MaxSeq the highest seq
+	// the table holds (or, from the running relay, has held).
+	Next, MaxSeq int64
+}
+
+// Fix returns the statement that moves the sequence past MaxSeq:
+// SELECT setval(pg_get_serial_sequence('<table>','seq'), <MaxSeq>).
+func (e *SequenceBehindError) Fix() string {
+	return fmt.Sprintf("SELECT setval(pg_get_serial_sequence(%s,'seq'), %d)", sqlname.Literal(sqlname.Readable(e.Table)), e.MaxSeq)
+}
+
+// Error names the sequence, the values and the fix.
+func (e *SequenceBehindError) Error() string {
+	return fmt.Sprintf("the sequence %s of outbox table %s hands out seq %d next, at or below the table's highest seq %d (restarted, e.g. by a logical-replication cutover, which does not carry sequences over?): new events sort below published ones and wait for the relay's rescan, up to a minute each; fix: %s",
+		e.Sequence, e.Table, e.Next, e.MaxSeq, e.Fix())
+}
+
+// ReplicaIdentityError says that publications publish the UPDATEs (or
+// DELETEs) of the outbox table while it has no usable replica identity:
+// PostgreSQL then refuses every UPDATE (DELETE) of it with SQLSTATE 55000,
+// "cannot update table ... because it does not have a replica identity
+// and publishes updates" — every claim and mark of the relay (every
+// retention DELETE). Typically a FOR ALL TABLES publication left by a
+// Debezium installation, on a table without a primary key. Adopt refuses
+// such a table.
+type ReplicaIdentityError struct {
+	// Table is the outbox table, as given.
+	Table string
+	// Publications publish its UPDATEs or DELETEs.
+	Publications []string
+	// Updates is true when one of them publishes UPDATEs (else only
+	// DELETEs fail).
+	Updates bool
+}
+
+// Error names the publications and the fixes.
+func (e *ReplicaIdentityError) Error() string {
+	what := "UPDATE (every claim and mark of the relay) and DELETE (retention)"
+	if !e.Updates {
+		what = "DELETE (the relay's retention)"
+	}
+	t := sqlname.Readable(e.Table)
+	var fixes []string
+	for _, p := range e.Publications {
+		q := sqlname.Column(p)
+		if sqlname.Readable(p) == p {
+			q = p
+		}
+		fixes = append(fixes, "DROP PUBLICATION "+q, "ALTER PUBLICATION "+q+" SET (publish = 'insert')")
+	}
+	return fmt.Sprintf("every %s of outbox table %s fails (SQLSTATE 55000): publication %s publishes them and the table has no usable replica identity; give it one (a PRIMARY KEY, or ALTER TABLE %s REPLICA IDENTITY FULL), or, if nothing reads the publication any more (a removed Debezium connector?), %s",
+		what, e.Table, strings.Join(e.Publications, ", "), t, strings.Join(fixes, " or "))
+}
+
+// CheckDurability returns an *UnloggedError when table, or its seq
+// sequence, is UNLOGGED; nil when both are logged, when the table does not
+// exist (Migrate creates it logged) and when it has no seq identity. Other
+// errors are the query's, wrapped as "check table <table>: ...".
+func CheckDurability(ctx context.Context, q Querier, table string) error {
+	var exists bool
+	var unlogged bool
+	var seq *string
+	var seqUnlogged *bool
+	err := q.QueryRow(ctx, durabilitySQL, sqlname.Quote(table)).Scan(&exists, &unlogged, &seq, &seqUnlogged)
+	if err != nil {
+		return fmt.Errorf("check table %s: %w", table, err)
+	}
+	switch {
+	case !exists:
+		return nil
+	case unlogged:
+		return &UnloggedError{Table: table}
+	case seq != nil && seqUnlogged != nil && *seqUnlogged:
+		return &UnloggedError{Table: table, Sequence: *seq}
+	}
+	return nil
+}
+
+// durabilitySQL reads the persistence of table $1 (quoted) and of its seq
+// sequence from the catalog; no row of the table is read. The sequence is
+// found through pg_depend, as pg_get_serial_sequence finds it (an identity
+// column's sequence depends on it with deptype 'i', a serial's with 'a'):
+// pg_get_serial_sequence raises an error for a missing table or column,
+// and the planner may evaluate it with constant arguments (estimating a
+// selectivity) even where a CASE would not.
+const durabilitySQL = `SELECT c.oid IS NOT NULL, coalesce(c.relpersistence = 'u', false), s.oid::regclass::text, s.relpersistence = 'u'
+FROM (SELECT to_regclass($1) AS oid) r
+LEFT JOIN pg_class c ON c.oid = r.oid
+LEFT JOIN pg_class s ON s.oid = (` + seqOfSQL + `)`
+
+// SequenceOf returns the sequence of table's seq column as regclass
+// prints it (quoted and schema-qualified as needed), or "" when the
+// column has none. Errors are wrapped as "sequence of <table>: ...".
+func SequenceOf(ctx context.Context, q RowQuerier, table string) (string, error) {
+	var seq *string
+	if err := q.QueryRow(ctx, `SELECT (`+seqOfSQL+`)::regclass::text FROM pg_class c WHERE c.oid = $1::regclass`, sqlname.Quote(table)).Scan(&seq); err != nil {
+		return "", fmt.Errorf("sequence of %s: %w", table, err)
+	}
+	if seq == nil {
+		return "", nil
+	}
+	return *seq, nil
+}
+
+// RowQuerier is the part of Querier that SequenceOf needs.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// seqOfSQL finds the sequence of the seq column of the table c.
+const seqOfSQL = `SELECT d.objid FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+  WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass AND d.refobjid = c.oid
+    AND a.attname = 'seq' AND NOT a.attisdropped AND d.deptype IN ('a', 'i') LIMIT 1`
+
+// TableReport is what Inspect found about an outbox table and its
+// database.
+type TableReport struct {
+	// Table is the outbox table, as given.
+	Table string `json:"table"`
+	// Unlogged and UnloggedSequence: the table, or its seq sequence, is
+	// UNLOGGED (see UnloggedError).
+	Unlogged         bool `json:"unlogged"`
+	UnloggedSequence bool `json:"unlogged_sequence"`
+	// Sequence is the seq identity's sequence ("" if the table has none),
+	// SequenceNext the value its nextval returns next, MaxSeq the table's
+	// highest seq (0 when empty).
+	Sequence     string `json:"sequence"`
+	SequenceNext int64  `json:"sequence_next"`
+	MaxSeq       int64  `json:"max_seq"`
+	// ReplicaIdentity is the table's REPLICA IDENTITY as it works:
+	// "default" (the primary key), "full", "index", or "none" (nothing:
+	// no primary key with DEFAULT, no index with USING INDEX, or NOTHING).
+	ReplicaIdentity string `json:"replica_identity"`
+	// Publications are the publications that cover the table.
+	Publications []Publication `json:"publications"`
+	// Slots are the logical replication slots of the table's database.
+	Slots []Slot `json:"replication_slots"`
+}
+
+// Publication is a publication covering the outbox table.
+type Publication struct {
+	Name string `json:"name"`
+	// AllTables is true for a FOR ALL TABLES publication.
+	AllTables bool `json:"all_tables"`
+	// Updates and Deletes say whether it publishes UPDATEs and DELETEs.
+	Updates bool `json:"updates"`
+	Deletes bool `json:"deletes"`
+}
+
+// Slot is a logical replication slot of the outbox table's database
+// (pg_replication_slots).
+type Slot struct {
+	Name   string `json:"name"`
+	Plugin string `json:"plugin"`
+	// Active is true while a client streams from it.
+	Active bool `json:"active"`
+	// RetainedWALBytes is the WAL the server keeps for it,
+	// pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn); nil on a standby
+	// or when the slot has no restart_lsn (lost).
+	RetainedWALBytes *int64 `json:"retained_wal_bytes"`
+}
+
+// Problems returns what is wrong, most serious first: an *UnloggedError,
+// a *SequenceBehindError, a *ReplicaIdentityError. Slots are not
+// problems by themselves (see Slot.Active).
+func (r *TableReport) Problems() []error {
+	var out []error
+	switch {
+	case r.Unlogged:
+		out = append(out, &UnloggedError{Table: r.Table})
+	case r.UnloggedSequence:
+		out = append(out, &UnloggedError{Table: r.Table, Sequence: r.Sequence})
+	}
+	if r.Sequence != "" && r.MaxSeq > 0 && r.SequenceNext <= r.MaxSeq {
+		out = append(out, &SequenceBehindError{Table: r.Table, Sequence: r.Sequence, Next: r.SequenceNext, MaxSeq: r.MaxSeq})
+	}
+	if err := r.replicaIdentityError(); err != nil {
+		out = append(out, err)
+	}
+	return out
+}
+
+func (r *TableReport) replicaIdentityError() *ReplicaIdentityError {
+	if r.ReplicaIdentity != "none" {
+		return nil
+	}
+	e := &ReplicaIdentityError{Table: r.Table}
+	for _, p := range r.Publications {
+		if p.Updates || p.Deletes {
+			e.Publications = append(e.Publications, p.Name)
+			e.Updates = e.Updates || p.Updates
+		}
+	}
+	if len(e.Publications) == 0 {
+		return nil
+	}
+	return e
+}
+
+// Inspect reports on table: persistence, the seq sequence against the
+// table's highest seq (max(seq) reads the whole table: a moment on a large
+// one), replica identity, the publications covering it and the database's
+// logical replication slots. Errors are wrapped as "inspect table
+// <table>: ...".
+func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error) {
+	wrap := func(err error) error { return fmt.Errorf("inspect table %s: %w", table, err) }
+	r := &TableReport{Table: table, Publications: []Publication{}, Slots: []Slot{}}
+	quoted := sqlname.Quote(table)
+	var seq *string
+	if err := q.QueryRow(ctx, `SELECT c.relpersistence = 'u', (`+seqOfSQL+`)::regclass::text FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq); err != nil {
+		return nil, wrap(err)
+	}
+	if seq != nil {
+		r.Sequence = *seq
+		var last int64
+		var called, unlogged bool
+		if err := q.QueryRow(ctx, `SELECT last_value, is_called, (SELECT relpersistence = 'u' FROM pg_class WHERE oid = $1::regclass) FROM `+r.Sequence, r.Sequence).Scan(&last, &called, &unlogged); err != nil {
+			return nil, wrap(fmt.Errorf("sequence %s: %w", r.Sequence, err))
+		}
+		r.SequenceNext, r.UnloggedSequence = last, unlogged
+		if called {
+			r.SequenceNext++
+		}
+		if err := q.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM `+quoted).Scan(&r.MaxSeq); err != nil {
+			return nil, wrap(err)
+		}
+	}
+	var err error
+	if r.ReplicaIdentity, r.Publications, err = publications(ctx, q, table); err != nil {
+		return nil, wrap(err)
+	}
+	slots, err := ReplicationSlots(ctx, q)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	r.Slots = append(r.Slots, slots...)
+	return r, nil
+}
+
+// publications returns table's replica identity as TableReport names it
+// and the publications that cover it: catalog lookups only.
+func publications(ctx context.Context, q Querier, table string) (string, []Publication, error) {
+	quoted := sqlname.Quote(table)
+	var ident string
+	if err := q.QueryRow(ctx, `SELECT CASE c.relreplident
+    WHEN 'f' THEN 'full'
+    WHEN 'd' THEN CASE WHEN EXISTS (SELECT 1 FROM pg_index WHERE indrelid = c.oid AND indisprimary) THEN 'default' ELSE 'none' END
+    WHEN 'i' THEN CASE WHEN EXISTS (SELECT 1 FROM pg_index WHERE indrelid = c.oid AND indisreplident) THEN 'index' ELSE 'none' END
+    ELSE 'none' END
+FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&ident); err != nil {
+		return "", nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT p.pubname::text, p.puballtables, p.pubupdate, p.pubdelete FROM pg_publication p
+WHERE EXISTS (SELECT 1 FROM pg_publication_tables pt JOIN pg_class c ON c.relname = pt.tablename
+  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = pt.schemaname
+  WHERE pt.pubname = p.pubname AND c.oid = $1::regclass)
+ORDER BY p.pubname`, quoted)
+	if err != nil {
+		return "", nil, err
+	}
+	pubs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Publication, error) {
+		var p Publication
+		return p, row.Scan(&p.Name, &p.AllTables, &p.Updates, &p.Deletes)
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return ident, append([]Publication{}, pubs...), nil
+}
+
+// CheckReplicaIdentity returns a *ReplicaIdentityError when a publication
+// publishes the UPDATEs or DELETEs of table while it has no usable replica
+// identity (PostgreSQL then refuses them: SQLSTATE 55000); nil otherwise.
+// Catalog lookups only. Other errors are the queries', wrapped as "check
+// table <table>: ...".
+func CheckReplicaIdentity(ctx context.Context, q Querier, table string) error {
+	ident, pubs, err := publications(ctx, q, table)
+	if err != nil {
+		return fmt.Errorf("check table %s: %w", table, err)
+	}
+	r := TableReport{Table: table, ReplicaIdentity: ident, Publications: pubs}
+	if e := r.replicaIdentityError(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// SlotsSQL lists the logical replication slots of the current database,
+// with the WAL each retains (NULL on a standby, where
+// pg_current_wal_lsn() cannot run, and for a slot without restart_lsn).
+const SlotsSQL = `SELECT slot_name::text, coalesce(plugin::text, ''), active,
+  CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint END
+FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() ORDER BY slot_name`
+
+// ReplicationSlots returns the logical replication slots of the current
+// database (SlotsSQL).
+func ReplicationSlots(ctx context.Context, q Querier) ([]Slot, error) {
+	rows, err := q.Query(ctx, SlotsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("replication slots: %w", err)
+	}
+	slots, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Slot, error) {
+		var s Slot
+		return s, row.Scan(&s.Name, &s.Plugin, &s.Active, &s.RetainedWALBytes)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replication slots: %w", err)
+	}
+	return slots, nil
+}
+
+// checkAdoptable refuses a table Adopt must not prepare: an unlogged one
+// (*UnloggedError) or one whose UPDATEs fail for want of a replica
+// identity (*ReplicaIdentityError). A table that does not exist is left to
+// adopt's own statements, which say so.
+func checkAdoptable(ctx context.Context, q Querier, table string) error {
+	if err := CheckDurability(ctx, q, table); err != nil {
+		return err
+	}
+	err := CheckReplicaIdentity(ctx, q, table)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,139 @@
+package sql_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pgoutbox/outbox/internal/testenv"
+	outboxsql "github.com/pgoutbox/outbox/sql"
+)
+
+// An UNLOGGED outbox table is emptied by a crash or an immediate shutdown
+// (issue 20: 2,054 rows gone, 1,000 of them unpublished, and migrate said
+// "schema is up to date"). Migrate and Adopt refuse it, and an unlogged
+// sequence, naming the table and the ALTER ... SET LOGGED fix, and change
+// nothing.
+func TestMigrateAndAdoptRefuseAnUnloggedTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("ALTER TABLE outbox SET UNLOGGED")
+	_, err := outboxsql.Migrate(ctx, db.Pool)
+	var ue *outboxsql.UnloggedError
+	if !errors.As(err, &ue) || ue.Table != "outbox" || !strings.Contains(err.Error(), "ALTER TABLE outbox SET LOGGED") {
+		t.Fatalf("Migrate on an unlogged table: %v; want an *UnloggedError naming outbox and ALTER TABLE outbox SET LOGGED", err)
+	}
+	t.Log(err)
+	exec("ALTER TABLE outbox SET LOGGED")
+	if _, err := outboxsql.Migrate(ctx, db.Pool); err != nil {
+		t.Fatalf("Migrate once logged: %v", err)
+	}
+	exec("ALTER SEQUENCE outbox_seq_seq SET UNLOGGED")
+	_, err = outboxsql.Migrate(ctx, db.Pool)
+	if !errors.As(err, &ue) || !strings.Contains(ue.Sequence, "outbox_seq_seq") || !strings.Contains(err.Error(), "ALTER SEQUENCE "+ue.Sequence+" SET LOGGED") {
+		t.Fatalf("Migrate with an unlogged sequence: %v; want an *UnloggedError naming the sequence and its fix", err)
+	}
+	t.Log(err)
+
+	debeziumTable(t, db.Pool, "outboxevent")
+	exec("ALTER TABLE outboxevent SET UNLOGGED")
+	err = outboxsql.Adopt(ctx, db.Pool, "outboxevent", "aggregateid")
+	if !errors.As(err, &ue) || ue.Table != "outboxevent" || !strings.Contains(err.Error(), "ALTER TABLE outboxevent SET LOGGED") {
+		t.Fatalf("Adopt of an unlogged table: %v", err)
+	}
+	var cols int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'outboxevent'", db.Schema).Scan(&cols); err != nil || cols != 5 {
+		t.Fatalf("the refused table has %d columns (%v), want its 5", cols, err)
+	}
+}
+
+// A publication that publishes UPDATEs of a table without a usable
+// replica identity (no primary key, REPLICA IDENTITY DEFAULT) makes every
+// UPDATE of it fail with SQLSTATE 55000, the relay's claims and marks
+// included: Adopt refuses such a table, naming the publication and the
+// fixes, and adopts it once it has a replica identity.
+func TestAdoptRefusesATableItsUpdatesWouldFailOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE outboxevent (id uuid NOT NULL, aggregatetype text, aggregateid text NOT NULL, type text NOT NULL, payload jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	pub := db.Schema + "_pub"
+	if _, err := db.Pool.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE outboxevent"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "DROP PUBLICATION IF EXISTS "+pub) })
+	err := outboxsql.Adopt(ctx, db.Pool, "outboxevent", "aggregateid")
+	var re *outboxsql.ReplicaIdentityError
+	if !errors.As(err, &re) || len(re.Publications) != 1 || re.Publications[0] != pub {
+		t.Fatalf("Adopt: %v; want a *ReplicaIdentityError naming publication %s", err, pub)
+	}
+	for _, fix := range []string{"ALTER TABLE outboxevent REPLICA IDENTITY FULL", "PRIMARY KEY", "DROP PUBLICATION " + pub, "ALTER PUBLICATION " + pub + " SET (publish = 'insert')"} {
+		if !strings.Contains(err.Error(), fix) {
+			t.Errorf("the error does not name the fix %q: %v", fix, err)
+		}
+	}
+	t.Log(err)
+	// What the refusal spares the relay.
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO outboxevent VALUES (gen_random_uuid(), 'Order', 'o-1', 'Created', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "UPDATE outboxevent SET type = type"); err == nil || !strings.Contains(err.Error(), "55000") {
+		t.Fatalf("UPDATE without a replica identity: %v; want SQLSTATE 55000", err)
+	}
+	if _, err := db.Pool.Exec(ctx, "ALTER TABLE outboxevent REPLICA IDENTITY FULL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := outboxsql.Adopt(ctx, db.Pool, "outboxevent", "aggregateid"); err != nil {
+		t.Fatalf("Adopt with REPLICA IDENTITY FULL: %v", err)
+	}
+}
+
+// After ALTER SEQUENCE ... RESTART (a logical-replication cutover does not
+// carry sequences over), new events get seqs below published ones and wait
+// for the relay's rescan. Inspect reports it with the setval that fixes it.
+func TestInspectReportsASequenceBehindTheTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) SELECT gen_random_uuid(), 'a', 't', '{}' FROM generate_series(1, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := outboxsql.Inspect(ctx, db.Pool, "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Problems()) != 0 || r.MaxSeq != 5 || r.SequenceNext != 6 {
+		t.Fatalf("healthy table: %+v, problems %v", r, r.Problems())
+	}
+	if _, err := db.Pool.Exec(ctx, `ALTER SEQUENCE outbox_seq_seq RESTART WITH 1`); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = outboxsql.Inspect(ctx, db.Pool, "outbox"); err != nil {
+		t.Fatal(err)
+	}
+	var be *outboxsql.SequenceBehindError
+	if ps := r.Problems(); len(ps) != 1 || !errors.As(ps[0], &be) || be.Next != 1 || be.MaxSeq != 5 {
+		t.Fatalf("problems %v; want one *SequenceBehindError, next 1 below 5", ps)
+	}
+	fix := "SELECT setval(pg_get_serial_sequence('outbox','seq'), 5)"
+	if be.Fix() != fix || !strings.Contains(be.Error(), fix) {
+		t.Fatalf("fix %q in %q; want %q", be.Fix(), be.Error(), fix)
+	}
+	t.Log(be)
+	if _, err := db.Pool.Exec(ctx, fix); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = outboxsql.Inspect(ctx, db.Pool, "outbox"); err != nil || len(r.Problems()) != 0 || r.SequenceNext != 6 {
+		t.Fatalf("after the fix: %+v %v", r, err)
+	}
+}

@@ -1,0 +1,146 @@
+package sql
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pgoutbox/outbox/internal/sqlname"
+)
+
+// The relay needs no more than this on its table (docs/database.md): a
+// role without one of these privileges fails one step of the relay, and,
+// before this check, the log named only the first statement that failed.
+
+// Needs says which of the relay's optional duties a privilege check
+// covers, besides claiming, publishing and marking (always covered).
+type Needs struct {
+	// Retention: the cleaner deletes published rows (DELETE on the table).
+	Retention bool
+	// SnapshotWatch: the held-snapshot watch reads every role's sessions in
+	// pg_stat_activity, which hides other roles' transactions from a role
+	// without the privileges of pg_read_all_stats.
+	SnapshotWatch bool
+}
+
+// Privilege is one privilege the relay's role lacks.
+type Privilege struct {
+	// Privilege is the SQL privilege ("UPDATE"), or "MEMBER" for a role
+	// membership.
+	Privilege string
+	// On is the object: "TABLE outbox", "SEQUENCE outbox_seq_seq", "ROLE
+	// pg_read_all_stats".
+	On string
+	// For says what fails without it.
+	For string
+}
+
+// String is "UPDATE on TABLE outbox (claims and marks)".
+func (p Privilege) String() string {
+	if p.Privilege == "MEMBER" {
+		return "membership in " + p.On + " (" + p.For + ")"
+	}
+	return p.Privilege + " on " + p.On + " (" + p.For + ")"
+}
+
+// MissingPrivileges returns the privileges the current role lacks to relay
+// table with needs, in one statement of catalog functions
+// (has_table_privilege, has_sequence_privilege, pg_has_role): SELECT and
+// UPDATE on the table (claims, marks), SELECT, INSERT, UPDATE and DELETE on
+// its order-guard table, SELECT on its seq sequence (the claim floor reads
+// its last value), and with needs DELETE on the table and membership in
+// pg_read_all_stats. It returns the role's name too. An object that does
+// not exist is not reported (the relay's start-up check names a missing
+// table). Errors are wrapped as "check privileges: ...".
+func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs) (role string, missing []Privilege, err error) {
+	t := sqlname.Quote(table)
+	guard := sqlname.OrderGuard(table)
+	var sel, upd, del, gSel, gIns, gUpd, gDel, seqSel, stats *bool
+	var seq *string
+	err = q.QueryRow(ctx, `SELECT current_user::text,
+  has_table_privilege(c.oid, 'SELECT'), has_table_privilege(c.oid, 'UPDATE'), has_table_privilege(c.oid, 'DELETE'),
+  has_table_privilege(g.oid, 'SELECT'), has_table_privilege(g.oid, 'INSERT'), has_table_privilege(g.oid, 'UPDATE'), has_table_privilege(g.oid, 'DELETE'),
+  s.oid::regclass::text, has_sequence_privilege(s.oid, 'SELECT') OR has_sequence_privilege(s.oid, 'USAGE'),
+  pg_has_role('pg_read_all_stats', 'USAGE')
+FROM (SELECT to_regclass($1) AS oid) c, (SELECT to_regclass($2) AS oid) g,
+  LATERAL (SELECT (`+seqOfSQL+`) AS oid) s`, t, guard).
+		Scan(&role, &sel, &upd, &del, &gSel, &gIns, &gUpd, &gDel, &seq, &seqSel, &stats)
+	if err != nil {
+		return "", nil, fmt.Errorf("check privileges: %w", err)
+	}
+	lack := func(have *bool, priv, on, why string) {
+		if have != nil && !*have {
+			missing = append(missing, Privilege{Privilege: priv, On: on, For: why})
+		}
+	}
+	tn, gn := "TABLE "+sqlname.Readable(table), "TABLE "+sqlname.Readable(guardName(table))
+	lack(sel, "SELECT", tn, "claims, and the start-up check of the table")
+	lack(upd, "UPDATE", tn, "claims and marks")
+	if needs.Retention {
+		lack(del, "DELETE", tn, "retention deletes published rows")
+	}
+	lack(gSel, "SELECT", gn, "the claims' order guard")
+	lack(gIns, "INSERT", gn, "the claims' order guard")
+	lack(gUpd, "UPDATE", gn, "the claims' order guard")
+	lack(gDel, "DELETE", gn, "the claims' order guard sweep")
+	if seq != nil {
+		lack(seqSel, "SELECT", "SEQUENCE "+*seq, "the claims that advance their floor read its last value, and fail without it")
+	}
+	if needs.SnapshotWatch {
+		lack(stats, "MEMBER", "ROLE pg_read_all_stats", "the held-snapshot watch cannot see other roles' transactions in pg_stat_activity")
+	}
+	return role, missing, nil
+}
+
+// GrantScript returns the SQL that gives role every privilege the relay
+// needs on table (MissingPrivileges with all needs), and, if writerRole is
+// not empty, what a writer needs (INSERT; the seq identity needs no
+// privilege on its sequence). Run it as the table's owner or a superuser
+// (GRANT pg_read_all_stats needs a superuser, or a role with ADMIN OPTION
+// on it), in the table's database, after outbox-relay migrate or adopt.
+// The schema and the sequence are looked up where the script runs (a DO
+// block), so an unqualified table is found through the search_path as the
+// relay finds it.
+func GrantScript(role, table, writerRole string) string {
+	t := sqlname.Quote(table)
+	r := sqlname.Column(role)
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- Privileges of the outbox relay's role %s on outbox table %s (outbox-relay grants).\n", role, table)
+	b.WriteString("-- Run as the table's owner or a superuser, in its database, after outbox-relay migrate or adopt.\n")
+	b.WriteString("-- The table's schema, and its seq sequence, whose last value the claim floor reads:\n")
+	writeLookups(&b, t, r, true)
+	b.WriteString("-- Claims and marks (SELECT, UPDATE); retention deletes published rows (DELETE; --retention, on by default):\n")
+	fmt.Fprintf(&b, "GRANT SELECT, UPDATE, DELETE ON TABLE %s TO %s;\n", t, r)
+	b.WriteString("-- The claims' order guard:\n")
+	fmt.Fprintf(&b, "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %s TO %s;\n", sqlname.OrderGuard(table), r)
+	b.WriteString("-- The held-snapshot watch sees other roles' transactions (needs a superuser, or ADMIN OPTION on pg_read_all_stats):\n")
+	fmt.Fprintf(&b, "GRANT pg_read_all_stats TO %s;\n", r)
+	if writerRole != "" {
+		w := sqlname.Column(writerRole)
+		fmt.Fprintf(&b, "\n-- Writers of role %s (outbox.Add or a plain INSERT): INSERT only; the seq identity needs no privilege on its sequence.\n", writerRole)
+		writeLookups(&b, t, w, false)
+		fmt.Fprintf(&b, "GRANT INSERT ON TABLE %s TO %s;\n", t, w)
+	}
+	return b.String()
+}
+
+// writeLookups writes the DO block that grants USAGE on table t's schema
+// (and, with sequence, SELECT on its seq sequence) to role r; t and r are
+// quoted identifiers.
+func writeLookups(b *strings.Builder, t, r string, sequence bool) {
+	b.WriteString("DO $grant$\nBEGIN\n")
+	fmt.Fprintf(b, "  EXECUTE format('GRANT USAGE ON SCHEMA %%s TO %%s', (SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = %s::regclass), %s);\n",
+		sqlname.Literal(t), sqlname.Literal(r))
+	if sequence {
+		fmt.Fprintf(b, "  EXECUTE format('GRANT SELECT ON SEQUENCE %%s TO %%s', pg_get_serial_sequence(%s, 'seq'), %s);\n",
+			sqlname.Literal(t), sqlname.Literal(r))
+	}
+	b.WriteString("END\n$grant$;\n")
+}
+
+// guardName is the order-guard table's name beside table, unquoted.
+func guardName(table string) string {
+	parts := strings.Split(table, ".")
+	parts[len(parts)-1] += "_order_guard"
+	return strings.Join(parts, ".")
+}
