@@ -54,9 +54,8 @@ test-run:
 VERSION           ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-dev)
 REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
-export SOURCE_DATE_EPOCH
 image:
-	$(GO) run ./internal/cmd/imagebuild --oci bin/image --tar bin/outbox-relay-image.tar \
+	SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' $(GO) run ./internal/cmd/imagebuild --oci bin/image --tar bin/outbox-relay-image.tar \
 		--version '$(VERSION)' --revision '$(REVISION)'
 
 # helm, for the chart's checks (deploy/deploy_test.go), built from the Go

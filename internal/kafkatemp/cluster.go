@@ -331,11 +331,21 @@ func (n *Node) format(ctx context.Context, clusterID string) error {
 	}
 	cmd := exec.CommandContext(ctx, "java", append(n.c.jvmArgs(128, true), args...)...)
 	cmd.Dir = n.dir
+	cmd.Env = javaEnv()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kafkatemp: format node %d storage: %w: %s", n.ID, err, tail(string(out), 2048))
 	}
 	return nil
+}
+
+// javaEnv is the environment of the java processes: this process's,
+// without an empty SOURCE_DATE_EPOCH, which makes the JDK's
+// Properties.store (the storage format, every properties file a broker
+// writes) fail with NumberFormatException.
+func javaEnv() []string {
+	env := os.Environ()
+	return slices.DeleteFunc(env, func(kv string) bool { return kv == "SOURCE_DATE_EPOCH=" })
 }
 
 // jvmArgs are the JVM options and class path of a broker (or of a tool,
@@ -370,6 +380,7 @@ func (n *Node) launch() error {
 	args := append(n.c.jvmArgs(n.c.opts.HeapMB, n.c.opts.FastStart), "kafka.Kafka", n.props)
 	cmd := exec.Command("java", args...)
 	cmd.Dir = n.dir
+	cmd.Env = javaEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Own process group: a terminal's Ctrl-C goes to the caller, which
