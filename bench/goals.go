@@ -123,6 +123,7 @@ var goalSpecs = []goalSpec{
 		}
 		return r.BurstRatio, fmt.Sprintf("burst: %d events after %gs vs %gs idle", r.BurstEvents, r.IdleS, r.ShortIdleS), true
 	}},
+	{"several relays / one relay (worst scale run)", 1.0, ">=", "ratio", worstScaleRatio},
 	{"backlog drain", 50000, ">=", "events/s", func(runs []Run) (float64, string, bool) {
 		r := lastRun(runs, ScenarioBacklog)
 		if r == nil || r.Drain == nil || r.EventsPerS <= 0 {
@@ -130,6 +131,26 @@ var goalSpecs = []goalSpec{
 		}
 		return r.EventsPerS, fmt.Sprintf("backlog: %d events", r.Events), true
 	}},
+}
+
+// worstScaleRatio is the lowest RatioToOneRelay of the successful scale
+// runs with more than one relay: the goal that several relays never
+// drain slower than one.
+func worstScaleRatio(runs []Run) (float64, string, bool) {
+	var worst *Run
+	for i := range runs {
+		r := &runs[i]
+		if r.Scale == nil || r.Drain == nil || r.Relays < 2 || r.Error != "" || r.RatioToOneRelay <= 0 {
+			continue
+		}
+		if worst == nil || r.RatioToOneRelay < worst.RatioToOneRelay {
+			worst = r
+		}
+	}
+	if worst == nil {
+		return 0, "", false
+	}
+	return worst.RatioToOneRelay, costLabel(worst), true
 }
 
 // EvaluateGoals checks runs against the relay's targets and returns one

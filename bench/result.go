@@ -83,6 +83,8 @@ type Run struct {
 	BrokerDown *BrokerDown `json:"-"`
 	// Burst is set for the burst scenario (idle cost and burst drains).
 	*Burst
+	// Scale is set, with Drain, for the scale scenario's runs.
+	*Scale
 	// Cost is what the run cost the database and the relay (latency,
 	// sweep, baseline, drain, backlog and burst runs); nil when not
 	// measured.

@@ -106,6 +106,11 @@ type SuiteConfig struct {
 	// rate and writer wake-up mode, each lasting Latency.Duration (and
 	// MinEvents). Defaults to DefaultNotifyCostRates (10, 1000, 10000).
 	NotifyCostRates []float64
+	// Scale is the template of the scale scenario (ScenarioScale): drains
+	// and bursts with 1, 2 and 3 relay processes at several aggregate
+	// counts; its Relay gets the suite's relay settings with ProcFlags,
+	// else the product's defaults.
+	Scale ScaleConfig
 }
 
 // writersFor returns the writer count of a latency run at rate: at least
@@ -146,7 +151,7 @@ func (c *SuiteConfig) setDefaults() {
 }
 
 // allScenarios is every scenario in the order RunSuite runs them.
-var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDrain, ScenarioBacklog, ScenarioWriters, ScenarioNotifyCost, ScenarioSweep, ScenarioBrokerDown}
+var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDrain, ScenarioBacklog, ScenarioScale, ScenarioWriters, ScenarioNotifyCost, ScenarioSweep, ScenarioBrokerDown}
 
 // Validate applies defaults and returns an error naming the first invalid
 // field.
@@ -154,7 +159,7 @@ func (c *SuiteConfig) Validate() error {
 	c.setDefaults()
 	for _, s := range c.Scenarios {
 		if !slices.Contains(allScenarios, s) {
-			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, notify-cost, sweep, broker-down, burst or backlog", s)
+			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, notify-cost, sweep, broker-down, burst, backlog or scale", s)
 		}
 	}
 	if m, after, err := parseWakeup(c.WritersWakeup); err != nil || (m == outbox.WakeupNone && !after) {
@@ -176,6 +181,12 @@ func (c *SuiteConfig) Validate() error {
 	if slices.Contains(c.Scenarios, ScenarioBurst) {
 		bc := c.Burst
 		if err := bc.validate(); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(c.Scenarios, ScenarioScale) {
+		sc := c.Scale
+		if err := sc.validate(); err != nil {
 			return err
 		}
 	}
@@ -228,7 +239,7 @@ func (c *SuiteConfig) Validate() error {
 func (c *SuiteConfig) NeedsRelayBin(kfake bool) bool {
 	has := func(s string) bool { return slices.Contains(c.Scenarios, s) }
 	proc := slices.Contains(c.Modes, ModeNotifyProc)
-	return has(ScenarioBurst) || has(ScenarioBacklog) || (kfake && has(ScenarioBrokerDown)) ||
+	return has(ScenarioBurst) || has(ScenarioBacklog) || has(ScenarioScale) || (kfake && has(ScenarioBrokerDown)) ||
 		(proc && (has(ScenarioLatency) || has(ScenarioDrain)))
 }
 
@@ -401,6 +412,19 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 				r = Run{Scenario: ScenarioBacklog, Mode: ModeNotifyProc, Drain: &Drain{Relays: 1, Events: int64(dc.Events)}}
 			}
 			add(r, err)
+		case ScenarioScale:
+			sc := cfg.Scale
+			sc.Relay = relayCfg(ModeNotifyProc, cfg.FallbackPoll, lease0)
+			if sc.PayloadBytes == 0 {
+				sc.PayloadBytes = cfg.Drain.PayloadBytes
+			}
+			runs, err := e.Scale(ctx, sc)
+			for _, r := range runs {
+				add(r, nil)
+			}
+			if err != nil {
+				return err
+			}
 		case ScenarioBurst:
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -23,6 +23,8 @@ func RunLabel(r *Run) string {
 			s = fmt.Sprintf("%s(%s)", r.Mode, r.WritersWakeup)
 		}
 		return s
+	case r.Scale != nil && r.Drain != nil:
+		return fmt.Sprintf("%s x%d %d aggregates", r.Mode, r.Relays, r.Aggregates)
 	case r.Drain != nil:
 		return fmt.Sprintf("%s x%d", r.Mode, r.Relays)
 	case r.Writers != nil:
@@ -65,7 +67,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "DB CPU: %s\n", m.DBCPUSource)
 	}
 	fmt.Fprintln(w)
-	var lat, drain, writers, down, bursts, costs, notify []*Run
+	var lat, drain, writers, down, bursts, costs, notify, scale []*Run
 	for i := range r.Runs {
 		run := &r.Runs[i]
 		if run.Cost != nil && run.Scenario != ScenarioNotifyCost {
@@ -74,6 +76,8 @@ func (r *Report) WriteTable(w io.Writer) {
 		switch {
 		case run.Scenario == ScenarioNotifyCost:
 			notify = append(notify, run)
+		case run.Scale != nil:
+			scale = append(scale, run)
 		case run.BrokerDown != nil:
 			down = append(down, run)
 		case run.Burst != nil:
@@ -125,6 +129,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, "(bench RSS: the whole bench process, with the consumer and the in-process broker; relay RSS: the relay process alone, notify-proc)")
 		fmt.Fprintln(w)
 	}
+	if len(scale) > 0 {
+		writeScale(w, scale)
+	}
 	if len(writers) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "writers\twake-ups\tcommits/s\tratio\ttx p50 ms\ttx p99 ms\terrors\trelay claims/s\tnotifications/s\tevents/claim\t")
@@ -162,6 +169,29 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	writeGoals(w, r.Goals)
+}
+
+// writeScale writes the scale runs: events/s of each relay count, the
+// ratio to one relay and the cost per event.
+func writeScale(w io.Writer, runs []*Run) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scale (relay processes)	aggregates	relays	events	seconds	events/s	ratio to 1	received	dup	claims	DB CPU ms/ev	DB xact/ev	relay CPU ms/ev	relay peak MiB	")
+	for _, run := range runs {
+		ratio := "-"
+		if run.RatioToOneRelay > 0 {
+			ratio = fmt.Sprintf("%.2f", run.RatioToOneRelay)
+		}
+		dbCPU, xacts, relayCPU := "-", "-", "-"
+		if c := run.Cost; c != nil {
+			dbCPU, relayCPU = optF(c.DBCPUMSPerEvent, "%.4f"), optF(c.RelayCPUMSPerEvent, "%.4f")
+			xacts = fmt.Sprintf("%.4f", c.DBXactsPerEvent)
+		}
+		fmt.Fprintf(tw, "%s	%d	%d	%d	%.2f	%.0f	%s	%d	%d	%d	%s	%s	%s	%.1f	%s\n",
+			run.Scenario, run.Aggregates, run.Relays, run.Events, run.DurationS, run.EventsPerS, ratio,
+			run.Received, run.DuplicateReceptions, run.Claims, dbCPU, xacts, relayCPU, run.RelayVmHWMMiB, errNote(run))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
 }
 
 // writeBursts writes the burst runs: the idle cost, then the bursts.

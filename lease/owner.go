@@ -587,3 +587,30 @@ func ReadOwners(ctx context.Context, db interface {
 	}
 	return o, rows.Err()
 }
+
+// Settled reports whether ownership is at rest: at least one member is
+// live, and every partition is owned by the live member that Assign gives
+// it among the live members, so no handover is pending. Relays that
+// joined or left a moment ago make it false until the rebalances they
+// cause are done (a few heartbeats; see Config.Lease).
+func (o *Owners) Settled() bool {
+	var live []string
+	for _, m := range o.Relays {
+		if m.Live {
+			live = append(live, m.Member)
+		}
+	}
+	want := Assign(live, o.Partitions)
+	if want == nil {
+		return false
+	}
+	have := make([]string, o.Partitions)
+	for _, m := range o.Relays {
+		for _, p := range m.Owned {
+			if p >= 0 && p < len(have) {
+				have[p] = m.Member
+			}
+		}
+	}
+	return slices.Equal(want, have)
+}

@@ -52,6 +52,11 @@ Scenarios (--scenario, comma-separated; run in this order):
            consumer has all; plus sql-ceiling (claim+mark loop, no Kafka)
   backlog  preload --backlog-events rows (INSERT ... SELECT), one relay
            process (its defaults) drains them: events/s and the cost
+  scale    drains (a --scale-events backlog, the relays started together)
+           and bursts (--scale-events in one transaction, the relays
+           running and settled) with each of --scale-relays relay processes
+           at each of --scale-aggregates aggregate counts: events/s, the
+           ratio to one relay, DB CPU and transactions per event
   writers  --connections writers committing as fast as they can, with the
            product's wake-ups and with none; commits/s and the ratio
   notify-cost
@@ -181,7 +186,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env OUTBOX_DATABASE_URL or DATABASE_URL); empty: start a throwaway cluster with fsync on")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port; empty: an in-process kfake broker")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
-	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog")
+	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog,scale")
 	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc (notify-proc: the relay as a process, latency and drain)")
 	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
 	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
@@ -214,6 +219,9 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&s.Backlog.Events, "backlog-events", 1000000, "backlog: preloaded events")
 	fs.IntVar(&s.Drain.Events, "events", 200000, "drain: preloaded events")
 	fs.Var(ints(&s.DrainRelays), "relays", "drain: relay counts, e.g. 1,2")
+	fs.Var(ints(&s.Scale.Relays), "scale-relays", "scale: relay counts, e.g. 1,2,3 (default 1,2,3; ratios divide by the 1-relay run)")
+	fs.Var(ints(&s.Scale.Aggregates), "scale-aggregates", "scale: aggregate counts, e.g. 100,1000,100000 (default 100,1000,100000)")
+	fs.IntVar(&s.Scale.Events, "scale-events", 100000, "scale: events of each drain's backlog and each burst's transaction")
 	fs.Var(ints(&s.Connections), "connections", "writers: connection counts, e.g. 16,32,64")
 	fs.DurationVar(&s.Writers.Duration, "writers-duration", 0, "writers: how long each run writes (0: --duration)")
 	fs.DurationVar(&s.BrokerDown.Outage, "outage", 20*time.Second, "broker-down: how long the broker refuses connections (writers go on at --rate)")
@@ -428,6 +436,7 @@ func flagError(err error) string {
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
 		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",
 		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates", "SuiteConfig.WritersWakeup": "--writers-wakeup", "WritersConfig.WakeupMode": "--writers-wakeup",
+		"ScaleConfig.Relays": "--scale-relays", "ScaleConfig.Aggregates": "--scale-aggregates", "ScaleConfig.Events": "--scale-events",
 		"BurstConfig.Events": "--burst-events", "BurstConfig.IdleSettle": "--idle-settle", "SuiteConfig.Backlog.Events": "--backlog-events",
 	} {
 		if i := strings.Index(s, field+": "); i >= 0 {
