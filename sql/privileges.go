@@ -47,8 +47,10 @@ func (p Privilege) String() string {
 // table with needs, in one statement of catalog functions
 // (has_table_privilege, has_sequence_privilege, pg_has_role): SELECT and
 // UPDATE on the table (claims, marks), SELECT, INSERT, UPDATE and DELETE on
-// its order-guard table, SELECT on its seq sequence (the claim floor reads
-// its last value), and with needs DELETE on the table and membership in
+// its order-guard table and on <table>_relays, SELECT and UPDATE on
+// <table>_partitions and <table>_partitioning (ownership of key
+// partitions), SELECT on its seq sequence (the claim floor reads its last
+// value), and with needs DELETE on the table and membership in
 // pg_read_all_stats. It returns the role's name too. An object that does
 // not exist is not reported (the relay's start-up check names a missing
 // table). Errors are wrapped as "check privileges: ...".
@@ -56,15 +58,21 @@ func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs
 	t := sqlname.Quote(table)
 	guard := sqlname.OrderGuard(table)
 	var sel, upd, del, gSel, gIns, gUpd, gDel, seqSel, stats *bool
+	var mSel, mUpd, rSel, rIns, rUpd, rDel, pSel, pUpd *bool
 	var seq *string
+	meta, relays, parts := sqlname.Beside(table, "_partitioning"), sqlname.Beside(table, "_relays"), sqlname.Beside(table, "_partitions")
 	err = q.QueryRow(ctx, `SELECT current_user::text,
   has_table_privilege(c.oid, 'SELECT'), has_table_privilege(c.oid, 'UPDATE'), has_table_privilege(c.oid, 'DELETE'),
   has_table_privilege(g.oid, 'SELECT'), has_table_privilege(g.oid, 'INSERT'), has_table_privilege(g.oid, 'UPDATE'), has_table_privilege(g.oid, 'DELETE'),
   s.oid::regclass::text, has_sequence_privilege(s.oid, 'SELECT') OR has_sequence_privilege(s.oid, 'USAGE'),
-  pg_has_role('pg_read_all_stats', 'USAGE')
+  pg_has_role('pg_read_all_stats', 'USAGE'),
+  has_table_privilege(m.oid, 'SELECT'), has_table_privilege(m.oid, 'UPDATE'),
+  has_table_privilege(r.oid, 'SELECT'), has_table_privilege(r.oid, 'INSERT'), has_table_privilege(r.oid, 'UPDATE'), has_table_privilege(r.oid, 'DELETE'),
+  has_table_privilege(p.oid, 'SELECT'), has_table_privilege(p.oid, 'UPDATE')
 FROM (SELECT to_regclass($1) AS oid) c, (SELECT to_regclass($2) AS oid) g,
-  LATERAL (SELECT (`+seqOfSQL+`) AS oid) s`, t, guard).
-		Scan(&role, &sel, &upd, &del, &gSel, &gIns, &gUpd, &gDel, &seq, &seqSel, &stats)
+  (SELECT to_regclass($3) AS oid) m, (SELECT to_regclass($4) AS oid) r, (SELECT to_regclass($5) AS oid) p,
+  LATERAL (SELECT (`+seqOfSQL+`) AS oid) s`, t, guard, meta, relays, parts).
+		Scan(&role, &sel, &upd, &del, &gSel, &gIns, &gUpd, &gDel, &seq, &seqSel, &stats, &mSel, &mUpd, &rSel, &rIns, &rUpd, &rDel, &pSel, &pUpd)
 	if err != nil {
 		return "", nil, fmt.Errorf("check privileges: %w", err)
 	}
@@ -83,6 +91,17 @@ FROM (SELECT to_regclass($1) AS oid) c, (SELECT to_regclass($2) AS oid) g,
 	lack(gIns, "INSERT", gn, "the claims' order guard")
 	lack(gUpd, "UPDATE", gn, "the claims' order guard")
 	lack(gDel, "DELETE", gn, "the claims' order guard sweep")
+	mn, rn, pn := "TABLE "+besideReadable(table, "_partitioning"), "TABLE "+besideReadable(table, "_relays"), "TABLE "+besideReadable(table, "_partitions")
+	lack(mSel, "SELECT", mn, "the start-up check and every rebalance of key partitions")
+	lack(mUpd, "UPDATE", mn, "rebalances of key partitions")
+	for _, pr := range []struct {
+		have *bool
+		priv string
+	}{{rSel, "SELECT"}, {rIns, "INSERT"}, {rUpd, "UPDATE"}, {rDel, "DELETE"}} {
+		lack(pr.have, pr.priv, rn, "the relay's membership heartbeat")
+	}
+	lack(pSel, "SELECT", pn, "claims (which partitions the relay owns)")
+	lack(pUpd, "UPDATE", pn, "acquiring and handing over key partitions")
 	if seq != nil {
 		lack(seqSel, "SELECT", "SEQUENCE "+*seq, "the claims that advance their floor read its last value, and fail without it")
 	}
@@ -113,6 +132,9 @@ func GrantScript(role, table, writerRole string) string {
 	fmt.Fprintf(&b, "GRANT SELECT, UPDATE, DELETE ON TABLE %s TO %s;\n", t, r)
 	b.WriteString("-- The claims' order guard:\n")
 	fmt.Fprintf(&b, "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %s TO %s;\n", sqlname.OrderGuard(table), r)
+	b.WriteString("-- Ownership of key partitions: the members' heartbeat, who owns which partition, the generation:\n")
+	fmt.Fprintf(&b, "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %s TO %s;\n", sqlname.Beside(table, "_relays"), r)
+	fmt.Fprintf(&b, "GRANT SELECT, UPDATE ON TABLE %s, %s TO %s;\n", sqlname.Beside(table, "_partitions"), sqlname.Beside(table, "_partitioning"), r)
 	b.WriteString("-- The held-snapshot watch sees other roles' transactions (needs a superuser, or ADMIN OPTION on pg_read_all_stats):\n")
 	fmt.Fprintf(&b, "GRANT pg_read_all_stats TO %s;\n", r)
 	if writerRole != "" {
@@ -136,6 +158,17 @@ func writeLookups(b *strings.Builder, t, r string, sequence bool) {
 			sqlname.Literal(t), sqlname.Literal(r))
 	}
 	b.WriteString("END\n$grant$;\n")
+}
+
+// besideReadable is sqlname.Beside's name of suffix beside table, as a
+// person would type it.
+func besideReadable(table, suffix string) string {
+	q := sqlname.Beside(table, suffix)
+	var parts []string
+	for _, p := range strings.Split(q, ".") {
+		parts = append(parts, strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(p, `"`), `"`), `""`, `"`))
+	}
+	return sqlname.Readable(strings.Join(parts, "."))
 }
 
 // guardName is the order-guard table's name beside table, unquoted.

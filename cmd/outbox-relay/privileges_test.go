@@ -75,7 +75,9 @@ func TestLeastPrivilegeRoleWithTheGrantsScript(t *testing.T) {
 		t.Fatalf("%d lines name missing privileges, want 1:\n%s", len(lines), stderr)
 	}
 	for _, want := range []string{"DELETE on TABLE outbox (", "SELECT on TABLE outbox_order_guard", "INSERT on TABLE outbox_order_guard",
-		"UPDATE on TABLE outbox_order_guard", "DELETE on TABLE outbox_order_guard", "SELECT on SEQUENCE outbox_seq_seq", "pg_read_all_stats"} {
+		"UPDATE on TABLE outbox_order_guard", "DELETE on TABLE outbox_order_guard", "SELECT on SEQUENCE outbox_seq_seq", "pg_read_all_stats",
+		"SELECT on TABLE outbox_partitions", "UPDATE on TABLE outbox_partitions", "INSERT on TABLE outbox_relays", "DELETE on TABLE outbox_relays",
+		"UPDATE on TABLE outbox_partitioning"} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("the line does not name %q: %s", want, lines[0])
 		}

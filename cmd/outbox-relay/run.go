@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go/sasl/scram"
 	"go.uber.org/zap"
@@ -324,12 +325,18 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 	_, err := pool.Exec(ctx, "SELECT "+cols+" FROM "+outbox.TableIdentifier(table)+" LIMIT 0")
 	switch {
 	case err == nil:
-		if err := lease.CheckPartitions(ctx, pool, table); errors.Is(err, lease.ErrNotMigrated) {
+		err := lease.CheckPartitions(ctx, pool, table)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.Is(err, lease.ErrNotMigrated):
 			return fmt.Errorf("table %q has no key partitions yet: run `%s` (it adds them and fills them in; `outbox-relay adopt` for an adopted table)", table, migrateCommand(table))
-		} else if err != nil {
-			return err
+		case errors.As(err, &pgErr) && pgErr.Code == "42501":
+			// Insufficient privilege: the relay's start-up check names
+			// every missing privilege in one line, the grants command
+			// prints the fix; the relay starts and says it is not ready.
+			return nil
 		}
-		return nil
+		return err
 	case lease.IsMissingTable(err):
 		return fmt.Errorf("outbox table %q not found: run `%s` first (%v)", table, migrateCommand(table), err)
 	case lease.IsSchemaMismatch(err):

@@ -132,10 +132,14 @@ func StartLoad(t testing.TB, pool *pgxpool.Pool, w *outbox.Writer, prefix string
 				evs[i] = outbox.Event{ID: outbox.NewID(), AggregateID: agg, Type: "fault.load", Payload: EventPayload(n, agg)}
 				n++
 			}
-			if err := Commit(ctx, pool, w, evs); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
+			// Not cancelled by Stop: a transaction cancelled while its
+			// COMMIT is on the wire may still commit after Stop returned,
+			// and its events would then look like phantoms to a checker
+			// that read the table meanwhile.
+			cctx, cancelTx := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			err := Commit(cctx, pool, w, evs)
+			cancelTx()
+			if err != nil {
 				l.Failed.Add(1)
 				l.mu.Lock()
 				l.lastErr = err

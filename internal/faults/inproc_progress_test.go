@@ -83,10 +83,14 @@ func ipStartRateLoad(t testing.TB, pool *pgxpool.Pool, w *outbox.Writer, prefix 
 					agg := fmt.Sprintf("%s-%d", prefix, i+workers*rand.IntN(mine))
 					evs[j] = outbox.Event{ID: outbox.NewID(), AggregateID: agg, Type: "fault.load", Payload: eventPayload(int(n.Add(1)), agg)}
 				}
-				if err := ipCommit(ctx, pool, w, evs); err != nil {
-					if ctx.Err() == nil {
-						l.failed.Add(1)
-					}
+				// Not cancelled by Stop (see faultkit.StartLoad): a
+				// transaction cancelled during its COMMIT may commit after
+				// Stop returned.
+				cctx, cancelTx := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				err := ipCommit(cctx, pool, w, evs)
+				cancelTx()
+				if err != nil {
+					l.failed.Add(1)
 					continue
 				}
 				l.committed.Add(int64(perTx))

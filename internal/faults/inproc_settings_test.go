@@ -109,9 +109,12 @@ func (c *claimErrors) String() string {
 	return fmt.Sprint(c.codes)
 }
 
-// holdClaimLock takes the claims' advisory lock on db's outbox table in a
-// transaction of its own, and returns it (roll back or commit to release).
-func holdClaimLock(t *testing.T, db *testenv.TestDB) pgx.Tx {
+// holdOwnershipLock locks, in a transaction of its own, the row of db's
+// outbox_partitioning that every relay's first rebalance (its join to the
+// table's members) updates, and returns the transaction (roll back or
+// commit to release): a relay that starts meanwhile waits in its first
+// claim.
+func holdOwnershipLock(t *testing.T, db *testenv.TestDB) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.Pool.Begin(ctx)
@@ -119,17 +122,18 @@ func holdClaimLock(t *testing.T, db *testenv.TestDB) pgx.Tx {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, "SELECT "+sqlname.XactLock(sqlname.LockClaim, "outbox")); err != nil {
+	if _, err := tx.Exec(ctx, "UPDATE outbox_partitioning SET generation = generation + 1"); err != nil {
 		t.Fatal(err)
 	}
 	return tx
 }
 
-// claimWaits reports whether a claim waits for the claims' advisory lock.
+// claimWaits reports whether a session of db's database waits for a lock
+// (the relay's claim, for holdOwnershipLock's).
 func claimWaits(t *testing.T, check *pgxpool.Pool) bool {
 	t.Helper()
 	var n int
-	if err := check.QueryRow(context.Background(), "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&n); err != nil {
+	if err := check.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n > 0
@@ -154,9 +158,9 @@ func underLoad(t *testing.T, db *testenv.TestDB, check *pgxpool.Pool, k *testenv
 }
 
 // default_transaction_isolation repeatable read or serializable: a claim
-// whose snapshot was taken before it got the claims' lock fails with
-// 40001 (could not serialize access due to concurrent update) when the
-// holder changed a row it picks; the relay retries and loses nothing.
+// (its rebalance) whose snapshot was taken before it got a row lock fails
+// with 40001 (could not serialize access due to concurrent update) when
+// the holder changed that row; the relay retries and loses nothing.
 func TestInprocIsolationLevelSetOnTheDatabase(t *testing.T) {
 	t.Parallel()
 	for _, level := range []string{"repeatable read", "serializable"} {
@@ -165,18 +169,16 @@ func TestInprocIsolationLevelSetOnTheDatabase(t *testing.T) {
 			ctx := context.Background()
 			db, check := settingsDB(t, map[string]string{"default_transaction_isolation": level})
 			ipInsert(t, db.Pool, writer(t, db.Pool), ipEvent("first", 0))
-			lock := holdClaimLock(t, db)
+			lock := holdOwnershipLock(t, db)
 			var errs claimErrors
 			k := testenv.Kafka(t)
 			topic := k.Topic(t, 4)
 			h := ipStartRelay(t, db, k.Brokers, topic, ipConfig{
 				Relay: relay.Config{PollInterval: 50 * time.Millisecond, RetryMin: 20 * time.Millisecond, Observer: errs.observer()},
 			})
-			testenv.Eventually(t, 10*time.Second, func() bool { return claimWaits(t, check) }, "no claim waits for the claims' lock")
-			// The waiting claim's snapshot is older than this change.
-			if _, err := lock.Exec(ctx, "UPDATE outbox SET attempts = attempts"); err != nil {
-				t.Fatal(err)
-			}
+			testenv.Eventually(t, 10*time.Second, func() bool { return claimWaits(t, check) }, "no claim waits for the ownership lock")
+			// The waiting claim's snapshot is older than the lock holder's
+			// change, which it must update too.
 			if err := lock.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -191,9 +193,9 @@ func TestInprocIsolationLevelSetOnTheDatabase(t *testing.T) {
 }
 
 // lock_timeout 5ms or statement_timeout 50ms on the database: a claim
-// that waits longer for the claims' lock than that fails (55P03 or 57014)
-// and is retried; under load with two relays (whose claims wait for each
-// other) nothing is lost.
+// that waits longer for a row lock than that fails (55P03 or 57014) and is
+// retried; under load with two relays (whose rebalances lock the same
+// rows) nothing is lost.
 func TestInprocTimeoutsSetOnTheDatabase(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ setting, value, code string }{
@@ -205,7 +207,7 @@ func TestInprocTimeoutsSetOnTheDatabase(t *testing.T) {
 			ctx := context.Background()
 			db, check := settingsDB(t, map[string]string{c.setting: c.value})
 			ipInsert(t, db.Pool, writer(t, db.Pool), ipEvent("first", 0))
-			lock := holdClaimLock(t, db)
+			lock := holdOwnershipLock(t, db)
 			var errs claimErrors
 			k := testenv.Kafka(t)
 			topic := k.Topic(t, 4)
