@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# test-run.sh: the body of `make test-run` (make test provides the
+# servers). The packages of $PKGS run with go test; the real-cluster fault
+# suite (internal/faults/realkafka), whose faults last tens of seconds each
+# on one shared three-broker cluster, runs beside them in its own go test
+# process, since it mostly waits, with its fault durations scaled by
+# OUTBOX_FAULTS_REAL_SCALE (default 0.5 here: 30 s instead of 60 s of
+# NOT_ENOUGH_REPLICAS, for instance; 1 runs them as the issue states).
+# Then $COMPAT_PKGS run again against Kafka 3.9.1 when with-kafka.sh
+# started it. Exits non-zero if any run failed.
+set -uo pipefail
+
+GO=${GO:-go}
+read -r -a flags <<<"-race -count=1 -timeout ${TEST_TIMEOUT:-12m} ${TEST_FLAGS:-}"
+read -r -a pkgs <<<"${PKGS:-./...}"
+read -r -a compat <<<"${COMPAT_PKGS:-}"
+
+listed=$("$GO" list "${pkgs[@]}") || exit 1
+real=$(grep '/internal/faults/realkafka$' <<<"$listed" || true)
+rest=$(grep -v '/internal/faults/realkafka$' <<<"$listed" || true)
+
+rc=0
+real_pid=""
+if [[ -n "$real" ]]; then
+	echo "== beside the others: $real (OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5})"
+	OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5} "$GO" test "${flags[@]}" $real &
+	real_pid=$!
+fi
+if [[ -n "$rest" ]]; then
+	# shellcheck disable=SC2086 # one package per word
+	"$GO" test "${flags[@]}" $rest || rc=1
+fi
+if [[ -n "${OUTBOX_TEST_KAFKA_BROKERS_3_9_1:-}" && ${#compat[@]} -gt 0 ]]; then
+	echo "== again against Kafka 3.9.1: ${compat[*]}"
+	OUTBOX_TEST_KAFKA_BROKERS=$OUTBOX_TEST_KAFKA_BROKERS_3_9_1 OUTBOX_TEST_KAFKA_VERSION=3.9.1 \
+		"$GO" test "${flags[@]}" "${compat[@]}" || rc=1
+fi
+if [[ -n "$real_pid" ]]; then
+	wait "$real_pid" || rc=1
+fi
+exit $rc
