@@ -462,8 +462,8 @@ func preload(ctx context.Context, db *runDB, ids []uuid.UUID, cfg DrainConfig, p
 }
 
 // sqlCeiling runs cfg.Relays loops of lease.Claimer Claim + MarkPublished
-// (no Kafka) until every loop's claim comes back empty, and returns when the
-// last row was marked.
+// (no Kafka), each its own member owning its share of the key partitions,
+// until every row is marked, and returns when the last row was marked.
 func sqlCeiling(ctx context.Context, db *runDB, cfg DrainConfig, marked, claims *atomic.Int64) (time.Time, error) {
 	var wg sync.WaitGroup
 	errs := make([]error, cfg.Relays)
@@ -484,7 +484,14 @@ func sqlCeiling(ctx context.Context, db *runDB, cfg DrainConfig, marked, claims 
 					return
 				}
 				if len(b.Rows) == 0 {
-					return
+					// Another loop may hold the rest (its key
+					// partitions), or this one has not acquired its
+					// share yet: done only once every row is marked.
+					if marked.Load() >= int64(cfg.Events) {
+						return
+					}
+					time.Sleep(time.Millisecond)
+					continue
 				}
 				seqs := make([]int64, len(b.Rows))
 				for j := range b.Rows {
@@ -495,6 +502,7 @@ func sqlCeiling(ctx context.Context, db *runDB, cfg DrainConfig, marked, claims 
 					errs[i] = err
 					return
 				}
+				c.Settled(b.Token, time.Time{}) // its partitions may be handed over
 				marked.Add(n)
 				lastMark.Store(time.Now().UnixNano())
 			}

@@ -67,6 +67,9 @@ const maxMarkers = 1024
 // every sixth of a lease to renew this relay's membership. A claim takes
 // rows of the partitions this relay owns only; while a relay of an older
 // version holds leases on the table (Ownership.Legacy) it claims nothing.
+// Call Settled with the batch's token once every row of it is published,
+// given back or dead-lettered: until then the Claimer does not hand its
+// partitions over to another relay (relay.Relay does this for you).
 func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

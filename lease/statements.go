@@ -100,7 +100,12 @@ func (c *Claimer) prepareClaim() {
 	// member must be live, its lease on a row ends no later than its
 	// membership, and only rows of the partitions it owns (and keeps) are
 	// candidates. Both CTEs are evaluated once; with no partition owned
-	// the scan does not run at all.
+	// the scan does not run at all. owned is a mask indexed by partition,
+	// so testing a row is one array subscript: written as key_partition IN
+	// (SELECT partition FROM owned), the planner made it a nested-loop
+	// semi-join that walked the list of owned partitions for every
+	// candidate (with one relay owning 256 of them, 17 of a 500-row
+	// claim's 22 ms).
 	//
 	// The guard ($9: a claim of this relay's whose answer was lost may
 	// have leased rows under an earlier holder) is needed only while a row
@@ -111,15 +116,16 @@ func (c *Claimer) prepareClaim() {
 	c.claimSQL = `WITH me AS MATERIALIZED (
   SELECT r.until FROM ` + relays + ` r WHERE r.member = $7 AND r.until > now()
 ), owned AS MATERIALIZED (
-  SELECT p.partition FROM ` + parts + ` p
-  WHERE p.owner = $7 AND p.partition <> ALL($8::int[]) AND EXISTS (SELECT 1 FROM me)
+  SELECT array_agg(p.owner IS NOT DISTINCT FROM $7 AND p.partition <> ALL($8::int[]) ORDER BY p.partition) AS mask,
+    bool_or(p.owner IS NOT DISTINCT FROM $7 AND p.partition <> ALL($8::int[])) AS owns_any
+  FROM ` + parts + ` p WHERE EXISTS (SELECT 1 FROM me)
 ), candidates AS (
   SELECT o.ctid, o.locked_by IS NOT NULL AS taken_over FROM ` + t + ` o
-  WHERE EXISTS (SELECT 1 FROM owned)
+  WHERE (SELECT owns_any FROM owned)
     AND ` + st.Live("o") + `
     AND o.seq >= $5
     AND ` + st.LeaseFree("o") + `
-    AND ` + c.keyPartition + ` IN (SELECT partition FROM owned)
+    AND (SELECT mask FROM owned)[` + c.keyPartition + ` + 1]
     AND (NOT ($9::bool OR (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.key = 'holds' AND g.until > now())))
       OR NOT ` + st.Waiting("o", "$3", guardFrom) + `)
   ORDER BY o.seq

@@ -419,6 +419,32 @@ func (k *TestKafka) ConsumeFrom(t testing.TB, topic string, from map[int32]int64
 	return out
 }
 
+// FindFrom reads topic from the given offsets (EndOffsets) until a record
+// matches, and returns it; false after timeout. Other records (of tests
+// sharing the topic on a real broker) are skipped.
+func (k *TestKafka) FindFrom(t testing.TB, topic string, from map[int32]int64, timeout time.Duration, match func(Record) bool) (Record, bool) {
+	t.Helper()
+	offsets := map[int32]kgo.Offset{}
+	for p, o := range from {
+		offsets[p] = kgo.NewOffset().At(o)
+	}
+	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}), kgo.FetchMaxWait(250*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		var found *Record
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if rec := toRecord(r); found == nil && match(rec) {
+				found = &rec
+			}
+		})
+		if found != nil {
+			return *found, true
+		}
+	}
+	return Record{}, false
+}
+
 // Consumer reads one topic from the start of every partition as records
 // arrive. It is not safe for concurrent use.
 type Consumer struct {
