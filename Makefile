@@ -82,7 +82,9 @@ check-deploy: $(HELM)
 
 # Runs the development stack (cmd/outbox-dev): throwaway PostgreSQL, an
 # embedded Kafka-protocol broker on localhost:9092, the relay and sample
-# events. Pass flags with ARGS, e.g. make run ARGS='--rate 10 --broker-port 19092'.
+# events. Pass flags with ARGS, e.g. make run ARGS='--rate 10 --broker-port 19092';
+# a real Apache Kafka broker instead of the embedded one (java and mvn):
+# make run ARGS='--kafka 4.4.0'.
 run:
 	$(GO) run ./cmd/outbox-dev $(ARGS)
 
