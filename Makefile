@@ -8,7 +8,7 @@ TEST_TIMEOUT  ?= 12m
 TEST_FLAGS    ?=
 PKGS          ?= ./...
 
-.PHONY: all build test vet tidy-check run bench soak image helm check-deploy
+.PHONY: all build test vet tidy-check run bench bench-real soak image helm check-deploy
 
 all: build
 
@@ -80,7 +80,9 @@ check-deploy: $(HELM)
 
 # Runs the development stack (cmd/outbox-dev): throwaway PostgreSQL, an
 # embedded Kafka-protocol broker on localhost:9092, the relay and sample
-# events. Pass flags with ARGS, e.g. make run ARGS='--rate 10 --broker-port 19092'.
+# events. Pass flags with ARGS, e.g. make run ARGS='--rate 10 --broker-port 19092';
+# a real Apache Kafka broker instead of the embedded one (java and mvn):
+# make run ARGS='--kafka 4.4.0'.
 run:
 	$(GO) run ./cmd/outbox-dev $(ARGS)
 
@@ -94,8 +96,12 @@ run:
 # events/s for the product relay (a process with its defaults), each with
 # what it cost the database and the relay against a writers-only baseline,
 # drain, a 1,000,000-event backlog, writers, what waking the relay costs
-# the writers at 10, 1,000 and 10,000 commits/s (notify-cost), broker-down. Extra flags:
+# the writers at 10, 1,000 and 10,000 commits/s (notify-cost), broker-down. Every
+# latency run also measures the broker's own floor beside it (a probe producing
+# 200 records/s to a topic of its own). Extra flags:
 # make bench BENCH_FLAGS='--rate 2000'. See `go run ./cmd/outbox-bench --help`.
+# On a real Apache Kafka broker instead of kfake: make bench-real, or
+# make bench BENCH_FLAGS='--kafka 4.4.0'.
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/outbox-bench \
@@ -107,6 +113,22 @@ bench:
 		--connections 16,32,64 --writers-duration 6s \
 		--json bench/results/latest.json --plot bench/results/latest.png \
 		--cost-plot bench/results/latest-cost.png $(BENCH_FLAGS)
+
+# The latency scenario on a real Apache Kafka 4.4.0 broker (internal/kafkatemp:
+# java and mvn; G1 and the full JIT as in production, warmed up for 10 s before
+# the first run, stopped at the end), about 3 minutes: 6 partitions, 200
+# aggregates, writers committing one event per transaction, 500 and 1,000
+# events/s, modes notify-proc (the relay process, its defaults) and floor, each
+# run with the broker's own floor and CPU per event beside the relay's, and the
+# goal at 500/s: relay p50 <= floor p50 + 2 ms, p99 <= 3 x floor p99. Writes
+# bench/results/latest-real.json. With the broker pinned to CPU 1:
+# make bench-real BENCH_FLAGS='--kafka-cpus 1 --json bench/results/latest-real-pinned.json'
+.PHONY: bench-real
+bench-real:
+	$(GO) run ./cmd/outbox-bench --kafka 4.4.0 --partitions 6 --aggregates 200 --events-per-tx 1 \
+		--scenario latency --mode notify-proc,floor --rate 500,1000 \
+		--duration 20s --baseline-duration 10s --grace 10s --idle-window 1s \
+		--json bench/results/latest-real.json $(BENCH_FLAGS)
 
 # The full suite (30s runs, 200k-event drains, three poll intervals, a
 # poll-interval x lease sweep, besides make bench's scenarios); about 20

@@ -27,7 +27,8 @@ type BrokerDownConfig struct {
 	// Before is how long events flow normally before the outage (the
 	// baseline RSS). Defaults to 3s.
 	Before time.Duration
-	// Outage is how long the broker refuses connections. Defaults to 20s.
+	// Outage is how long the broker is down (Env.SetBrokerUp(false) to
+	// SetBrokerUp(true)). Defaults to 20s.
 	Outage time.Duration
 	// RecoveryTimeout bounds the wait for every event after the broker is
 	// back. Defaults to 2m.
@@ -80,7 +81,7 @@ func (c *BrokerDownConfig) validate() error {
 
 // ErrNoBrokerControl is returned by BrokerDown when Env.SetBrokerUp is
 // nil (external brokers): the bench cannot take them down.
-var ErrNoBrokerControl = errors.New("bench: broker-down needs the in-process broker (Env.SetBrokerUp); skipped with external brokers")
+var ErrNoBrokerControl = errors.New("bench: broker-down needs a broker the bench started (Env.SetBrokerUp); skipped with external brokers")
 
 // Phases of the RSS sampler in a broker-down run.
 const (
@@ -92,10 +93,12 @@ const (
 
 // BrokerDown runs the broker-down scenario: a relay process (notify,
 // Env.RelayBin) publishes events that writers commit at cfg.Rate through
-// outbox.Writer (debounced wake-ups); after cfg.Before the broker refuses
-// every connection for cfg.Outage while the writers go on; when it is back
-// the writers stop and the run waits until every committed event arrived.
-// The relay's VmRSS is sampled every 100ms in each phase.
+// outbox.Writer (debounced wake-ups); after cfg.Before the broker goes
+// down (Env.SetBrokerUp: kfake refuses every connection, a real broker is
+// SIGKILLed) for cfg.Outage while the writers go on; then the writers stop,
+// the broker comes back (a real one is restarted and waited for:
+// BrokerDown.RestartS) and the run waits until every committed event
+// arrived. The relay's VmRSS is sampled every 100ms in each phase.
 func (e *Env) BrokerDown(ctx context.Context, cfg BrokerDownConfig) (Run, error) {
 	if err := e.validate(); err != nil {
 		return Run{}, err
@@ -103,7 +106,7 @@ func (e *Env) BrokerDown(ctx context.Context, cfg BrokerDownConfig) (Run, error)
 	if err := cfg.validate(); err != nil {
 		return Run{}, err
 	}
-	bd := &BrokerDown{OutageS: cfg.Outage.Seconds(), Rate: cfg.Rate}
+	bd := &BrokerDown{OutageS: cfg.Outage.Seconds(), Rate: cfg.Rate, Outage: e.BrokerOutage}
 	run := Run{Scenario: ScenarioBrokerDown, Mode: ModeNotify, BrokerDown: bd}
 	if e.SetBrokerUp == nil {
 		return run, ErrNoBrokerControl
@@ -139,7 +142,11 @@ func (e *Env) BrokerDown(ctx context.Context, cfg BrokerDownConfig) (Run, error)
 	if err := warmPool(ctx, db, cfg.Writers); err != nil {
 		return run, err
 	}
-	defer e.SetBrokerUp(true)
+	defer func() {
+		if err := e.SetBrokerUp(context.WithoutCancel(ctx), true); err != nil {
+			log.Error("broker not back after broker-down", zap.Error(err))
+		}
+	}()
 	proc, err := e.startRelayProc(db, topic, channel, cfg.Relay, log)
 	if err != nil {
 		return run, err
@@ -216,7 +223,10 @@ func (e *Env) BrokerDown(ctx context.Context, cfg BrokerDownConfig) (Run, error)
 		stopAll()
 		return run, err
 	}
-	e.SetBrokerUp(false)
+	if err := e.SetBrokerUp(ctx, false); err != nil {
+		stopAll()
+		return run, fmt.Errorf("bench: broker-down: take the broker down: %w", err)
+	}
 	rs.SetPhase(phaseOutage)
 	phase.Store(phaseOutage)
 	atDown := committed.Load()
@@ -228,8 +238,13 @@ func (e *Env) BrokerDown(ctx context.Context, cfg BrokerDownConfig) (Run, error)
 	// Writers stop as the broker returns: what was committed until then
 	// must all arrive.
 	stopWriters.Store(true)
-	e.SetBrokerUp(true)
+	restart := time.Now()
+	if err := e.SetBrokerUp(ctx, true); err != nil {
+		stopAll()
+		return run, fmt.Errorf("bench: broker-down: bring the broker back: %w", err)
+	}
 	up := time.Now()
+	bd.RestartS = up.Sub(restart).Seconds()
 	rs.SetPhase(phaseRecovery)
 	phase.Store(phaseRecovery)
 	log.Info("broker up")

@@ -229,7 +229,7 @@ func (e *Env) Burst(ctx context.Context, cfg BurstConfig) (Run, error) {
 		return run, err
 	}
 	defer e.dropTopic(topic)
-	probe, err := newCostProbe(ctx, e.DSN)
+	probe, err := e.openCostProbe(ctx)
 	if err != nil {
 		return run, err
 	}

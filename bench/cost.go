@@ -35,6 +35,13 @@ type Cost struct {
 	// /proc/<pid>/stat) over the window, in seconds; null for a relay in
 	// the bench process.
 	RelayCPUS *float64 `json:"relay_cpu_s"`
+	// BrokerCPUS is the CPU time of the Kafka broker's JVM (user + system,
+	// all threads, from /proc/<pid>/stat) over the window, in seconds,
+	// when the broker is a local process the bench started (Env.BrokerPID);
+	// null otherwise (kfake runs inside the bench process, an external
+	// broker is out of reach). It includes the bench's own consumers'
+	// fetches and the floor probe's records, not only the relay's.
+	BrokerCPUS *float64 `json:"broker_cpu_s"`
 	// DBXacts is the database's committed plus rolled-back transactions
 	// over the window (pg_stat_database xact_commit + xact_rollback), the
 	// bench's own measuring transactions (BenchXacts) excluded.
@@ -51,11 +58,13 @@ type Cost struct {
 	// (pg_stat_bgwriter); a checkpoint inflates CPU and WAL figures.
 	Checkpoints int64 `json:"checkpoints"`
 	// Per event over the whole database (writers included): DB CPU in
-	// ms, relay process CPU in ms, transactions and WAL bytes.
-	DBCPUMSPerEvent    *float64 `json:"db_cpu_ms_per_event"`
-	RelayCPUMSPerEvent *float64 `json:"relay_cpu_ms_per_event"`
-	DBXactsPerEvent    float64  `json:"db_xacts_per_event"`
-	WALBytesPerEvent   float64  `json:"wal_bytes_per_event"`
+	// ms, relay process CPU in ms, broker CPU in ms, transactions and WAL
+	// bytes.
+	DBCPUMSPerEvent     *float64 `json:"db_cpu_ms_per_event"`
+	RelayCPUMSPerEvent  *float64 `json:"relay_cpu_ms_per_event"`
+	BrokerCPUMSPerEvent *float64 `json:"broker_cpu_ms_per_event"`
+	DBXactsPerEvent     float64  `json:"db_xacts_per_event"`
+	WALBytesPerEvent    float64  `json:"wal_bytes_per_event"`
 	// Baseline names what the relay's figures below subtract: the
 	// writers-only run at the same load, or "none" when no writer ran in
 	// the window (drains, bursts: everything is the relay's). Empty when
@@ -77,16 +86,17 @@ func f64(v float64) *float64 { return &v }
 // costDelta is the difference between two costSamples.
 type costDelta struct {
 	seconds float64
-	// dbCPU and relayCPU are in seconds, NaN when unavailable.
-	dbCPU, relayCPU float64
-	xacts, bench    int64
-	wal, ckpt       int64
+	// dbCPU, relayCPU and brokerCPU are in seconds, NaN when
+	// unavailable.
+	dbCPU, relayCPU, brokerCPU float64
+	xacts, bench               int64
+	wal, ckpt                  int64
 }
 
 // minus subtracts o (a sub-window to leave out, e.g. a burst's INSERT).
 func (d costDelta) minus(o costDelta) costDelta {
 	return costDelta{
-		seconds: d.seconds - o.seconds, dbCPU: d.dbCPU - o.dbCPU, relayCPU: d.relayCPU - o.relayCPU,
+		seconds: d.seconds - o.seconds, dbCPU: d.dbCPU - o.dbCPU, relayCPU: d.relayCPU - o.relayCPU, brokerCPU: d.brokerCPU - o.brokerCPU,
 		xacts: d.xacts - o.xacts, bench: d.bench + o.bench, wal: d.wal - o.wal, ckpt: d.ckpt,
 	}
 }
@@ -106,6 +116,9 @@ func (d costDelta) cost(events int64) *Cost {
 	if !math.IsNaN(d.relayCPU) {
 		c.RelayCPUS = f64(d.relayCPU)
 	}
+	if !math.IsNaN(d.brokerCPU) {
+		c.BrokerCPUS = f64(d.brokerCPU)
+	}
 	if events > 0 {
 		n := float64(events)
 		c.DBXactsPerEvent = float64(d.xacts) / n
@@ -115,6 +128,9 @@ func (d costDelta) cost(events int64) *Cost {
 		}
 		if c.RelayCPUS != nil {
 			c.RelayCPUMSPerEvent = f64(*c.RelayCPUS * 1000 / n)
+		}
+		if c.BrokerCPUS != nil {
+			c.BrokerCPUMSPerEvent = f64(*c.BrokerCPUS * 1000 / n)
 		}
 	}
 	return c
@@ -183,6 +199,9 @@ type costProbe struct {
 	ckptSQL string
 	// queries counts the statements (one transaction each) run on conn.
 	queries int64
+	// brokerPID, if set, returns the PID of the local broker process
+	// whose CPU time samples read (Env.BrokerPID), 0 for none.
+	brokerPID func() int
 }
 
 // costSample is one reading of the probe.
@@ -193,6 +212,11 @@ type costSample struct {
 	dbTicks int64
 	// relaySec is the relay process's CPU time in seconds, NaN without one.
 	relaySec float64
+	// brokerSec is the broker process's CPU time in seconds, NaN without
+	// one, and brokerPid that process (a restarted broker is another
+	// process: its delta is unavailable).
+	brokerSec float64
+	brokerPid int
 	// xacts is xact_commit + xact_rollback of the database.
 	xacts int64
 	// probeXacts is the number of the probe's own transactions counted
@@ -243,6 +267,17 @@ func newCostProbe(ctx context.Context, dsn string) (*costProbe, error) {
 	return p, nil
 }
 
+// openCostProbe is newCostProbe on the runs' database, reading the
+// broker process's CPU time too when Env.BrokerPID is set.
+func (e *Env) openCostProbe(ctx context.Context) (*costProbe, error) {
+	p, err := newCostProbe(ctx, e.DSN)
+	if err != nil {
+		return nil, err
+	}
+	p.brokerPID = e.BrokerPID
+	return p, nil
+}
+
 // findPostmaster returns the postmaster of backend (the probe's own server
 // process) if this machine's /proc shows it, else 0 and the reason. The
 // backend must be the probe's: its process title names the probe's client
@@ -289,7 +324,7 @@ func (p *costProbe) Close() {
 // Sample reads the counters now; relayPid > 0 also reads that process's
 // CPU time.
 func (p *costProbe) Sample(ctx context.Context, relayPid int) (costSample, error) {
-	s := costSample{dbTicks: -1, relaySec: math.NaN()}
+	s := costSample{dbTicks: -1, relaySec: math.NaN(), brokerSec: math.NaN()}
 	flush := ""
 	if p.flush {
 		flush = "pg_stat_force_next_flush(), "
@@ -334,6 +369,13 @@ func (p *costProbe) Sample(ctx context.Context, relayPid int) (costSample, error
 			s.relaySec = sec
 		}
 	}
+	if p.brokerPID != nil {
+		if pid := p.brokerPID(); pid > 0 {
+			if sec, err := processCPUSeconds(pid); err == nil {
+				s.brokerSec, s.brokerPid = sec, pid
+			}
+		}
+	}
 	return s, nil
 }
 
@@ -344,9 +386,12 @@ func (p *costProbe) delta(a, b costSample, benchXacts int64) costDelta {
 	own := b.probeXacts - a.probeXacts
 	d := costDelta{
 		seconds: b.at.Sub(a.at).Seconds(),
-		dbCPU:   math.NaN(), relayCPU: b.relaySec - a.relaySec,
+		dbCPU:   math.NaN(), relayCPU: b.relaySec - a.relaySec, brokerCPU: math.NaN(),
 		xacts: b.xacts - a.xacts - own - benchXacts, bench: own + benchXacts,
 		wal: b.wal - a.wal, ckpt: b.ckpt - a.ckpt,
+	}
+	if a.brokerPid > 0 && a.brokerPid == b.brokerPid {
+		d.brokerCPU = b.brokerSec - a.brokerSec
 	}
 	if a.dbTicks >= 0 && b.dbTicks >= 0 {
 		d.dbCPU = float64(b.dbTicks-a.dbTicks) / clockTicks()

@@ -376,14 +376,20 @@ func TestEvaluateGoals(t *testing.T) {
 		{Scenario: ScenarioBurst, Mode: ModeNotifyProc, Burst: &Burst{BurstEvents: 100, IdleS: 60, ShortIdleS: 1, BurstRatio: 0.9,
 			IdleCostWindowS: 50, IdleDBXactsPerS: 2.5, IdleRelayCPUSPer10S: nil}},
 		{Scenario: ScenarioBacklog, Mode: ModeNotifyProc, Error: "boom", Drain: &Drain{EventsPerS: 90000}},
+		// At 500/s against the broker's floor in the same run: p50 3.9 <=
+		// 2 + 2 passes, p99 31 > 3 x 10 fails.
+		{Scenario: ScenarioLatency, Mode: ModeNotifyProc, Latency: &Latency{Rate: 500, Count: 100, P50MS: 3.9, P99MS: 31, MaxMS: 40,
+			FloorCount: 90, FloorP50MS: 2, FloorP99MS: 10}},
 	}
 	got := map[string]string{}
+	targets := map[string]float64{}
 	for _, g := range EvaluateGoals(runs) {
 		res := "n/a"
 		if g.Pass != nil {
 			res = map[bool]string{true: "PASS", false: "FAIL"}[*g.Pass]
 		}
 		got[g.Name] = res
+		targets[g.Name] = g.Target
 	}
 	want := map[string]string{
 		"1000/s p50 latency": "PASS", "1000/s p99 latency": "FAIL", "1000/s max latency": "PASS",
@@ -392,6 +398,7 @@ func TestEvaluateGoals(t *testing.T) {
 		"idle DB transactions/s": "PASS", "idle relay CPU per 10 s": "n/a",
 		"burst drain after long idle / after short idle": "PASS", "backlog drain": "n/a",
 		"several relays / one relay (worst scale run)": "n/a",
+		"500/s p50 latency <= broker floor p50 + 2 ms": "PASS", "500/s p99 latency <= 3 x broker floor p99": "FAIL",
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d goals, want %d: %v", len(got), len(want), got)
@@ -401,10 +408,20 @@ func TestEvaluateGoals(t *testing.T) {
 			t.Errorf("%s: %s, want %s", k, got[k], v)
 		}
 	}
+	if targets["500/s p50 latency <= broker floor p50 + 2 ms"] != 4 || targets["500/s p99 latency <= 3 x broker floor p99"] != 30 {
+		t.Errorf("floor goals' targets: %v", targets)
+	}
 	var out bytes.Buffer
 	writeGoals(&out, EvaluateGoals(runs))
-	if !strings.Contains(out.String(), "FAIL") || !strings.Contains(out.String(), "n/a") {
+	if !strings.Contains(out.String(), "FAIL") || !strings.Contains(out.String(), "n/a") || !strings.Contains(out.String(), "<= 30 ms") {
 		t.Errorf("goals table:\n%s", out.String())
+	}
+	// Without a floor in the 500/s run the floor goals are not measured.
+	runs[len(runs)-1].FloorCount = 0
+	for _, g := range EvaluateGoals(runs) {
+		if g.Relative && g.Pass != nil {
+			t.Errorf("%s measured without a floor", g.Name)
+		}
 	}
 }
 
@@ -453,7 +470,7 @@ func TestSuiteCost(t *testing.T) {
 	if *run.RelayXactsPerEvent <= 0 {
 		t.Errorf("relay transactions per event %v: the relay claims and marks", *run.RelayXactsPerEvent)
 	}
-	if len(rep.Goals) != len(goalSpecs) {
+	if len(rep.Goals) != len(goalSpecs)+len(relativeGoals) {
 		t.Errorf("%d goals", len(rep.Goals))
 	}
 	for _, g := range rep.Goals {

@@ -20,9 +20,10 @@
 //   - sweep: the latency scenario across poll intervals and leases, with
 //     claim queries/s and empty claims/s.
 //   - broker-down: the relay as a child process (cmd/outbox-relay run),
-//     writers at a constant rate, the in-process broker refusing
-//     connections for a while: the relay's RSS before, during and after
-//     the outage, the recovery time, lost events.
+//     writers at a constant rate, the broker down for a while (kfake
+//     refusing connections, or a real broker SIGKILLed and restarted): the
+//     relay's RSS before, during and after the outage, the recovery time,
+//     lost events.
 //   - burst: a relay process idles for a minute (the idle cost: database
 //     transactions/s, relay and database CPU per 10 s), then drains one
 //     transaction of 100,000 events, and again after a second of idling.
@@ -42,6 +43,12 @@
 // (the same Kafka client and broker without a database: produce, consume).
 // "notify-proc" is the notify relay as a child process (Env.RelayBin, see
 // BuildRelay), whose own RSS and CPU time are read from /proc.
+//
+// Every latency run also measures the broker's own produce-to-consume
+// latency under the same load (a floor probe: LatencyConfig.FloorProbeRate)
+// and, when the broker is a local process (StartLocal with a Kafka version:
+// a real Apache Kafka broker from internal/kafkatemp), its CPU time per
+// event.
 //
 // Each run gets a fresh schema (its own outbox table) and a fresh topic, one
 // run after the other against the same Postgres and broker.

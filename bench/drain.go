@@ -198,7 +198,7 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 	var probe *costProbe
 	var c0 costSample
 	if !cfg.NoCost {
-		if probe, err = newCostProbe(ctx, e.DSN); err != nil {
+		if probe, err = e.openCostProbe(ctx); err != nil {
 			return run, err
 		}
 		defer probe.Close()

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/faultnet"
+	"github.com/pgoutbox/outbox/internal/kafkatemp"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -45,11 +46,29 @@ type Env struct {
 	// RelayBin is the outbox-relay binary that the subprocess modes (drain
 	// notify-proc, broker-down) run; see BuildRelay.
 	RelayBin string
-	// SetBrokerUp, if set, makes the broker reachable (true) or refuse
-	// every connection (false); the broker-down scenario needs it
-	// (Local.SetBrokerUp for the in-process broker).
-	SetBrokerUp func(up bool)
+	// SetBrokerUp, if set, makes the broker reachable (true) or takes it
+	// down (false); the broker-down scenario needs it (Local.SetBrokerUp:
+	// kfake refuses connections, a real broker is killed and restarted).
+	SetBrokerUp func(ctx context.Context, up bool) error
+	// BrokerOutage says how SetBrokerUp takes the broker down:
+	// OutageRefused (the default) or OutageKilled.
+	BrokerOutage string
+	// BrokerPID, if set, returns the PID of the local broker process
+	// (Local.BrokerPID), whose CPU time the cost figures then include
+	// (Cost.BrokerCPUS); 0 when none runs.
+	BrokerPID func() int
 }
+
+// How the broker-down scenario takes the broker down (Env.BrokerOutage,
+// BrokerDown.Outage).
+const (
+	// OutageRefused: the in-process broker closes every connection and
+	// refuses new ones on the same address.
+	OutageRefused = "refused"
+	// OutageKilled: the broker process is SIGKILLed (a crash) and started
+	// again with its data after the outage.
+	OutageKilled = "sigkill"
+)
 
 func (e *Env) validate() error {
 	if e.DSN == "" {
@@ -70,30 +89,131 @@ func (e *Env) validate() error {
 	if e.Broker == "" {
 		e.Broker = "external"
 	}
+	if e.BrokerOutage == "" {
+		e.BrokerOutage = OutageRefused
+	}
 	return nil
 }
 
-// Local is a throwaway Postgres (fsync on) and an in-process kfake broker,
-// the development stack of `make run`.
+// Local is what StartLocal started: a throwaway Postgres (fsync on) and a
+// broker, the in-process kfake or a real Apache Kafka broker.
 type Local struct {
-	// DSN connects to the throwaway cluster's "postgres" database.
+	// DSN connects to the throwaway cluster's "postgres" database, or is
+	// the one given.
 	DSN string
-	// Brokers is the kfake broker's address (127.0.0.1, random port).
+	// Brokers are the broker's addresses, or those given.
 	Brokers []string
-	pg      *pgtemp.Cluster
-	kafka   *kfake.Cluster
-	ln      *faultnet.Listener
+	// Warmup says how the real broker was warmed up ("" for none).
+	Warmup string
+	pg     *pgtemp.Cluster
+	kafka  *kfake.Cluster
+	ln     *faultnet.Listener
+	real   *kafkatemp.Cluster
+}
+
+// KafkaKfake is LocalConfig.Kafka for the in-process kfake broker.
+const KafkaKfake = "kfake"
+
+// Defaults of LocalConfig.
+const (
+	// DefaultKafkaWarmup is how long a real broker is warmed up before
+	// the first run: long enough for its JIT to compile the produce and
+	// fetch paths.
+	DefaultKafkaWarmup = 10 * time.Second
+	// DefaultKafkaHeapMB is a real broker's JVM heap, as
+	// kafka-server-start.sh sets it (-Xmx1G).
+	DefaultKafkaHeapMB = 1024
+)
+
+// LocalConfig says what StartLocal starts.
+type LocalConfig struct {
+	// DSN is the PostgreSQL to use; empty: a pgtemp cluster with fsync on.
+	DSN string
+	// Brokers are the Kafka brokers to use; empty: StartLocal starts the
+	// one Kafka names.
+	Brokers []string
+	// Kafka is the broker StartLocal starts when Brokers is empty:
+	// KafkaKfake (the default), or an Apache Kafka version (e.g. "4.4.0",
+	// see kafkatemp.Versions) for one real broker from internal/kafkatemp
+	// with production JVM settings (G1, the full JIT; not FastStart),
+	// warmed up for KafkaWarmup. It needs java and mvn.
+	Kafka string
+	// KafkaCPUs pins the real broker's JVM to these CPUs (taskset -c
+	// list, e.g. "1"), to tell the contention of a co-located broker from
+	// the relay's own latency. Empty: not pinned.
+	KafkaCPUs string
+	// KafkaWarmup is how long the real broker is warmed up (records
+	// produced with the project's kafka.Publisher and read back with
+	// franz-go) before StartLocal returns. Zero: DefaultKafkaWarmup;
+	// negative: none.
+	KafkaWarmup time.Duration
+	// KafkaHeapMB is the real broker's JVM heap. Zero:
+	// DefaultKafkaHeapMB.
+	KafkaHeapMB int
+	// Log receives progress lines; nil: none.
+	Log *zap.Logger
+}
+
+// WithDefaults returns c with the defaults applied.
+func (c LocalConfig) WithDefaults() LocalConfig {
+	if c.Kafka == "" {
+		c.Kafka = KafkaKfake
+	}
+	if c.KafkaWarmup == 0 {
+		c.KafkaWarmup = DefaultKafkaWarmup
+	}
+	if c.KafkaHeapMB == 0 {
+		c.KafkaHeapMB = DefaultKafkaHeapMB
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	return c
+}
+
+// Validate returns an error naming the first invalid field.
+func (c LocalConfig) Validate() error {
+	c = c.WithDefaults()
+	if c.Kafka != KafkaKfake && !validVersion(c.Kafka) {
+		return fmt.Errorf("bench: LocalConfig.Kafka: %q is not kfake or a Kafka version such as %s", c.Kafka, strings.Join(kafkatemp.Versions, " or "))
+	}
+	if len(c.Brokers) > 0 && c.Kafka != KafkaKfake {
+		return fmt.Errorf("bench: LocalConfig.Kafka: %s starts a broker, and Brokers are given: choose one", c.Kafka)
+	}
+	if c.KafkaCPUs != "" && c.Kafka == KafkaKfake {
+		return errors.New("bench: LocalConfig.KafkaCPUs: pins a real broker; the kfake broker runs in this process")
+	}
+	if c.KafkaCPUs != "" && strings.Trim(c.KafkaCPUs, "0123456789,-") != "" {
+		return fmt.Errorf("bench: LocalConfig.KafkaCPUs: %q is not a CPU list such as 1 or 0,2-3", c.KafkaCPUs)
+	}
+	if c.KafkaHeapMB < 0 {
+		return fmt.Errorf("bench: LocalConfig.KafkaHeapMB: must be positive, got %d", c.KafkaHeapMB)
+	}
+	return nil
+}
+
+// validVersion reports whether v looks like a Kafka version: digits and
+// dots, e.g. 4.4.0.
+func validVersion(v string) bool {
+	if v == "" || strings.Trim(v, "0123456789.") != "" || strings.HasPrefix(v, ".") || strings.HasSuffix(v, ".") {
+		return false
+	}
+	return strings.Contains(v, ".")
 }
 
 // StartLocal starts what is missing: a pgtemp cluster with fsync on (the
-// realistic setting) when dsn is empty, a one-broker kfake cluster when
-// brokers is empty. Close stops what it started. The throwaway cluster
-// spaces checkpoints out (max_wal_size 8GB, checkpoint_timeout 30min):
-// the suite writes about a million rows, and a checkpoint landing in one
-// mode's run by chance would skew the comparison between modes.
-func StartLocal(ctx context.Context, dsn string, brokers []string) (*Local, error) {
-	l := &Local{DSN: dsn, Brokers: brokers}
-	if dsn == "" {
+// realistic setting) when cfg.DSN is empty, the broker cfg.Kafka names
+// when cfg.Brokers is empty. Close stops what it started. The throwaway
+// cluster spaces checkpoints out (max_wal_size 8GB, checkpoint_timeout
+// 30min): the suite writes about a million rows, and a checkpoint landing
+// in one mode's run by chance would skew the comparison between modes.
+func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	l := &Local{DSN: cfg.DSN, Brokers: cfg.Brokers}
+	if cfg.DSN == "" {
 		c, err := pgtemp.Start(ctx, pgtemp.Options{Fsync: true, ExtraConf: map[string]string{
 			"max_wal_size": "8GB", "checkpoint_timeout": "30min",
 		}})
@@ -102,7 +222,9 @@ func StartLocal(ctx context.Context, dsn string, brokers []string) (*Local, erro
 		}
 		l.pg, l.DSN = c, c.DSN()
 	}
-	if len(brokers) == 0 {
+	switch {
+	case len(cfg.Brokers) > 0:
+	case cfg.Kafka == KafkaKfake:
 		// The broker listens through faultnet so that the broker-down
 		// scenario can refuse connections on the same address.
 		ln, err := faultnet.Listen("tcp", "127.0.0.1:0")
@@ -118,24 +240,116 @@ func StartLocal(ctx context.Context, dsn string, brokers []string) (*Local, erro
 			return nil, fmt.Errorf("bench: kfake: %w", err)
 		}
 		l.kafka, l.ln, l.Brokers = c, ln, c.ListenAddrs()
+	default:
+		if err := l.startReal(ctx, cfg); err != nil {
+			l.Close()
+			return nil, err
+		}
 	}
 	return l, nil
+}
+
+// startReal starts one real broker of cfg.Kafka and warms it up.
+func (l *Local) startReal(ctx context.Context, cfg LocalConfig) error {
+	began := time.Now()
+	c, err := kafkatemp.Start(ctx, kafkatemp.Options{Version: cfg.Kafka, HeapMB: cfg.KafkaHeapMB, CPUs: cfg.KafkaCPUs})
+	if err != nil {
+		return fmt.Errorf("bench: start Kafka %s: %w", cfg.Kafka, err)
+	}
+	l.real, l.Brokers = c, c.Brokers()
+	cfg.Log.Info("kafka broker started", zap.String("version", c.Version()), zap.Strings("brokers", l.Brokers),
+		zap.Int("pid", c.Node(1).PID()), zap.Duration("took", time.Since(began).Round(100*time.Millisecond)))
+	if cfg.KafkaWarmup > 0 {
+		w, err := warmBroker(ctx, l.Brokers, cfg.KafkaWarmup, cfg.Log)
+		if err != nil {
+			return err
+		}
+		l.Warmup = w
+	}
+	return nil
 }
 
 // Kfake reports whether the broker is the in-process kfake cluster.
 func (l *Local) Kfake() bool { return l.kafka != nil }
 
-// SetBrokerUp makes the in-process broker reachable (true) or closes and
-// refuses every connection to it (false). A no-op without one.
-func (l *Local) SetBrokerUp(up bool) {
-	if l.ln == nil {
-		return
+// Broker describes the broker for the report: "kfake", "Apache Kafka
+// 4.4.0" (a real broker StartLocal started) or "external".
+func (l *Local) Broker() string {
+	switch {
+	case l.kafka != nil:
+		return KafkaKfake
+	case l.real != nil:
+		return "Apache Kafka " + l.real.Version()
 	}
-	if up {
-		l.ln.SetMode(faultnet.Up)
-	} else {
-		l.ln.SetMode(faultnet.Refuse)
+	return "external"
+}
+
+// BrokerJVMFlags returns the real broker's JVM options (nil for kfake and
+// external brokers).
+func (l *Local) BrokerJVMFlags() []string {
+	if l.real == nil {
+		return nil
 	}
+	return l.real.JVMFlags()
+}
+
+// BrokerCPUs returns the CPUs the real broker is pinned to ("" for none).
+func (l *Local) BrokerCPUs() string {
+	if l.real == nil {
+		return ""
+	}
+	return l.real.CPUs()
+}
+
+// BrokerPID returns the PID of the real broker's JVM now (it changes when
+// broker-down restarts it), 0 when none runs: Env.BrokerPID.
+func (l *Local) BrokerPID() int {
+	if l.real == nil {
+		return 0
+	}
+	return l.real.Node(1).PID()
+}
+
+// CanTakeBrokerDown reports whether SetBrokerUp works: the broker is one
+// StartLocal started.
+func (l *Local) CanTakeBrokerDown() bool { return l.ln != nil || l.real != nil }
+
+// BrokerOutage says how SetBrokerUp(false) takes the broker down:
+// OutageRefused (kfake) or OutageKilled (a real broker).
+func (l *Local) BrokerOutage() string {
+	if l.real != nil {
+		return OutageKilled
+	}
+	return OutageRefused
+}
+
+// SetBrokerUp makes the broker reachable (true) or takes it down (false):
+// the in-process broker closes and refuses every connection; a real
+// broker is killed with SIGKILL (a crash: no controlled shutdown, its
+// listener gone) and, on true, started again with its data, returning
+// once it answers metadata requests (after log recovery: seconds). A
+// broker that is up stays up. A no-op with external brokers.
+func (l *Local) SetBrokerUp(ctx context.Context, up bool) error {
+	switch {
+	case l.ln != nil:
+		if up {
+			l.ln.SetMode(faultnet.Up)
+		} else {
+			l.ln.SetMode(faultnet.Refuse)
+		}
+	case l.real != nil:
+		n := l.real.Node(1)
+		if !up {
+			return n.Kill()
+		}
+		if n.Running() {
+			return nil
+		}
+		if err := n.Start(ctx); err != nil {
+			return fmt.Errorf("bench: restart the broker: %w", err)
+		}
+	}
+	return nil
 }
 
 // Pgtemp reports whether Postgres is a throwaway pgtemp cluster.
@@ -143,16 +357,22 @@ func (l *Local) Pgtemp() bool { return l.pg != nil }
 
 // Close stops the broker and the cluster that StartLocal started.
 func (l *Local) Close() error {
+	var err error
 	if l.kafka != nil {
 		l.kafka.Close()
 		l.kafka = nil
 	}
-	if l.pg != nil {
-		err := l.pg.Stop()
-		l.pg = nil
-		return err
+	if l.real != nil {
+		err = l.real.Close()
+		l.real = nil
 	}
-	return nil
+	if l.pg != nil {
+		if e := l.pg.Stop(); e != nil && err == nil {
+			err = e
+		}
+		l.pg = nil
+	}
+	return err
 }
 
 // runDB is one run's schema.

@@ -22,6 +22,9 @@ type Goal struct {
 	Pass *bool `json:"pass"`
 	// Run names the run the value comes from.
 	Run string `json:"run,omitempty"`
+	// Relative is true when Target comes from the run itself (the
+	// broker's floor measured in it); 0 when not measured.
+	Relative bool `json:"relative,omitempty"`
 }
 
 // goalSpec is how a Goal is found in the runs.
@@ -32,6 +35,28 @@ type goalSpec struct {
 	unit   string
 	// pick returns the value and the run's label, or ok false.
 	pick func(runs []Run) (v float64, run string, ok bool)
+}
+
+// relativeGoalSpec is a goal whose bound depends on the run: the broker's
+// floor measured in it. Its op is "<=".
+type relativeGoalSpec struct {
+	name, unit string
+	// pick returns the value, the bound and the run's label, or ok false.
+	pick func(runs []Run) (v, target float64, run string, ok bool)
+}
+
+// floorGoal compares the product run's figure at rate with a bound
+// computed from the broker's floor measured in the same run (the floor
+// probe, LatencyConfig.FloorProbeRate); no floor: not measured.
+func floorGoal(rate float64, f func(r *Run) (v, target float64)) func([]Run) (float64, float64, string, bool) {
+	return func(runs []Run) (float64, float64, string, bool) {
+		r := productRun(runs, rate)
+		if r == nil || r.FloorCount == 0 {
+			return 0, 0, "", false
+		}
+		v, target := f(r)
+		return v, target, costLabel(r), true
+	}
 }
 
 // productRun returns the last successful latency run of the product relay
@@ -79,10 +104,11 @@ func lastRun(runs []Run, scenario string) *Run {
 	return found
 }
 
-// goalSpecs are the relay's targets (the issue's): commit-to-publish at
+// goalSpecs are the relay's targets (the issues'): commit-to-publish at
 // 1,000, 10,000 and 10 events/s with default settings, what the relay
 // costs the database per event at 1,000/s, its idle cost, a burst after
-// a long idle period against one after a short one, and a large backlog.
+// a long idle period against one after a short one, at 500/s against the
+// broker's own floor (relative targets), and a large backlog.
 var goalSpecs = []goalSpec{
 	{"1000/s p50 latency", 1.5, "<=", "ms", latencyGoal(1000, func(r *Run) (float64, bool) { return r.P50MS, true })},
 	{"1000/s p99 latency", 6, "<=", "ms", latencyGoal(1000, func(r *Run) (float64, bool) { return r.P99MS, true })},
@@ -153,11 +179,24 @@ func worstScaleRatio(runs []Run) (float64, string, bool) {
 	return worst.RatioToOneRelay, costLabel(worst), true
 }
 
+// relativeGoals are the goals on a real broker (issue 18): within the
+// broker's own produce-to-consume latency measured in the same run under
+// the same load (the floor probe). n/a without a 500/s product run with a
+// floor probe.
+var relativeGoals = []relativeGoalSpec{
+	{"500/s p50 latency <= broker floor p50 + 2 ms", "ms", floorGoal(500, func(r *Run) (float64, float64) {
+		return r.P50MS, r.FloorP50MS + 2
+	})},
+	{"500/s p99 latency <= 3 x broker floor p99", "ms", floorGoal(500, func(r *Run) (float64, float64) {
+		return r.P99MS, 3 * r.FloorP99MS
+	})},
+}
+
 // EvaluateGoals checks runs against the relay's targets and returns one
 // Goal per target, in a fixed order; a target with no measurement in runs
 // has a null Value and Pass.
 func EvaluateGoals(runs []Run) []Goal {
-	out := make([]Goal, 0, len(goalSpecs))
+	out := make([]Goal, 0, len(goalSpecs)+len(relativeGoals))
 	for _, g := range goalSpecs {
 		goal := Goal{Name: g.name, Target: g.target, Op: g.op, Unit: g.unit}
 		if v, run, ok := g.pick(runs); ok {
@@ -166,6 +205,14 @@ func EvaluateGoals(runs []Run) []Goal {
 				pass = v >= g.target
 			}
 			goal.Value, goal.Pass, goal.Run = f64(v), &pass, run
+		}
+		out = append(out, goal)
+	}
+	for _, g := range relativeGoals {
+		goal := Goal{Name: g.name, Op: "<=", Unit: g.unit, Relative: true}
+		if v, target, run, ok := g.pick(runs); ok {
+			pass := v <= target
+			goal.Value, goal.Target, goal.Pass, goal.Run = f64(v), target, &pass, run
 		}
 		out = append(out, goal)
 	}
@@ -189,7 +236,11 @@ func writeGoals(w io.Writer, goals []Goal) {
 				res = "PASS"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%s\t\n", g.Name, g.Op, fmtGoal(g.Target, g.Unit), val, res, g.Run)
+		target := g.Op + " " + fmtGoal(g.Target, g.Unit)
+		if g.Relative && g.Value == nil {
+			target = "(from the run's floor)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", g.Name, target, val, res, g.Run)
 	}
 	tw.Flush()
 }

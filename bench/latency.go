@@ -76,6 +76,15 @@ type LatencyConfig struct {
 	// metadata are established as in a long-running relay. Defaults to
 	// 10; negative disables.
 	Warmup int
+	// FloorProbeRate is the rate, records per second, of the broker's
+	// floor probe that runs while the writers run (every mode but
+	// writers-only): a kafka.Publisher of its own (acks=all) sends one
+	// record per Publish call to a topic of its own on the same broker
+	// and a franz-go consumer with the tracker's fetch settings reads it
+	// back (Latency.FloorP50MS ...): the broker's produce-to-consume
+	// latency under the run's load. Defaults to DefaultFloorProbeRate
+	// (200, one record every 5 ms); negative turns it off.
+	FloorProbeRate float64
 }
 
 func (c *LatencyConfig) validate() error {
@@ -111,7 +120,12 @@ func (c *LatencyConfig) validate() error {
 	if c.Warmup == 0 {
 		c.Warmup = 10
 	}
+	if c.FloorProbeRate == 0 {
+		c.FloorProbeRate = DefaultFloorProbeRate
+	}
 	switch {
+	case math.IsNaN(c.FloorProbeRate) || math.IsInf(c.FloorProbeRate, 0) || c.FloorProbeRate > 10000:
+		return fmt.Errorf("bench: LatencyConfig.FloorProbeRate: must be at most 10000 records/s (negative: off), got %v", c.FloorProbeRate)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("bench: LatencyConfig.Rate: must be positive, got %v", c.Rate)
 	case c.Duration < 0:
@@ -365,7 +379,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			return run, err
 		}
 		if !cfg.NoCost {
-			if probe, err = newCostProbe(ctx, e.DSN); err != nil {
+			if probe, err = e.openCostProbe(ctx); err != nil {
 				return run, err
 			}
 			defer probe.Close()
@@ -379,12 +393,19 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		}
 	}
 	var tr *tracker
+	var floor *floorProbe
 	if cfg.Mode != ModeWritersOnly {
 		var err error
 		if tr, err = startTracker(ctx, e.Brokers, topic, ids, log); err != nil {
 			return run, err
 		}
 		defer tr.Stop()
+		if cfg.FloorProbeRate > 0 {
+			if floor, err = e.startFloorProbe(ctx, cfg.FloorProbeRate, floorProbeMax(cfg.FloorProbeRate, cfg.Duration), cfg.PayloadBytes, log); err != nil {
+				return run, err
+			}
+			defer floor.close()
+		}
 	}
 
 	// Warm-up: a few events through the whole path, not measured.
@@ -440,10 +461,18 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	hists := make([]writerHists, cfg.Writers)
 	interval := float64(k) / cfg.Rate // seconds between transactions
 	var before relayStats
+	var timings0 relayTimings
 	if rel != nil {
 		before = rel.Stats()
 	}
+	proc, _ := rel.(*relayProc)
+	if proc != nil {
+		timings0 = proc.Timings()
+	}
 	start := time.Now().Add(5 * time.Millisecond)
+	if floor != nil {
+		floor.begin(ctx, start) // with the writers
+	}
 	e.Progress.Begin(fmt.Sprintf("%s %s %g/s", cfg.Scenario, label(cfg), cfg.Rate), func() string {
 		received := int64(0)
 		if tr != nil {
@@ -500,6 +529,17 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 	wg.Wait()
 	sendEnd := time.Now()
+	var floorErr error
+	if floor != nil {
+		var fs Summary
+		var sent, lost int64
+		fs, sent, lost, floorErr = floor.finish(ctx, cfg.Grace)
+		run.FloorRate, run.FloorCount, run.FloorLost = cfg.FloorProbeRate, fs.Count, lost
+		run.FloorP50MS, run.FloorP99MS, run.FloorMaxMS = fs.P50, fs.P99, fs.Max
+		if lost > 0 {
+			log.Warn("floor probe records lost", zap.Int64("lost", lost), zap.Int64("sent", sent))
+		}
+	}
 	measured := sendEnd
 	if tr != nil {
 		tr.waitFor(ctx, committed.Load()+int64(warm), cfg.Grace)
@@ -511,6 +551,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	var during relayStats
 	if rel != nil {
 		during = rel.Stats().sub(before)
+	}
+	if proc != nil {
+		run.RelayTimings = proc.Timings().since(timings0)
 	}
 	e.Progress.End()
 	var costErr error
@@ -579,6 +622,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 	if run.Lost > 0 {
 		log.Warn("events lost", zap.Int64("lost", run.Lost), zap.Duration("grace", cfg.Grace))
+	}
+	if costErr == nil {
+		costErr = floorErr
 	}
 	return run, costErr
 }

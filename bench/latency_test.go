@@ -58,12 +58,19 @@ func TestLatencyScenario(t *testing.T) {
 		if len(run.CDF) == 0 || run.CDF[len(run.CDF)-1].Fraction != 1 {
 			t.Errorf("%s: CDF = %v", mode, run.CDF)
 		}
+		// The broker's floor, measured beside the writers: about 200
+		// records in the second (fewer when a call takes over 5 ms).
+		if run.FloorRate != DefaultFloorProbeRate || run.FloorCount < 20 || run.FloorLost != 0 ||
+			!(run.FloorP50MS > 0 && run.FloorP50MS <= run.FloorP99MS && run.FloorP99MS <= run.FloorMaxMS) {
+			t.Errorf("%s: floor probe: rate %v count %d lost %d p50 %v p99 %v max %v", mode, run.FloorRate, run.FloorCount,
+				run.FloorLost, run.FloorP50MS, run.FloorP99MS, run.FloorMaxMS)
+		}
 		rep.Runs = append(rep.Runs, run)
 	}
 
 	var out bytes.Buffer
 	rep.WriteTable(&out)
-	for _, want := range []string{"latency notify", "poll(100ms)", "naive(100ms)", "floor"} {
+	for _, want := range []string{"latency notify", "poll(100ms)", "naive(100ms)", "floor", "floor p50"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table has no %q:\n%s", want, out.String())
 		}
@@ -82,5 +89,22 @@ func TestLatencyScenario(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: not written (%v)", f, err)
 		}
+	}
+}
+
+// TestFloorProbeOff: a negative FloorProbeRate runs no probe and reports
+// no floor.
+func TestFloorProbeOff(t *testing.T) {
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	env := &Env{DSN: db.ConnString, Brokers: k.Brokers, Log: testenv.Logger(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run, err := env.Latency(ctx, LatencyConfig{Mode: ModeFloor, Rate: 100, Duration: 500 * time.Millisecond, Writers: 2, Warmup: 2, FloorProbeRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Count != 50 || run.FloorCount != 0 || run.FloorRate != 0 {
+		t.Errorf("count %d, floor count %d rate %v; want 50, no floor", run.Count, run.FloorCount, run.FloorRate)
 	}
 }

@@ -33,8 +33,15 @@ type Machine struct {
 	// PostgresSource is "pgtemp" (throwaway, started by the bench) or
 	// "external".
 	PostgresSource string `json:"postgres_source"`
-	// Broker is "kfake" (in-process) or "external".
+	// Broker is "kfake" (in-process), "Apache Kafka 4.4.0" (a real broker
+	// the bench started, internal/kafkatemp) or "external".
 	Broker string `json:"broker"`
+	// BrokerJVMFlags are the JVM options of a real broker the bench
+	// started; BrokerCPUs the CPUs it was pinned to ("" for none);
+	// BrokerWarmup what warmed it up before the first run.
+	BrokerJVMFlags []string `json:"broker_jvm_flags,omitempty"`
+	BrokerCPUs     string   `json:"broker_cpus,omitempty"`
+	BrokerWarmup   string   `json:"broker_warmup,omitempty"`
 	// DBCPUSource says where the database's CPU time comes from (the
 	// postmaster's PID and /proc), or why it is unavailable (a server
 	// whose processes this machine's /proc does not show).

@@ -223,6 +223,18 @@ func (p *relayProc) Stats() relayStats {
 	return p.last
 }
 
+// Timings scrapes the relay's claim, mark and produce histograms from
+// its /metrics (the zero value, which RelayTimings treats as missing,
+// when the scrape fails).
+func (p *relayProc) Timings() relayTimings {
+	s, err := scrape(context.Background(), p.metricsAddr)
+	if err != nil {
+		p.log.Warn("relay process: scrape failed", zap.Error(err))
+		return relayTimings{}
+	}
+	return relayTimingsFromProm(s)
+}
+
 // CPUSeconds returns the relay process's CPU time so far (user + system),
 // in seconds.
 func (p *relayProc) CPUSeconds() (float64, error) { return processCPUSeconds(p.Pid()) }

@@ -37,12 +37,13 @@ func TestRelayProcess(t *testing.T) {
 	}
 	env := &Env{DSN: db.ConnString, Brokers: k.Brokers, Log: testenv.Logger(t), RelayBin: bin}
 	if k.Cluster != nil {
-		env.SetBrokerUp = func(up bool) {
+		env.SetBrokerUp = func(_ context.Context, up bool) error {
 			if up {
 				ln.SetMode(faultnet.Up)
 			} else {
 				ln.SetMode(faultnet.Refuse)
 			}
+			return nil
 		}
 	}
 	rep := &Report{}

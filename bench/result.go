@@ -157,6 +157,21 @@ type Latency struct {
 	// Notifications is how many notifications the run's LISTEN session
 	// received (writers-only runs with LatencyConfig.Listen).
 	Notifications int64 `json:"notifications,omitempty"`
+	// The broker's own floor, measured in the same run while the writers
+	// ran (LatencyConfig.FloorProbeRate): one record per Publish call of a
+	// kafka.Publisher of its own (acks=all) to a topic of its own at
+	// FloorRate records/s, from the call to a franz-go consumer's receipt,
+	// in ms; FloorCount records received, FloorLost not received within
+	// the grace period. Absent when the probe did not run.
+	FloorRate  float64 `json:"floor_rate,omitempty"`
+	FloorCount int64   `json:"floor_count,omitempty"`
+	FloorLost  int64   `json:"floor_lost,omitempty"`
+	FloorP50MS float64 `json:"floor_p50_ms,omitempty"`
+	FloorP99MS float64 `json:"floor_p99_ms,omitempty"`
+	FloorMaxMS float64 `json:"floor_max_ms,omitempty"`
+	// RelayTimings is where a relay process's time went during the send
+	// phase, from its /metrics (notify-proc only).
+	RelayTimings *RelayTimings `json:"relay_timings,omitempty"`
 	// Relay wake-ups during the send phase by cause.
 	WakeNotify  int64 `json:"wake_notify"`
 	WakePoll    int64 `json:"wake_poll"`
@@ -165,6 +180,38 @@ type Latency struct {
 	// CDF is the latency distribution (fraction at or below latency_ms),
 	// thinned to about 200 points.
 	CDF []CDFPoint `json:"cdf,omitempty"`
+}
+
+// RelayTimings are a relay process's own histograms over a latency run's
+// send phase (the difference of two scrapes of its /metrics): how many
+// claims, marks and produce requests it made and how long they took on
+// average, in ms. With claim, publish and mark in sequence, an event waits
+// for the claim that leases it, its produce request and the consumer's
+// fetch; the mark delays the next claim.
+type RelayTimings struct {
+	// Claims and ClaimMeanMS: outbox_claim_duration_seconds, every
+	// result (rows, empty, error); ClaimsWithRows and ClaimRowsMeanMS
+	// those that leased events; EventsPerClaim: outbox_claim_batch_size's
+	// mean.
+	Claims          int64   `json:"claims"`
+	ClaimMeanMS     float64 `json:"claim_mean_ms"`
+	ClaimsWithRows  int64   `json:"claims_with_rows"`
+	ClaimRowsMeanMS float64 `json:"claim_rows_mean_ms"`
+	EventsPerClaim  float64 `json:"events_per_claim"`
+	// Marks and MarkMeanMS: outbox_mark_duration_seconds.
+	Marks      int64   `json:"marks"`
+	MarkMeanMS float64 `json:"mark_mean_ms"`
+	// Produces and ProduceMeanMS: outbox_kafka_produce_duration_seconds
+	// (every produce request, one partition's records, ok or error);
+	// ProduceOver5MS the share of them slower than 5 ms (from its
+	// buckets).
+	Produces       int64   `json:"produces"`
+	ProduceMeanMS  float64 `json:"produce_mean_ms"`
+	ProduceOver5MS float64 `json:"produce_over_5ms"`
+	// PublishLatencyMeanMS is outbox_publish_latency_seconds' mean: from
+	// the inserting transaction's start (created_at) to Kafka's
+	// acknowledgement.
+	PublishLatencyMeanMS float64 `json:"publish_latency_mean_ms"`
 }
 
 // Drain is the result of a drain run.
@@ -242,8 +289,17 @@ type Writers struct {
 // (MiB) before, during and after an outage of the broker while writers go
 // on at Rate.
 type BrokerDown struct {
-	// OutageS is how long the broker refused connections, in seconds.
+	// OutageS is how long the broker was down, in seconds.
 	OutageS float64 `json:"outage_s"`
+	// Outage says how it was down: OutageRefused (kfake refused every
+	// connection) or OutageKilled (a real broker SIGKILLed, then
+	// restarted).
+	Outage string `json:"outage"`
+	// RestartS is how long bringing the broker back took, from the end of
+	// the outage until it answered again, in seconds: about 0 for kfake,
+	// a JVM start and log recovery for a real broker. The relay cannot
+	// publish meanwhile; RecoveryS counts from its end.
+	RestartS float64 `json:"restart_s"`
 	// Rate is the writers' target rate, events/s.
 	Rate float64 `json:"rate"`
 	// RSSBeforeMiB is the relay's highest VmRSS before the outage (steady
@@ -257,8 +313,8 @@ type BrokerDown struct {
 	// WrittenOutage is the number of events committed while the broker
 	// was down.
 	WrittenOutage int64 `json:"written_outage"`
-	// RecoveryS is the time from the broker's return to the last event
-	// received (the writers stop when the broker returns).
+	// RecoveryS is the time from the broker's return (answering again) to
+	// the last event received (the writers stop when the outage ends).
 	RecoveryS float64 `json:"recovery_s"`
 	// Count is the number of events committed (warm-up excluded);
 	// Received how many of them arrived, Lost = Count - Received,

@@ -119,3 +119,64 @@ func freeAddr() (string, error) {
 	}
 	return addr, nil
 }
+
+// relayTimings are the raw histogram sums (seconds) and counts of a relay
+// process's /metrics that RelayTimings is computed from.
+type relayTimings struct {
+	ok                         bool
+	claimSum, claimN           float64
+	claimRowsSum, claimRowsN   float64
+	batchSum, batchN           float64
+	markSum, markN             float64
+	produceSum, produceN       float64
+	produceUnder5ms            float64
+	publishLatSum, publishLatN float64
+}
+
+// relayTimingsFromProm reads the histograms RelayTimings needs from a
+// scrape (package metrics' names).
+func relayTimingsFromProm(s []promSample) relayTimings {
+	get := func(name, match string) float64 {
+		v, _ := promSum(s, name, match)
+		return v
+	}
+	t := relayTimings{ok: true}
+	t.claimSum, t.claimN = get("outbox_claim_duration_seconds_sum", ""), get("outbox_claim_duration_seconds_count", "")
+	t.claimRowsSum, t.claimRowsN = get("outbox_claim_duration_seconds_sum", `result="rows"`), get("outbox_claim_duration_seconds_count", `result="rows"`)
+	t.batchSum, t.batchN = get("outbox_claim_batch_size_sum", ""), get("outbox_claim_batch_size_count", "")
+	t.markSum, t.markN = get("outbox_mark_duration_seconds_sum", ""), get("outbox_mark_duration_seconds_count", "")
+	t.produceSum, t.produceN = get("outbox_kafka_produce_duration_seconds_sum", ""), get("outbox_kafka_produce_duration_seconds_count", "")
+	t.produceUnder5ms = get("outbox_kafka_produce_duration_seconds_bucket", `le="0.005"`)
+	t.publishLatSum, t.publishLatN = get("outbox_publish_latency_seconds_sum", ""), get("outbox_publish_latency_seconds_count", "")
+	return t
+}
+
+// since returns what happened between the scrape a and t (a later one),
+// nil when either scrape failed.
+func (t relayTimings) since(a relayTimings) *RelayTimings {
+	if !t.ok || !a.ok {
+		return nil
+	}
+	mean := func(sum, n float64) float64 {
+		if n <= 0 {
+			return 0
+		}
+		return sum / n
+	}
+	r := &RelayTimings{
+		Claims:               int64(t.claimN - a.claimN),
+		ClaimMeanMS:          1000 * mean(t.claimSum-a.claimSum, t.claimN-a.claimN),
+		ClaimsWithRows:       int64(t.claimRowsN - a.claimRowsN),
+		ClaimRowsMeanMS:      1000 * mean(t.claimRowsSum-a.claimRowsSum, t.claimRowsN-a.claimRowsN),
+		EventsPerClaim:       mean(t.batchSum-a.batchSum, t.batchN-a.batchN),
+		Marks:                int64(t.markN - a.markN),
+		MarkMeanMS:           1000 * mean(t.markSum-a.markSum, t.markN-a.markN),
+		Produces:             int64(t.produceN - a.produceN),
+		ProduceMeanMS:        1000 * mean(t.produceSum-a.produceSum, t.produceN-a.produceN),
+		PublishLatencyMeanMS: 1000 * mean(t.publishLatSum-a.publishLatSum, t.publishLatN-a.publishLatN),
+	}
+	if n := t.produceN - a.produceN; n > 0 {
+		r.ProduceOver5MS = 1 - (t.produceUnder5ms-a.produceUnder5ms)/n
+	}
+	return r
+}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,11 @@ type SuiteConfig struct {
 	// Latency is the template of every latency run (Mode and Relay are set
 	// per run).
 	Latency LatencyConfig
+	// Rates are the latency scenario's arrival rates, events/s: every mode
+	// runs at each, in order (rate by rate), with at least
+	// max(Latency.Writers, rate/400) writers. Defaults to [Latency.Rate];
+	// the sweep runs at Latency.Rate.
+	Rates []float64
 	// SweepDuration is each sweep run's duration. Defaults to
 	// Latency.Duration.
 	SweepDuration time.Duration
@@ -148,6 +154,13 @@ func (c *SuiteConfig) setDefaults() {
 	if len(c.NotifyCostRates) == 0 {
 		c.NotifyCostRates = DefaultNotifyCostRates
 	}
+	if len(c.Rates) == 0 {
+		rate := c.Latency.Rate
+		if rate == 0 {
+			rate = 1000 // LatencyConfig's default
+		}
+		c.Rates = []float64{rate}
+	}
 }
 
 // allScenarios is every scenario in the order RunSuite runs them.
@@ -173,6 +186,11 @@ func (c *SuiteConfig) Validate() error {
 	for _, r := range c.ExtraRates {
 		if !(r > 0) || math.IsInf(r, 0) {
 			return fmt.Errorf("bench: SuiteConfig.ExtraRates: must be positive, got %v", r)
+		}
+	}
+	for _, r := range c.Rates {
+		if !(r > 0) || math.IsInf(r, 0) || r*c.Latency.Duration.Seconds() > 50e6 {
+			return fmt.Errorf("bench: SuiteConfig.Rates: must be positive (and at most 50 million events per run), got %v", r)
 		}
 	}
 	if c.MinEvents < 0 {
@@ -234,12 +252,13 @@ func (c *SuiteConfig) Validate() error {
 
 // NeedsRelayBin reports whether cfg runs a relay process (Env.RelayBin):
 // the burst and backlog scenarios, latency or drain with the notify-proc
-// mode, or broker-down when the broker is the in-process one (kfake; with
-// external brokers broker-down is skipped).
-func (c *SuiteConfig) NeedsRelayBin(kfake bool) bool {
+// mode, or broker-down when the bench can take the broker down
+// (brokerControl: kfake or a real broker it started; with external
+// brokers broker-down is skipped).
+func (c *SuiteConfig) NeedsRelayBin(brokerControl bool) bool {
 	has := func(s string) bool { return slices.Contains(c.Scenarios, s) }
 	proc := slices.Contains(c.Modes, ModeNotifyProc)
-	return has(ScenarioBurst) || has(ScenarioBacklog) || has(ScenarioScale) || (kfake && has(ScenarioBrokerDown)) ||
+	return has(ScenarioBurst) || has(ScenarioBacklog) || has(ScenarioScale) || (brokerControl && has(ScenarioBrokerDown)) ||
 		(proc && (has(ScenarioLatency) || has(ScenarioDrain)))
 }
 
@@ -342,18 +361,21 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		}
 		switch sc {
 		case ScenarioLatency:
-			for _, m := range cfg.Modes {
-				polls := []time.Duration{cfg.FallbackPoll}
-				if m == ModePoll || m == ModeNaive {
-					polls = cfg.PollIntervals
-				}
-				for _, p := range polls {
-					if ctx.Err() != nil {
-						return ctx.Err()
+			for _, rate := range cfg.Rates {
+				for _, m := range cfg.Modes {
+					polls := []time.Duration{cfg.FallbackPoll}
+					if m == ModePoll || m == ModeNaive {
+						polls = cfg.PollIntervals
 					}
-					lc := cfg.Latency
-					lc.Mode, lc.Scenario, lc.Relay = m, ScenarioLatency, relayCfg(m, p, lease0)
-					latency(lc)
+					for _, p := range polls {
+						if ctx.Err() != nil {
+							return ctx.Err()
+						}
+						lc := cfg.Latency
+						lc.Mode, lc.Scenario, lc.Relay = m, ScenarioLatency, relayCfg(m, p, lease0)
+						lc.Rate, lc.Writers = rate, writersFor(rate, cmp.Or(cfg.Latency.Writers, 8))
+						latency(lc)
+					}
 				}
 			}
 			for _, rate := range cfg.ExtraRates {
@@ -531,7 +553,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 				r = Run{Scenario: ScenarioBrokerDown, Mode: ModeNotify, BrokerDown: &BrokerDown{OutageS: bc.Outage.Seconds(), Rate: bc.Rate}}
 			}
 			if errors.Is(err, ErrNoBrokerControl) {
-				r.Note, err = "skipped: the broker is external (--brokers); only the in-process broker can be taken down", nil
+				r.Note, err = "skipped: the broker is external (--brokers); only a broker the bench started can be taken down", nil
 				e.Log.Warn("broker-down skipped: external brokers")
 			}
 			add(r, err)

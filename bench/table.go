@@ -63,6 +63,16 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "machine: %s, %d cores, %d MiB, %s, kernel %s\n", m.CPU, m.Cores, m.MemoryMB, m.GoVersion, m.Kernel)
 	fmt.Fprintf(w, "postgres: %s (fsync=%s, synchronous_commit=%s, %s); broker: %s\n",
 		firstWords(m.Postgres, 2), m.PostgresFsync, m.PostgresSynchronousCommit, m.PostgresSource, m.Broker)
+	if len(m.BrokerJVMFlags) > 0 {
+		pinned := "not pinned"
+		if m.BrokerCPUs != "" {
+			pinned = "pinned to CPUs " + m.BrokerCPUs
+		}
+		fmt.Fprintf(w, "broker JVM (%s): %s\n", pinned, strings.Join(m.BrokerJVMFlags, " "))
+	}
+	if m.BrokerWarmup != "" {
+		fmt.Fprintf(w, "broker warm-up: %s\n", m.BrokerWarmup)
+	}
 	if m.DBCPUSource != "" {
 		fmt.Fprintf(w, "DB CPU: %s\n", m.DBCPUSource)
 	}
@@ -98,15 +108,22 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if len(lat) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "latency (ms)\trate/s\tcount\tlost\tdup\tmean\tp50\tp90\tp99\tp99.9\tmax\tlag p99\tclaims/s\tempty/s\tidle claims/s\t")
+		fmt.Fprintln(tw, "latency (ms)\trate/s\tcount\tlost\tdup\tmean\tp50\tp90\tp99\tp99.9\tmax\tfloor p50\tfloor p99\tfloor max\tlag p99\tclaims/s\tempty/s\tidle claims/s\t")
+		floors := false
 		for _, run := range lat {
-			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.2f\t%s\n",
+			floors = floors || run.FloorCount > 0
+			fp50, fp99, fmax := floorFigures(run)
+			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%.2f\t%.1f\t%.1f\t%.2f\t%s\n",
 				costLabel(run), run.AchievedRate, run.Count, run.Lost, run.Duplicates,
-				run.MeanMS, run.P50MS, run.P90MS, run.P99MS, run.P999MS, run.MaxMS, run.LagP99MS,
+				run.MeanMS, run.P50MS, run.P90MS, run.P99MS, run.P999MS, run.MaxMS, fp50, fp99, fmax, run.LagP99MS,
 				run.ClaimsPerS, run.EmptyClaimsPerS, run.IdleClaimsPerS, errNote(run))
 		}
 		tw.Flush()
+		if floors {
+			fmt.Fprintln(w, "(floor: the broker's own produce-to-consume latency in the same run, one record per Publish call at floor_rate/s to a topic of its own)")
+		}
 		fmt.Fprintln(w)
+		writeRelayTimings(w, lat)
 	}
 	if len(drain) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -158,11 +175,11 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if len(down) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "broker-down (relay process)\toutage s\trate/s\twritten in outage\tRSS before MiB\tmax in outage\tmax in recovery\tpeak MiB\trecovery s\tcount\tlost\tdup\t")
+		fmt.Fprintln(tw, "broker-down (relay process)\toutage\toutage s\trestart s\trate/s\twritten in outage\tRSS before MiB\tmax in outage\tmax in recovery\tpeak MiB\trecovery s\tcount\tlost\tdup\t")
 		for _, run := range down {
 			b := run.BrokerDown
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t%d\t%d\t%s\n",
-				run.Mode, b.OutageS, b.Rate, b.WrittenOutage, b.RSSBeforeMiB, b.RSSMaxOutageMiB, b.RSSMaxRecoveryMiB,
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.0f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t%d\t%d\t%s\n",
+				run.Mode, b.Outage, b.OutageS, b.RestartS, b.Rate, b.WrittenOutage, b.RSSBeforeMiB, b.RSSMaxOutageMiB, b.RSSMaxRecoveryMiB,
 				b.VmHWMMiB, b.RecoveryS, b.Count, b.Lost, b.Duplicates, errNote(run))
 		}
 		tw.Flush()
@@ -221,26 +238,62 @@ func writeBursts(w io.Writer, runs []*Run) {
 // to its latency percentiles.
 func writeCosts(w io.Writer, runs []*Run) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cost\tevents\twindow s\tp50 ms\tp99 ms\tclaims/s\tDB xact/s\tDB CPU s\trelay CPU s\tDB CPU ms/ev\trelay DB CPU ms/ev\trelay CPU ms/ev\tDB xact/ev\trelay xact/ev\tWAL B/ev\trelay WAL B/ev\tckpt\t")
+	fmt.Fprintln(tw, "cost\tevents\twindow s\tp50 ms\tp99 ms\tfloor p50\tfloor p99\tclaims/s\tDB xact/s\tDB CPU s\trelay CPU s\tbroker CPU s\tDB CPU ms/ev\trelay DB CPU ms/ev\trelay CPU ms/ev\tbroker CPU ms/ev\tDB xact/ev\trelay xact/ev\tWAL B/ev\trelay WAL B/ev\tckpt\t")
 	for _, run := range runs {
 		c := run.Cost
-		p50, p99, claims := "-", "-", "-"
+		p50, p99, claims, fp50, fp99 := "-", "-", "-", "-", "-"
 		switch {
 		case run.Latency != nil && run.Count > 0:
 			p50, p99 = fmt.Sprintf("%.2f", run.P50MS), fmt.Sprintf("%.2f", run.P99MS)
 			claims = fmt.Sprintf("%.1f", run.ClaimsPerS)
+			fp50, fp99, _ = floorFigures(run)
 		case run.Drain != nil && run.DurationS > 0 && run.Mode != ModeSQLCeiling:
 			claims = fmt.Sprintf("%.1f", float64(run.Claims)/run.DurationS)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%.0f\t%s\t%d\t%s\n",
-			costLabel(run), c.CostEvents, c.CostWindowS, p50, p99, claims, c.DBXactsPerS,
-			optF(c.DBCPUS, "%.2f"), optF(c.RelayCPUS, "%.2f"), optF(c.DBCPUMSPerEvent, "%.3f"),
-			optF(c.RelayDBCPUMSPerEvent, "%.3f"), optF(c.RelayCPUMSPerEvent, "%.3f"), c.DBXactsPerEvent,
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%.0f\t%s\t%d\t%s\n",
+			costLabel(run), c.CostEvents, c.CostWindowS, p50, p99, fp50, fp99, claims, c.DBXactsPerS,
+			optF(c.DBCPUS, "%.2f"), optF(c.RelayCPUS, "%.2f"), optF(c.BrokerCPUS, "%.2f"), optF(c.DBCPUMSPerEvent, "%.3f"),
+			optF(c.RelayDBCPUMSPerEvent, "%.3f"), optF(c.RelayCPUMSPerEvent, "%.3f"), optF(c.BrokerCPUMSPerEvent, "%.3f"), c.DBXactsPerEvent,
 			optF(c.RelayXactsPerEvent, "%.3f"), c.WALBytesPerEvent, optF(c.RelayWALBytesPerEvent, "%.0f"), c.Checkpoints, errNote(run))
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(DB: every PostgreSQL process; relay DB CPU, xact, WAL: per event minus the writers-only baseline at the same load;")
-	fmt.Fprintln(w, " relay CPU: the relay process, notify-proc only; \"-\": not measured. See bench/README.md.)")
+	fmt.Fprintln(w, " relay CPU: the relay process, notify-proc only; broker CPU: a broker process the bench started, its floor probe's")
+	fmt.Fprintln(w, " and consumers' load included; floor: the broker's own latency in the same run; \"-\": not measured. See bench/README.md.)")
+	fmt.Fprintln(w)
+}
+
+// floorFigures formats a latency run's floor p50, p99 and max ("-"
+// without a floor probe).
+func floorFigures(r *Run) (p50, p99, maxMS string) {
+	if r.Latency == nil || r.FloorCount == 0 {
+		return "-", "-", "-"
+	}
+	return fmt.Sprintf("%.2f", r.FloorP50MS), fmt.Sprintf("%.2f", r.FloorP99MS), fmt.Sprintf("%.2f", r.FloorMaxMS)
+}
+
+// writeRelayTimings writes where the relay processes' time went in the
+// latency runs that scraped it (notify-proc).
+func writeRelayTimings(w io.Writer, runs []*Run) {
+	var with []*Run
+	for _, r := range runs {
+		if r.RelayTimings != nil {
+			with = append(with, r)
+		}
+	}
+	if len(with) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "relay process (its /metrics)\tclaims\tclaim ms\twith rows\tclaim rows ms\tevents/claim\tmarks\tmark ms\tproduces\tproduce ms\tproduce > 5 ms\tpublish latency ms\t")
+	for _, r := range with {
+		t := r.RelayTimings
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%d\t%.2f\t%.2f\t%d\t%.2f\t%d\t%.2f\t%.1f%%\t%.2f\t\n", costLabel(r), t.Claims, t.ClaimMeanMS,
+			t.ClaimsWithRows, t.ClaimRowsMeanMS, t.EventsPerClaim, t.Marks, t.MarkMeanMS, t.Produces, t.ProduceMeanMS, 100*t.ProduceOver5MS, t.PublishLatencyMeanMS)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(means over the send phase: outbox_claim_duration_seconds, outbox_claim_batch_size, outbox_mark_duration_seconds,")
+	fmt.Fprintln(w, " outbox_kafka_produce_duration_seconds, outbox_publish_latency_seconds)")
 	fmt.Fprintln(w)
 }
 

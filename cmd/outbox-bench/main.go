@@ -4,7 +4,8 @@
 // github.com/pgoutbox/outbox/bench and `outbox-bench --help`.
 //
 // Without --database-url and --brokers it starts a throwaway Postgres
-// (fsync on) and an in-process kfake broker, like `make run`.
+// (fsync on) and an in-process kfake broker, like `make run`, or with
+// --kafka 4.4.0 a real Apache Kafka broker (internal/kafkatemp).
 package main
 
 import (
@@ -67,9 +68,11 @@ Scenarios (--scenario, comma-separated; run in this order):
   sweep    latency and claim load across --poll-interval x --lease values
   broker-down
            the relay as a process (outbox-relay run); writers at --rate; the
-           in-process broker refuses connections for --outage, then returns:
-           the relay's RSS before, during and after, the recovery time and
-           lost events (skipped with external --brokers)
+           broker is down for --outage, then returns: kfake refuses every
+           connection, a real broker (--kafka 4.4.0) is SIGKILLed (a crash)
+           and started again with its data; the relay's RSS before, during
+           and after, the broker's restart time, the recovery time and lost
+           events (skipped with external --brokers)
 
 Modes (--mode): notify (the product), poll (no LISTEN, writer WakeupNone,
 one run per --poll-interval), naive (hand-written SELECT ... FOR UPDATE SKIP
@@ -90,10 +93,19 @@ max, relay DB CPU and transactions per event; 10000/s and 10/s p99; idle
 transactions/s and relay CPU; burst ratio; backlog events/s): PASS, FAIL,
 or n/a when not measured.
 
+Every latency run (but the writers-only baselines) also measures the
+broker's own floor under the same load: a producer of its own sends one
+record per call every 1/--floor-probe-rate s to a topic of its own and a
+consumer reads it back (floor_p50_ms, floor_p99_ms in the tables).
+
 Every flag can also be set in the environment as OUTBOX_<FLAG_NAME>
 (--poll-interval is OUTBOX_POLL_INTERVAL); the database URL also as
 DATABASE_URL. Without --database-url a throwaway Postgres (fsync on) is
-started; without --brokers an in-process kfake broker.
+started; without --brokers the broker --kafka names: the in-process kfake
+(default), or a real Apache Kafka broker of that version (4.4.0, 3.9.1)
+started with internal/kafkatemp (java and mvn needed; G1 and the full JIT
+as in production, 1 GiB heap), warmed up for --kafka-warmup before the
+first run and stopped at the end.
 
 Flags:
 `
@@ -164,6 +176,10 @@ type options struct {
 	suite       bench.SuiteConfig
 	databaseURL string
 	brokers     string
+	kafka       string
+	kafkaCPUs   string
+	kafkaWarmup time.Duration
+	floorRate   float64
 	partitions  int
 	jsonFile    string
 	plotFile    string
@@ -184,7 +200,11 @@ func register(fs *flag.FlagSet, o *options) {
 	s.Connections = []int{16, 32, 64}
 
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env OUTBOX_DATABASE_URL or DATABASE_URL); empty: start a throwaway cluster with fsync on")
-	fs.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port; empty: an in-process kfake broker")
+	fs.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port; empty: start the broker --kafka names")
+	fs.StringVar(&o.kafka, "kafka", bench.KafkaKfake, "the broker to start without --brokers: kfake (in-process), or an Apache Kafka version, e.g. 4.4.0 or 3.9.1 (internal/kafkatemp: needs java and mvn)")
+	fs.StringVar(&o.kafkaCPUs, "kafka-cpus", "", "pin the real broker's JVM to these CPUs (taskset -c list, e.g. 1); empty: not pinned")
+	fs.DurationVar(&o.kafkaWarmup, "kafka-warmup", bench.DefaultKafkaWarmup, "how long to warm a real broker up (produce and consume) before the first run; negative: not at all")
+	fs.Float64Var(&o.floorRate, "floor-probe-rate", bench.DefaultFloorProbeRate, "latency: records/s of the broker's floor probe in every run (one record per Publish call to a topic of its own); 0: off")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
 	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog,scale")
 	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc (notify-proc: the relay as a process, latency and drain)")
@@ -196,7 +216,8 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&s.ClaimWindow, "claim-window", 0, "the relay's --claim-window (0: its default; negative: off)")
 	fs.DurationVar(&s.ClaimWindowPoll, "claim-window-poll", 0, "the relay's --claim-window-poll (0: its default, 500µs); longer: fewer claims per event, more latency")
 	fs.DurationVar(&s.BusyClaimInterval, "busy-claim-interval", 0, "the relays' --busy-claim-interval (0: their default, 20ms), also for notify-proc; shorter: lower latency above 2,000 events/s, more claims")
-	fs.Float64Var(&s.Latency.Rate, "rate", 1000, "latency: arrival rate, events/s (open loop)")
+	s.Rates = []float64{1000}
+	fs.Var(floats(&s.Rates), "rate", "latency: arrival rates, events/s (open loop), comma-separated: every mode runs at each (the first is also broker-down's and the sweep's rate)")
 	fs.DurationVar(&s.Latency.Duration, "duration", 30*time.Second, "latency: how long events are sent per run")
 	fs.IntVar(&s.Latency.Writers, "writers", 8, "latency: writer goroutines (one connection each)")
 	fs.IntVar(&s.Latency.EventsPerTx, "events-per-tx", 1, "latency: events per transaction")
@@ -275,17 +296,7 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 	if err != nil {
 		return usageError{fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", o.logLevel)}
 	}
-	if o.Writers().Duration == 0 {
-		o.suite.Writers.Duration = o.suite.Latency.Duration
-	}
-	o.suite.Drain.PayloadBytes = o.suite.Latency.PayloadBytes
-	o.suite.Drain.Aggregates = o.suite.Latency.Aggregates
-	o.suite.Writers.PayloadBytes = o.suite.Latency.PayloadBytes
-	o.suite.Writers.Aggregates = o.suite.Latency.Aggregates
-	o.suite.BrokerDown.Rate = o.suite.Latency.Rate
-	o.suite.BrokerDown.Writers = o.suite.Latency.Writers
-	o.suite.BrokerDown.PayloadBytes = o.suite.Latency.PayloadBytes
-	o.suite.BrokerDown.Aggregates = o.suite.Latency.Aggregates
+	o.derive()
 	if err := o.suite.Validate(); err != nil {
 		return usageError{errors.New(flagError(err))}
 	}
@@ -314,22 +325,37 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 		defer pprof.StopCPUProfile()
 	}
 
-	if o.databaseURL == "" || len(brokers) == 0 {
-		fmt.Fprintln(stderr, "bench: starting the local stack (throwaway Postgres with fsync on, in-process kfake) for what was not given ...")
+	lcfg := bench.LocalConfig{DSN: o.databaseURL, Brokers: brokers, Kafka: o.kafka, KafkaCPUs: o.kafkaCPUs, KafkaWarmup: o.kafkaWarmup, Log: log}
+	if err := lcfg.Validate(); err != nil {
+		return usageError{errors.New(flagError(err))}
 	}
-	local, err := bench.StartLocal(ctx, o.databaseURL, brokers)
+	if o.databaseURL == "" || len(brokers) == 0 {
+		broker := "in-process kfake"
+		if o.kafka != bench.KafkaKfake {
+			broker = "Apache Kafka " + o.kafka + ", warmed up for " + o.kafkaWarmup.String()
+		}
+		fmt.Fprintf(stderr, "bench: starting the local stack (throwaway Postgres with fsync on, %s) for what was not given ...\n", broker)
+	}
+	local, err := bench.StartLocal(ctx, lcfg)
 	if err != nil {
 		return err
 	}
-	defer local.Close()
+	defer func() {
+		if err := local.Close(); err != nil {
+			log.Error("stop the local stack", zap.Error(err))
+		}
+	}()
 	env := &bench.Env{
 		DSN: local.DSN, Brokers: local.Brokers, Partitions: int32(o.partitions), Log: log,
+		Broker: local.Broker(), BrokerOutage: local.BrokerOutage(),
 	}
-	if local.Kfake() {
-		env.Broker = "kfake"
+	if local.CanTakeBrokerDown() {
 		env.SetBrokerUp = local.SetBrokerUp
 	}
-	if needBin := o.suite.NeedsRelayBin(local.Kfake()); needBin {
+	if local.BrokerPID() > 0 {
+		env.BrokerPID = local.BrokerPID
+	}
+	if needBin := o.suite.NeedsRelayBin(local.CanTakeBrokerDown()); needBin {
 		env.RelayBin = o.relayBin
 		if env.RelayBin == "" {
 			dir, err := os.MkdirTemp("", "outbox-bench-relay-")
@@ -352,9 +378,9 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 		Started: time.Now().UTC().Truncate(time.Second),
 	}
 	rep.Machine.Broker = env.Broker
-	if rep.Machine.Broker == "" {
-		rep.Machine.Broker = "external"
-	}
+	rep.Machine.BrokerJVMFlags = local.BrokerJVMFlags()
+	rep.Machine.BrokerCPUs = local.BrokerCPUs()
+	rep.Machine.BrokerWarmup = local.Warmup
 	rep.Machine.PostgresSource = "external"
 	if local.Pgtemp() {
 		rep.Machine.PostgresSource = "pgtemp"
@@ -406,6 +432,29 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 	return nil
 }
 
+// derive sets the suite's fields that follow from others: the writers',
+// drains' and broker-down's templates from the latency flags, the latency
+// template's rate (the first --rate) and the floor probe's rate
+// (--floor-probe-rate 0: off).
+func (o *options) derive() {
+	if o.Writers().Duration == 0 {
+		o.suite.Writers.Duration = o.suite.Latency.Duration
+	}
+	o.suite.Drain.PayloadBytes = o.suite.Latency.PayloadBytes
+	o.suite.Drain.Aggregates = o.suite.Latency.Aggregates
+	o.suite.Writers.PayloadBytes = o.suite.Latency.PayloadBytes
+	o.suite.Writers.Aggregates = o.suite.Latency.Aggregates
+	o.suite.Latency.Rate = o.suite.Rates[0]
+	o.suite.Latency.FloorProbeRate = o.floorRate
+	if o.floorRate == 0 {
+		o.suite.Latency.FloorProbeRate = -1 // off
+	}
+	o.suite.BrokerDown.Rate = o.suite.Latency.Rate
+	o.suite.BrokerDown.Writers = o.suite.Latency.Writers
+	o.suite.BrokerDown.PayloadBytes = o.suite.Latency.PayloadBytes
+	o.suite.BrokerDown.Aggregates = o.suite.Latency.Aggregates
+}
+
 // costPlotFile returns where the cost plot goes: flag if set ("-": none),
 // else plot's name with "-cost" before its extension ("" without plot).
 func costPlotFile(flag, plot string) string {
@@ -431,7 +480,9 @@ func flagError(err error) string {
 		"SuiteConfig.Scenarios": "--scenario", "SuiteConfig.Modes": "--mode",
 		"SuiteConfig.PollIntervals": "--poll-interval", "SuiteConfig.Leases": "--lease",
 		"SuiteConfig.DrainRelays": "--relays", "SuiteConfig.Connections": "--connections",
-		"LatencyConfig.Rate": "--rate", "LatencyConfig.Duration": "--duration", "LatencyConfig.Writers": "--writers",
+		"LatencyConfig.Rate": "--rate", "SuiteConfig.Rates": "--rate", "LatencyConfig.FloorProbeRate": "--floor-probe-rate",
+		"LocalConfig.Kafka": "--kafka", "LocalConfig.KafkaCPUs": "--kafka-cpus",
+		"LatencyConfig.Duration": "--duration", "LatencyConfig.Writers": "--writers",
 		"LatencyConfig.EventsPerTx": "--events-per-tx", "LatencyConfig.PayloadBytes": "--payload-bytes",
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
 		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",

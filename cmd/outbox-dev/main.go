@@ -2,6 +2,7 @@
 // outbox stack on one machine with no configuration.
 //
 //	go run ./cmd/outbox-dev                  # throwaway PostgreSQL + embedded broker on :9092
+//	go run ./cmd/outbox-dev --kafka 4.4.0    # ... + a real throwaway Apache Kafka 4.4.0 broker instead
 //	go run ./cmd/outbox-dev --database-url postgres://... --brokers kafka:9092
 //
 // Without --database-url on the command line it starts a throwaway
@@ -9,7 +10,10 @@
 // 127.0.0.1; needs the machine's PostgreSQL server binaries, see
 // internal/pgtemp). Without --brokers on the command line it starts an
 // embedded Kafka-protocol broker (kfake) on 127.0.0.1:--broker-port (9092),
-// so kcat and any other Kafka client can consume. DATABASE_URL,
+// so kcat and any other Kafka client can consume; with --kafka 4.4.0 (or
+// 3.9.1) it starts a real Apache Kafka broker on a free loopback port
+// instead (internal/kafkatemp: java and mvn, the jars from Maven Central,
+// about 10 s), with the topic created, stopped and removed on exit. DATABASE_URL,
 // OUTBOX_DATABASE_URL and OUTBOX_BROKERS are ignored (and said to be): a
 // shell set up for the real relay must not get sample events by accident.
 // Before the first sample event it prints the database it writes to (host,

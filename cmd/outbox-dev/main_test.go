@@ -284,6 +284,70 @@ func TestThrowawayStackStartsAndCleansUp(t *testing.T) {
 	}
 }
 
+// TestRealKafkaBroker: --kafka 4.4.0 starts a real Apache Kafka broker
+// instead of the embedded one (internal/kafkatemp), with the topic
+// created; the samples flow to it, an independent consumer reads them in
+// order, and on stop the broker's process and directory are gone. It
+// skips, saying what to install, where java or mvn is missing (fails
+// under CI=true).
+func TestRealKafkaBroker(t *testing.T) {
+	testenv.RequireKafkaTools(t)
+	db := testenv.MigratedDB(t)
+	for _, v := range []string{"OUTBOX_BROKERS", "OUTBOX_KAFKA"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	d := startDev(t, "--database-url", db.ConnString, "--kafka", "4.4.0", "--topic", "devreal", "--rate", "40")
+	d.waitPublished(t, 6)
+
+	out := d.stdout.String()
+	m := regexp.MustCompile(`Kafka \(Apache Kafka 4\.4\.0, throwaway, removed on exit\): (127\.0\.0\.1:\d+)\n  its log: (\S+)/node1/server\.log`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("stdout names no real broker:\n%s", out)
+	}
+	broker, dir := m[1], m[2]
+	if broker == "127.0.0.1:9092" && strings.Contains(out, "embedded") {
+		t.Errorf("the embedded broker started too:\n%s", out)
+	}
+	if !strings.Contains(out, "kcat -b "+broker+" -t devreal") {
+		t.Errorf("stdout has no kcat command for %s:\n%s", broker, out)
+	}
+	k := &testenv.TestKafka{Brokers: []string{broker}}
+	// The topic was created with 3 partitions, as the embedded broker's.
+	cl := k.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr("devreal")
+	req.Topics = append(req.Topics, mt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 3 {
+		t.Errorf("topic devreal: %v %+v", err, resp)
+	}
+	snapshot := d.stdout.String()
+	n := len(publishedLine.FindAllString(snapshot, -1))
+	recs := k.Consume(t, "devreal", n, 30*time.Second)
+	if len(recs) < n {
+		t.Fatalf("consumed %d records from the real broker, want at least %d", len(recs), n)
+	}
+	checkRecords(t, recs, snapshot)
+
+	if err := d.stop(t); err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+	if !strings.Contains(d.stdout.String(), "Kafka broker stopped, "+dir+" removed") {
+		t.Errorf("stdout does not say the broker stopped:\n%s", d.stdout.String())
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("broker directory %s still there after stop (stat: %v)", dir, err)
+	}
+	if c, err := net.DialTimeout("tcp", broker, time.Second); err == nil {
+		c.Close()
+		t.Errorf("%s still accepts connections after stop", broker)
+	}
+}
+
 // httpGet returns the status code and body of a GET of url.
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -447,6 +511,9 @@ func TestFlags(t *testing.T) {
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--brokers", "localhost", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--brokers"},
+		{[]string{"--kafka", "2.8.0"}, "--kafka"},
+		{[]string{"--kafka", "4.4.0", "--brokers", "kafka:9092"}, "--kafka"},
+		{[]string{"--kafka", "4.4.0", "--broker-port", "19092"}, "--broker-port"},
 		{[]string{"--nope"}, "nope"},
 		{[]string{"extra"}, "extra"},
 	}

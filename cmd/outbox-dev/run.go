@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,11 +17,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/peterbourgon/ff/v3"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pgoutbox/outbox/internal/kafkatemp"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -51,6 +56,9 @@ type options struct {
 	brokers     string
 	// ignoredEnv are the variables that were set but not used for them.
 	ignoredEnv []string
+	// kafka is the broker to start without --brokers: kafkaEmbedded, or an
+	// Apache Kafka version for a real broker (internal/kafkatemp).
+	kafka      string
 	brokerPort int
 	// metricsPort is the port of /metrics, /healthz and /readyz on
 	// 127.0.0.1; 0 means a free one.
@@ -71,8 +79,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 broker, the relay and a writer of sample payment events. Without
 --database-url on the command line it starts a throwaway PostgreSQL
 cluster; without --brokers on the command line an embedded broker on
-127.0.0.1:--broker-port. The relay's /metrics, /healthz and /readyz are
-on 127.0.0.1:--metrics-port. Ctrl-C stops everything.
+127.0.0.1:--broker-port, or with --kafka 4.4.0 (or 3.9.1) a real Apache
+Kafka broker on a free port (java and mvn needed; the jars come from
+Maven Central once). The relay's /metrics, /healthz and /readyz are on
+127.0.0.1:--metrics-port. Ctrl-C stops everything.
 The other flags can also be set as OUTBOX_<FLAG_NAME>; DATABASE_URL,
 OUTBOX_DATABASE_URL and OUTBOX_BROKERS are ignored, so that sample events
 never go to a database or cluster by accident.
@@ -85,7 +95,9 @@ Flags:
 		"PostgreSQL URL to write sample events into instead of a throwaway cluster (command line only: DATABASE_URL and OUTBOX_DATABASE_URL are ignored)")
 	fs.StringVar(&o.brokers, "brokers", "",
 		"Kafka brokers to use instead of the embedded one, comma-separated host:port (command line only: OUTBOX_BROKERS is ignored)")
-	fs.IntVar(&o.brokerPort, "broker-port", 9092, "port of the embedded broker on 127.0.0.1 (when --brokers is empty)")
+	fs.StringVar(&o.kafka, "kafka", kafkaEmbedded,
+		"the broker to start when --brokers is empty: kfake (embedded, in memory, starts at once) or an Apache Kafka version, "+strings.Join(kafkatemp.Versions, " or ")+" (a real throwaway broker on a free port, started in about 10 s; needs java and mvn)")
+	fs.IntVar(&o.brokerPort, "broker-port", 9092, "port of the embedded broker on 127.0.0.1 (when --brokers is empty and --kafka is kfake)")
 	fs.IntVar(&o.metricsPort, "metrics-port", 0, "port of /metrics, /healthz and /readyz on 127.0.0.1, as outbox-relay run serves them on --metrics-addr (0: a free port, printed)")
 	fs.StringVar(&o.topic, "topic", "payments", "Kafka topic of the events")
 	fs.Float64Var(&o.rate, "rate", 2, "sample events written per second")
@@ -121,6 +133,16 @@ Flags:
 	}
 	if o.brokers == "" && (o.brokerPort < 1 || o.brokerPort > 65535) {
 		return nil, usagef("--broker-port: %d is not a TCP port (1..65535)", o.brokerPort)
+	}
+	if o.kafka != kafkaEmbedded {
+		switch {
+		case !slices.Contains(kafkatemp.Versions, o.kafka):
+			return nil, usagef("--kafka: %q is not kfake or one of the tested Kafka versions %s", o.kafka, strings.Join(kafkatemp.Versions, ", "))
+		case o.brokers != "":
+			return nil, usagef("--kafka: %s starts a broker; --brokers names one: give only one of them", o.kafka)
+		case explicit["broker-port"]:
+			return nil, usagef("--broker-port: applies to the embedded broker; the real one (--kafka %s) listens on a free port, printed at start", o.kafka)
+		}
 	}
 	if o.metricsPort < 0 || o.metricsPort > 65535 {
 		return nil, usagef("--metrics-port: %d is not a TCP port (0..65535; 0: a free one)", o.metricsPort)
@@ -189,7 +211,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o.printIgnoredEnv(out)
 	// The broker first: a taken port fails in milliseconds, before initdb.
 	var brokers []string
-	if o.brokers == "" {
+	var real *kafkatemp.Cluster
+	switch {
+	case o.brokers == "" && o.kafka != kafkaEmbedded:
+		out.printf("starting a throwaway Apache Kafka %s broker (internal/kafkatemp)...\n", o.kafka)
+		real, err = startRealBroker(ctx, o.kafka, o.topic)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted during start-up
+			}
+			return err
+		}
+		defer func() {
+			dir := real.Dir()
+			if err := real.Close(); err != nil {
+				log.Error("stop the Kafka broker", zap.Error(err))
+				out.printf("could not stop the Kafka broker in %s: %v\n", dir, err)
+				return
+			}
+			out.printf("Kafka broker stopped, %s removed\n", dir)
+		}()
+		brokers = real.Brokers()
+		log.Info("kafka broker started", zap.String("version", real.Version()), zap.Strings("brokers", brokers), zap.String("dir", real.Dir()))
+	case o.brokers == "":
 		cluster, err := startBroker(o.brokerPort, o.topic)
 		if err != nil {
 			return err
@@ -200,7 +244,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}()
 		brokers = cluster.ListenAddrs()
 		log.Info("embedded kafka broker started", zap.Strings("brokers", brokers))
-	} else {
+	default:
 		for _, b := range strings.Split(o.brokers, ",") {
 			if b = strings.TrimSpace(b); b == "" || !strings.Contains(b, ":") {
 				return usagef("--brokers: %q is not host:port", b)
@@ -304,7 +348,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	m.Attach(metrics.Components{Relay: svc.Relay(), Listener: svc.Listener(), Broker: svc.Publisher()})
 
-	printBanner(out, o, pg, pcfg, brokers, metricsLn.Addr().String())
+	printBanner(out, o, pg, real, pcfg, brokers, metricsLn.Addr().String())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(gctx) })
@@ -349,6 +393,60 @@ func startBroker(port int, topic string) (*kfake.Cluster, error) {
 	return c, nil
 }
 
+// kafkaEmbedded is --kafka's value for the embedded kfake broker.
+const kafkaEmbedded = "kfake"
+
+// startRealBroker starts a throwaway Apache Kafka broker of version on a
+// free loopback port (internal/kafkatemp, its fast-start JVM settings) and
+// creates topic with 3 partitions, as the embedded broker has it.
+func startRealBroker(ctx context.Context, version, topic string) (*kafkatemp.Cluster, error) {
+	c, err := kafkatemp.Start(ctx, kafkatemp.Options{Version: version, FastStart: true})
+	if err != nil {
+		return nil, fmt.Errorf("start Apache Kafka %s (or use the embedded broker: leave out --kafka): %w", version, err)
+	}
+	if err := createTopic(ctx, c.Brokers(), topic, 3); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// createTopic creates topic on brokers (replication factor: the
+// broker's default) unless it exists, and waits until its partitions have
+// leaders.
+func createTopic(ctx context.Context, brokers []string, topic string, partitions int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, topic); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if t, ok := md.Topics[topic]; ok && t.Err == nil && len(t.Partitions) == int(partitions) {
+				ready := true
+				for _, p := range t.Partitions {
+					ready = ready && p.Leader >= 0
+				}
+				if ready {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create topic %s: not ready: %w", topic, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // listenMetrics listens on 127.0.0.1:port (0: a free port) for the
 // metrics server; a port in use is a usage error naming the flag.
 func listenMetrics(port int) (net.Listener, error) {
@@ -390,7 +488,7 @@ func (o *options) printIgnoredEnv(out *lockedWriter) {
 // kcat, psql, the relay's endpoints (metricsAddr) and `outbox-relay
 // status`. pcfg is the database the samples are written into: its host,
 // port and name are printed, never its password.
-func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, pcfg *pgxpool.Config, brokers []string, metricsAddr string) {
+func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, real *kafkatemp.Cluster, pcfg *pgxpool.Config, brokers []string, metricsAddr string) {
 	dsn := pcfg.ConnString()
 	shownDSN := redactURL(dsn)
 	out.printf("\n")
@@ -400,16 +498,18 @@ func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, pcfg *pgxpoo
 	} else {
 		out.printf("PostgreSQL: %s\n", shownDSN)
 	}
-	if o.brokers == "" {
+	kb := brokers[0]
+	switch {
+	case real != nil:
+		out.printf("Kafka (Apache Kafka %s, throwaway, removed on exit): %s\n", real.Version(), strings.Join(brokers, ","))
+		out.printf("  its log: %s\n", real.Node(1).LogPath())
+	case o.brokers == "":
 		out.printf("Kafka (embedded, in memory): %s\n", strings.Join(brokers, ","))
-	} else {
+		kb = fmt.Sprintf("localhost:%d", o.brokerPort)
+	default:
 		out.printf("Kafka: %s\n", strings.Join(brokers, ","))
 	}
 	out.printf("Topic: %s\n\n", o.topic)
-	kb := brokers[0]
-	if o.brokers == "" {
-		kb = fmt.Sprintf("localhost:%d", o.brokerPort)
-	}
 	out.printf("Watch the events:\n  kcat -b %s -t %s -C -o beginning -f 'key=%%k headers=%%h value=%%s\\n'\n", kb, o.topic)
 	out.printf("Look at the table:\n  psql '%s' -c 'SELECT seq, aggregate_id, event_type, published_at FROM outbox ORDER BY seq DESC LIMIT 10'\n", shownDSN)
 	statusDSN := shownDSN

@@ -54,6 +54,18 @@ type Options struct {
 	TempDir string
 	// StartTimeout bounds Start and Node.Start; default 120 s.
 	StartTimeout time.Duration
+	// Loggers sets log4j2 logger levels besides the defaults (warnings
+	// and errors, plus the broker's start and shutdown lines), by logger
+	// name, e.g. {"kafka.request.logger": "DEBUG"}: a line per request
+	// with its API key, version and client ID. Everything goes to the
+	// node's server.log (Node.LogPath).
+	Loggers map[string]string
+	// CPUs pins every node's JVM to these CPUs (taskset(1)'s list
+	// format, e.g. "1" or "0,2-3"), set before the JVM starts so that
+	// all its threads inherit it: for benchmarks that keep the broker
+	// off the cores the code under test runs on. Empty: no pinning.
+	// Start fails if taskset is not on the PATH.
+	CPUs string
 }
 
 // User is a SASL user of the cluster's SASL listener.
@@ -107,6 +119,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
 		timeout = 120 * time.Second
+	}
+	if opts.CPUs != "" {
+		if _, err := exec.LookPath("taskset"); err != nil {
+			return nil, &MissingToolError{Tool: "taskset", Install: "apt-get install util-linux"}
+		}
+	}
+	for name, level := range opts.Loggers {
+		if name == "" || strings.ContainsAny(name+level, "\n=") || level == "" {
+			return nil, fmt.Errorf("kafkatemp: Options.Loggers: %q = %q is not a logger name and a level", name, level)
+		}
 	}
 	dist, err := Resolve(ctx, opts.Version)
 	if err != nil {
@@ -183,7 +205,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(c.log4jPath(), []byte(log4jConfig), 0o644); err != nil {
+	if err := os.WriteFile(c.log4jPath(), []byte(log4jConfig(c.opts.Loggers)), 0o644); err != nil {
 		return fmt.Errorf("kafkatemp: %w", err)
 	}
 	for _, node := range c.nodes {
@@ -276,9 +298,12 @@ func (c *Cluster) nodeProps(n *Node) map[string]string {
 
 func (c *Cluster) log4jPath() string { return filepath.Join(c.dir, "log4j2.properties") }
 
-// log4jConfig logs warnings and errors to standard output (the node's
-// server.log), plus the broker's start and shutdown lines.
-const log4jConfig = `status = warn
+// log4jConfig returns the log4j2 configuration: warnings and errors to
+// standard output (the node's server.log), plus the broker's start and
+// shutdown lines, plus the extra loggers (name to level).
+func log4jConfig(extra map[string]string) string {
+	var b strings.Builder
+	b.WriteString(`status = warn
 appender.out.type = Console
 appender.out.name = out
 appender.out.layout.type = PatternLayout
@@ -287,7 +312,12 @@ rootLogger.level = warn
 rootLogger.appenderRef.out.ref = out
 logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = info
-`
+`)
+	for i, name := range slices.Sorted(maps.Keys(extra)) {
+		fmt.Fprintf(&b, "logger.extra%d.name = %s\nlogger.extra%d.level = %s\n", i, name, i, extra[name])
+	}
+	return b.String()
+}
 
 func writeProps(path string, props map[string]string) error {
 	var b strings.Builder
@@ -351,6 +381,19 @@ func javaEnv() []string {
 // jvmArgs are the JVM options and class path of a broker (or of a tool,
 // with a small heap and a fast start).
 func (c *Cluster) jvmArgs(heapMB int, fast bool) []string {
+	return append(c.jvmFlags(heapMB, fast), "-cp", filepath.Join(c.dist.Lib, "*"))
+}
+
+// JVMFlags returns the options every node's JVM runs with (heap, GC and
+// compiler settings, the log4j2 configuration), without the class path
+// and main class: what a benchmark report states about the broker.
+func (c *Cluster) JVMFlags() []string { return c.jvmFlags(c.opts.HeapMB, c.opts.FastStart) }
+
+// CPUs returns Options.CPUs: the CPUs the nodes are pinned to, "" for
+// none.
+func (c *Cluster) CPUs() string { return c.opts.CPUs }
+
+func (c *Cluster) jvmFlags(heapMB int, fast bool) []string {
 	args := []string{
 		fmt.Sprintf("-Xmx%dm", heapMB), fmt.Sprintf("-Xms%dm", min(heapMB, 256)),
 		"-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
@@ -362,7 +405,7 @@ func (c *Cluster) jvmArgs(heapMB int, fast bool) []string {
 		// kafka-run-class.sh's defaults.
 		args = append(args, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent")
 	}
-	return append(args, "-cp", filepath.Join(c.dist.Lib, "*"))
+	return args
 }
 
 // launch starts the node's JVM without waiting for it to be ready.
@@ -379,6 +422,11 @@ func (n *Node) launch() error {
 	defer logf.Close()
 	args := append(n.c.jvmArgs(n.c.opts.HeapMB, n.c.opts.FastStart), "kafka.Kafka", n.props)
 	cmd := exec.Command("java", args...)
+	if cpus := n.c.opts.CPUs; cpus != "" {
+		// taskset sets the affinity and execs java: same PID, and every
+		// JVM thread inherits it.
+		cmd = exec.Command("taskset", append([]string{"-c", cpus, "java"}, args...)...)
+	}
 	cmd.Dir = n.dir
 	cmd.Env = javaEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -672,6 +720,10 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		}
 	}
 }
+
+// LogPath returns the node's server.log: the JVM's standard output and
+// error, where log4j2 writes.
+func (n *Node) LogPath() string { return n.logPath }
 
 // LogTail returns the last n bytes of the node's log.
 func (n *Node) LogTail(size int) string {

@@ -4,7 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"os"
+	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +142,64 @@ func TestSASLAndTLSListeners(t *testing.T) {
 	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
 		t.Fatalf("TLS ping: %v", err)
+	}
+}
+
+// TestLoggersAndCPUs: Options.Loggers turns the request logger on (a line
+// per request, naming its API and version, in the node's server.log) and
+// Options.CPUs pins the JVM, all its threads included, to CPU 0.
+func TestLoggersAndCPUs(t *testing.T) {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skipf("taskset not found (util-linux): %v", err)
+	}
+	c := start(t, Options{Loggers: map[string]string{"kafka.request.logger": "DEBUG"}, CPUs: "0"})
+	roundTrip(t, kgo.SeedBrokers(c.Brokers()...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	n := c.Node(1)
+	testLog, err := os.ReadFile(n.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"requestApiKeyName":"PRODUCE"`, `"requestApiKeyName":"FETCH"`, "(kafka.request.logger)"} {
+		if !strings.Contains(string(testLog), want) {
+			t.Errorf("server.log has no %s:\n%s", want, n.LogTail(2000))
+		}
+	}
+	if c.CPUs() != "0" || !slices.Contains(c.JVMFlags(), "-XX:+UseSerialGC") {
+		t.Errorf("CPUs() = %q, JVMFlags() = %v", c.CPUs(), c.JVMFlags())
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", n.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) < 10 {
+		t.Errorf("the JVM has %d threads", len(tasks))
+	}
+	for _, task := range tasks {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", n.PID(), task.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok && strings.TrimSpace(v) != "0" {
+				t.Errorf("thread %s may run on CPUs %s, want 0", task.Name(), strings.TrimSpace(v))
+			}
+		}
+	}
+}
+
+func TestLog4jConfigLoggers(t *testing.T) {
+	got := log4jConfig(map[string]string{"kafka.request.logger": "DEBUG", "kafka.network": "TRACE"})
+	for _, want := range []string{
+		"logger.extra0.name = kafka.network\nlogger.extra0.level = TRACE\n",
+		"logger.extra1.name = kafka.request.logger\nlogger.extra1.level = DEBUG\n",
+		"rootLogger.level = warn\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log4j2 config lacks %q:\n%s", want, got)
+		}
+	}
+	ctx := context.Background()
+	if _, err := Start(ctx, Options{Loggers: map[string]string{"x": "DEBUG\nrootLogger.level = off"}}); err == nil || !strings.Contains(err.Error(), "Options.Loggers") {
+		t.Errorf("a level with a newline: %v, want an error naming Options.Loggers", err)
 	}
 }

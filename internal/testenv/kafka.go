@@ -131,6 +131,15 @@ func kafkaRequired() bool {
 
 var kafkaToolsNote sync.Once
 
+// RequireKafkaTools skips t, saying what to install, when java or mvn (what
+// internal/kafkatemp needs to run a real broker) is missing, except under
+// CI=true (or OUTBOX_TEST_KAFKA=real), where it fails t: for tests that
+// start a real broker some other way than RealKafka.
+func RequireKafkaTools(t testing.TB) {
+	t.Helper()
+	requireKafkaTools(t)
+}
+
 // requireKafkaTools skips or fails t when java or mvn is missing.
 func requireKafkaTools(t testing.TB) {
 	t.Helper()

@@ -13,7 +13,7 @@
 //
 // Usage:
 //
-//	kafkatemp [-version 4.4.0] [-brokers N] [-fast-start] [-heap-mb N] [-watch-stdin=false] [-p name=value]...
+//	kafkatemp [-version 4.4.0] [-brokers N] [-fast-start] [-heap-mb N] [-cpus LIST] [-watch-stdin=false] [-p name=value]... [-log logger=LEVEL]...
 package main
 
 import (
@@ -49,13 +49,17 @@ func main() {
 	fast := flag.Bool("fast-start", false, "C1 compiler and serial GC: faster start, slower under load")
 	heap := flag.Int("heap-mb", 512, "maximum JVM heap per node, MiB")
 	watchStdin := flag.Bool("watch-stdin", true, "stop when stdin reaches EOF")
+	cpus := flag.String("cpus", "", "pin the JVMs to these CPUs (taskset -c list, e.g. 1); empty: no pinning")
 	props := propFlag{}
 	flag.Var(props, "p", "extra server.properties setting name=value (repeatable)")
+	loggers := propFlag{}
+	flag.Var(loggers, "log", "log4j2 logger level logger=LEVEL, e.g. kafka.request.logger=DEBUG (repeatable); logs go to each node's server.log")
 	flag.Parse()
 
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := kafkatemp.Start(ctx, kafkatemp.Options{Version: *version, Brokers: *brokers, FastStart: *fast, HeapMB: *heap, Props: props})
+	c, err := kafkatemp.Start(ctx, kafkatemp.Options{Version: *version, Brokers: *brokers, FastStart: *fast, HeapMB: *heap, Props: props,
+		Loggers: loggers, CPUs: *cpus})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
