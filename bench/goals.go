@@ -150,6 +150,15 @@ var goalSpecs = []goalSpec{
 		return r.BurstRatio, fmt.Sprintf("burst: %d events after %gs vs %gs idle", r.BurstEvents, r.IdleS, r.ShortIdleS), true
 	}},
 	{"several relays / one relay (worst scale run)", 1.0, ">=", "ratio", worstScaleRatio},
+	{"steady traffic p99, 3 relays / 1 relay", 1.5, "<=", "ratio", func(runs []Run) (float64, string, bool) {
+		for i := range runs {
+			r := &runs[i]
+			if r.Scenario == ScenarioScaleLatency && r.Scale != nil && r.LatencyRelays == 3 && r.Error == "" && r.P99RatioToOneRelay > 0 {
+				return r.P99RatioToOneRelay, fmt.Sprintf("%s %g/s over %d aggregates", costLabel(r), r.Rate, r.Aggregates), true
+			}
+		}
+		return 0, "", false
+	}},
 	{"backlog drain", 50000, ">=", "events/s", func(runs []Run) (float64, string, bool) {
 		r := lastRun(runs, ScenarioBacklog)
 		if r == nil || r.Drain == nil || r.EventsPerS <= 0 {

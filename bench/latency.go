@@ -85,6 +85,11 @@ type LatencyConfig struct {
 	// latency under the run's load. Defaults to DefaultFloorProbeRate
 	// (200, one record every 5 ms); negative turns it off.
 	FloorProbeRate float64
+	// Relays is the number of relays (notify, notify-proc or poll) run on
+	// the table at once, each its own member owning its share of the key
+	// partitions; the measurement starts once their ownership settled
+	// (lease.Owners.Settled). Defaults to 1.
+	Relays int
 }
 
 func (c *LatencyConfig) validate() error {
@@ -123,7 +128,14 @@ func (c *LatencyConfig) validate() error {
 	if c.FloorProbeRate == 0 {
 		c.FloorProbeRate = DefaultFloorProbeRate
 	}
+	if c.Relays == 0 {
+		c.Relays = 1
+	}
 	switch {
+	case c.Relays < 1 || c.Relays > 16:
+		return fmt.Errorf("bench: LatencyConfig.Relays: must be 1..16, got %d", c.Relays)
+	case c.Relays > 1 && c.Mode != ModeNotify && c.Mode != ModeNotifyProc && c.Mode != ModePoll:
+		return fmt.Errorf("bench: LatencyConfig.Relays: several relays need mode notify, notify-proc or poll, not %s", c.Mode)
 	case math.IsNaN(c.FloorProbeRate) || math.IsInf(c.FloorProbeRate, 0) || c.FloorProbeRate > 10000:
 		return fmt.Errorf("bench: LatencyConfig.FloorProbeRate: must be at most 10000 records/s (negative: off), got %v", c.FloorProbeRate)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
@@ -324,6 +336,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			run.LeaseMS = ms(cfg.Relay.Lease)
 		}
 		run.RelayDefaults = cfg.Relay.ProcDefaults && cfg.Mode == ModeNotifyProc
+		if cfg.Relays > 1 {
+			run.LatencyRelays = cfg.Relays
+		}
 	}
 	if cfg.Mode == ModeWritersOnly {
 		run.WritersWakeup = cfg.wakeupName()
@@ -385,7 +400,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			defer probe.Close()
 		}
 		if cfg.hasRelay() {
-			rel, err = e.startRelay(ctx, db, topic, channel, cfg.Relay, log)
+			rel, err = e.startRelays(ctx, db, topic, channel, cfg.Relay, cfg.Relays, log)
 			if err != nil {
 				return run, err
 			}
@@ -416,10 +431,8 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			}
 		}
 	} else if err := warmUp(ctx, snd, tr, event, n, warm, 30*time.Second+2*cfg.Relay.PollInterval); err != nil {
-		if p, ok := rel.(*relayProc); ok {
-			if perr := p.Exited(); perr != nil {
-				return run, perr
-			}
+		if perr := relayExited(rel); perr != nil {
+			return run, perr
 		}
 		return run, err
 	}
@@ -439,10 +452,6 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		run.IdleWindowS = cfg.IdleWindow.Seconds()
 	}
 
-	relayPid := 0
-	if p, ok := rel.(*relayProc); ok {
-		relayPid = p.Pid()
-	}
 	var c0 costSample
 	if probe != nil {
 		// Everything the writers did so far is counted before c0.
@@ -450,9 +459,10 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			return run, err
 		}
 		var err error
-		if c0, err = probe.Sample(ctx, relayPid); err != nil {
+		if c0, err = probe.Sample(ctx, 0); err != nil {
 			return run, err
 		}
+		c0.relaySec = relayCPU(rel)
 	}
 
 	commitAt := make([]time.Time, n)
@@ -634,12 +644,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 // server processes have exited (they flush their statistics then),
 // flushes the writers' pool, samples, and returns the window's figures.
 func (e *Env) closeCostWindow(ctx context.Context, probe *costProbe, c0 costSample, db *runDB, rel runningRelay) (costDelta, error) {
-	relaySec := math.NaN()
-	if p, ok := rel.(*relayProc); ok {
-		if v, err := p.CPUSeconds(); err == nil {
-			relaySec = v
-		}
-	}
+	relaySec := relayCPU(rel)
 	if rel != nil {
 		pids, err := probe.backends(ctx, db.relayApp)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,90 @@ type runningRelay interface {
 	// Stop stops the relay gracefully and releases its resources; its
 	// database connections are closed when it returns.
 	Stop()
+}
+
+// relayGroup is several relays on one table (LatencyConfig.Relays).
+type relayGroup []runningRelay
+
+// Stats adds up the relays' counters.
+func (g relayGroup) Stats() relayStats {
+	var sum relayStats
+	for _, r := range g {
+		sum = sum.add(r.Stats())
+	}
+	return sum
+}
+
+// Stop stops the relays at once, each gracefully, and returns when all
+// have stopped.
+func (g relayGroup) Stop() {
+	var wg sync.WaitGroup
+	for _, r := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Stop()
+		}()
+	}
+	wg.Wait()
+}
+
+// relayCPU is the CPU seconds used so far by rel's processes (a relay
+// process or a group of them), NaN for a relay in the bench process.
+func relayCPU(rel runningRelay) float64 {
+	switch r := rel.(type) {
+	case *relayProc:
+		if v, err := r.CPUSeconds(); err == nil {
+			return v
+		}
+	case relayGroup:
+		sum := 0.0
+		for _, m := range r {
+			sum += relayCPU(m)
+		}
+		return sum
+	}
+	return math.NaN()
+}
+
+// relayExited returns the exit error of a relay process of rel that has
+// exited, or nil.
+func relayExited(rel runningRelay) error {
+	switch r := rel.(type) {
+	case *relayProc:
+		return r.Exited()
+	case relayGroup:
+		for _, m := range r {
+			if err := relayExited(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// startRelays starts n relays of cfg on db (see startRelay); with more
+// than one it waits until they are all live members and own the key
+// partitions as lease.Assign gives them, and returns them as a
+// relayGroup.
+func (e *Env) startRelays(ctx context.Context, db *runDB, topic, channel string, cfg RelayConfig, n int, log *zap.Logger) (runningRelay, error) {
+	if n <= 1 {
+		return e.startRelay(ctx, db, topic, channel, cfg, log)
+	}
+	var g relayGroup
+	for i := range n {
+		r, err := e.startRelay(ctx, db, topic, channel, cfg, log.Named(fmt.Sprint(i)))
+		if err != nil {
+			g.Stop()
+			return nil, err
+		}
+		g = append(g, r)
+	}
+	if err := waitSettled(ctx, db, n, time.Minute, func() error { return relayExited(g) }); err != nil {
+		g.Stop()
+		return nil, err
+	}
+	return g, nil
 }
 
 // startRelay starts one relay of cfg.Mode on db, publishing to topic;

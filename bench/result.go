@@ -109,6 +109,9 @@ type Latency struct {
 	// lease, batch size, linger and retention; PollIntervalMS and LeaseMS
 	// are then the relay's defaults.
 	RelayDefaults bool `json:"relay_defaults,omitempty"`
+	// LatencyRelays is the number of relays on the table when more than
+	// one (LatencyConfig.Relays); omitted for one.
+	LatencyRelays int `json:"latency_relays,omitempty"`
 	// WritersWakeup is the writers' wake-up mode of a writers-only
 	// (baseline) run.
 	WritersWakeup string `json:"writers_wakeup,omitempty"`

@@ -24,7 +24,11 @@ const (
 	// owns its share of the key partitions), then one transaction inserts
 	// the events and notifies; events/s from its COMMIT to the last event.
 	ScenarioScaleBurst = "scale-burst"
-	// ScenarioScale selects both in SuiteConfig.Scenarios.
+	// ScenarioScaleLatency: steady traffic (ScaleConfig.LatencyRate over
+	// LatencyAggregates aggregates) with Relays relay processes, settled:
+	// commit-to-publish latency against one relay's.
+	ScenarioScaleLatency = "scale-latency"
+	// ScenarioScale selects all three in SuiteConfig.Scenarios.
 	ScenarioScale = "scale"
 )
 
@@ -45,8 +49,18 @@ type ScaleConfig struct {
 	// transaction. Defaults to 100000.
 	Events int
 	// Kinds are ScenarioScaleDrain and ScenarioScaleBurst, run in that
-	// order for each aggregate count. Defaults to both.
+	// order for each aggregate count, and ScenarioScaleLatency, run once
+	// after them. Defaults to all three.
 	Kinds []string
+	// LatencyRate is the scale-latency runs' arrival rate, events/s.
+	// Defaults to 2000.
+	LatencyRate float64
+	// LatencyAggregates is the scale-latency runs' number of aggregates.
+	// Defaults to 100.
+	LatencyAggregates int
+	// LatencyDuration is how long each scale-latency run sends. Defaults
+	// to 20s.
+	LatencyDuration time.Duration
 	// PayloadBytes is the approximate JSON payload size in bytes. Defaults
 	// to 100.
 	PayloadBytes int
@@ -68,7 +82,16 @@ func (c *ScaleConfig) validate() error {
 		c.Events = 100000
 	}
 	if len(c.Kinds) == 0 {
-		c.Kinds = []string{ScenarioScaleDrain, ScenarioScaleBurst}
+		c.Kinds = []string{ScenarioScaleDrain, ScenarioScaleBurst, ScenarioScaleLatency}
+	}
+	if c.LatencyRate == 0 {
+		c.LatencyRate = 2000
+	}
+	if c.LatencyAggregates == 0 {
+		c.LatencyAggregates = 100
+	}
+	if c.LatencyDuration == 0 {
+		c.LatencyDuration = 20 * time.Second
 	}
 	if c.PayloadBytes == 0 {
 		c.PayloadBytes = 100
@@ -90,8 +113,8 @@ func (c *ScaleConfig) validate() error {
 		}
 	}
 	for _, k := range c.Kinds {
-		if k != ScenarioScaleDrain && k != ScenarioScaleBurst {
-			return fmt.Errorf("bench: ScaleConfig.Kinds: %q is not %s or %s", k, ScenarioScaleDrain, ScenarioScaleBurst)
+		if k != ScenarioScaleDrain && k != ScenarioScaleBurst && k != ScenarioScaleLatency {
+			return fmt.Errorf("bench: ScaleConfig.Kinds: %q is not %s, %s or %s", k, ScenarioScaleDrain, ScenarioScaleBurst, ScenarioScaleLatency)
 		}
 	}
 	switch {
@@ -99,8 +122,12 @@ func (c *ScaleConfig) validate() error {
 		return fmt.Errorf("bench: ScaleConfig.Events: must be 1..50000000, got %d", c.Events)
 	case c.PayloadBytes < 0 || c.PayloadBytes > outbox.DefaultMaxRecordBytes:
 		return fmt.Errorf("bench: ScaleConfig.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxRecordBytes, c.PayloadBytes)
-	case c.SettleTimeout < 0 || c.Timeout < 0:
+	case c.SettleTimeout < 0 || c.Timeout < 0 || c.LatencyDuration < 0:
 		return errors.New("bench: ScaleConfig: durations must be positive")
+	case !(c.LatencyRate > 0) || math.IsInf(c.LatencyRate, 0):
+		return fmt.Errorf("bench: ScaleConfig.LatencyRate: must be positive, got %v", c.LatencyRate)
+	case c.LatencyAggregates < 0:
+		return fmt.Errorf("bench: ScaleConfig.LatencyAggregates: must be positive, got %d", c.LatencyAggregates)
 	}
 	c.Relay.Mode = ModeNotifyProc
 	return c.Relay.validate()
@@ -116,6 +143,9 @@ type Scale struct {
 	// SettleS (bursts) is how long the relays took, from their start, to
 	// settle their ownership of the key partitions.
 	SettleS float64 `json:"settle_s,omitempty"`
+	// P99RatioToOneRelay (scale-latency) is this run's p99 latency over
+	// the one-relay run's; 0 when that run is missing or failed.
+	P99RatioToOneRelay float64 `json:"p99_ratio_to_one_relay,omitempty"`
 	// ScaleFirstEventS (bursts) is the time from COMMIT to the first event
 	// received, in seconds.
 	ScaleFirstEventS float64 `json:"scale_first_event_s,omitempty"`
@@ -136,6 +166,9 @@ func (e *Env) Scale(ctx context.Context, cfg ScaleConfig) ([]Run, error) {
 	var runs []Run
 	for _, aggs := range cfg.Aggregates {
 		for _, kind := range cfg.Kinds {
+			if kind == ScenarioScaleLatency {
+				continue
+			}
 			first := len(runs)
 			for _, n := range cfg.Relays {
 				var r Run
@@ -169,13 +202,45 @@ func (e *Env) Scale(ctx context.Context, cfg ScaleConfig) ([]Run, error) {
 			setScaleRatios(runs[first:])
 		}
 	}
+	if slices.Contains(cfg.Kinds, ScenarioScaleLatency) {
+		first := len(runs)
+		for _, n := range cfg.Relays {
+			r, err := e.Latency(ctx, LatencyConfig{
+				Mode: ModeNotifyProc, Scenario: ScenarioScaleLatency, Relay: cfg.Relay, Relays: n,
+				Rate: cfg.LatencyRate, Duration: cfg.LatencyDuration, Aggregates: cfg.LatencyAggregates,
+				Writers: writersFor(cfg.LatencyRate, 8), PayloadBytes: cfg.PayloadBytes,
+			})
+			r.Scenario, r.Mode = ScenarioScaleLatency, ModeNotifyProc
+			if r.Latency == nil {
+				r.Latency = &Latency{Rate: cfg.LatencyRate}
+			}
+			r.LatencyRelays = n
+			r.Scale = &Scale{Aggregates: cfg.LatencyAggregates}
+			if err != nil {
+				if ctx.Err() != nil {
+					return runs, ctx.Err()
+				}
+				r.Error = err.Error()
+				e.Log.Warn("scale-latency run failed", zap.Int("relays", n), zap.Error(err))
+			}
+			runs = append(runs, r)
+		}
+		lat := runs[first:]
+		if i := slices.IndexFunc(lat, func(r Run) bool { return r.LatencyRelays == 1 && r.Error == "" && r.P99MS > 0 }); i >= 0 {
+			for j := range lat {
+				if lat[j].Error == "" && lat[j].P99MS > 0 {
+					lat[j].P99RatioToOneRelay = lat[j].P99MS / lat[i].P99MS
+				}
+			}
+		}
+	}
 	return runs, nil
 }
 
 // setScaleRatios sets RatioToOneRelay of runs (one kind and aggregate
 // count) against the successful one-relay run among them.
 func setScaleRatios(runs []Run) {
-	i := slices.IndexFunc(runs, func(r Run) bool { return r.Relays == 1 && r.Error == "" && r.EventsPerS > 0 })
+	i := slices.IndexFunc(runs, func(r Run) bool { return r.Drain.Relays == 1 && r.Error == "" && r.EventsPerS > 0 })
 	if i < 0 {
 		return
 	}
@@ -244,7 +309,14 @@ func (e *Env) scaleBurst(ctx context.Context, cfg ScaleConfig, n, aggs int) (Run
 		procs = append(procs, p)
 	}
 	e.Progress.Begin(label+": settle", func() string { return fmt.Sprintf("%.0fs", time.Since(started).Seconds()) })
-	err = waitSettled(ctx, db, n, cfg.SettleTimeout, procs)
+	err = waitSettled(ctx, db, n, cfg.SettleTimeout, func() error {
+		for _, p := range procs {
+			if err := p.Exited(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	e.Progress.End()
 	if err != nil {
 		return run, err
@@ -338,9 +410,9 @@ func procsCPU(procs []*relayProc) float64 {
 }
 
 // waitSettled waits until n relays are live on db's outbox table and own
-// the key partitions as Assign gives them (lease.Owners.Settled), or a
-// relay process exited, or timeout passed.
-func waitSettled(ctx context.Context, db *runDB, n int, timeout time.Duration, procs []*relayProc) error {
+// the key partitions as Assign gives them (lease.Owners.Settled), or
+// exited returns an error (a relay process exited), or timeout passed.
+func waitSettled(ctx context.Context, db *runDB, n int, timeout time.Duration, exited func() error) error {
 	deadline := time.Now().Add(timeout)
 	var last *lease.Owners
 	for {
@@ -357,10 +429,8 @@ func waitSettled(ctx context.Context, db *runDB, n int, timeout time.Duration, p
 			}
 			last = o
 		}
-		for _, p := range procs {
-			if err := p.Exited(); err != nil {
-				return err
-			}
+		if err := exited(); err != nil {
+			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("bench: %d relays did not settle their ownership within %s (last: %+v, %v)", n, timeout, last, err)

@@ -29,14 +29,23 @@ func TestScale(t *testing.T) {
 	}
 	env := &Env{DSN: db.ConnString, Brokers: k.Brokers, Log: testenv.Logger(t), RelayBin: bin}
 	runs, err := env.Scale(ctx, ScaleConfig{Relays: []int{1, 2}, Aggregates: []int{20}, Events: 3000, Timeout: time.Minute,
-		Relay: RelayConfig{ProcDefaults: true}})
+		LatencyRate: 200, LatencyDuration: 2 * time.Second, LatencyAggregates: 20, Relay: RelayConfig{ProcDefaults: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 4 {
-		t.Fatalf("%d runs, want 4", len(runs))
+	if len(runs) != 6 {
+		t.Fatalf("%d runs, want 6", len(runs))
 	}
-	for _, r := range runs {
+	for _, r := range runs[4:] {
+		t.Logf("%s x%d: p50 %.2f ms, p99 %.2f ms, ratio %.2f", r.Scenario, r.LatencyRelays, r.P50MS, r.P99MS, r.P99RatioToOneRelay)
+		if r.Error != "" || r.Scenario != ScenarioScaleLatency || r.Count != r.Committed || r.Count == 0 || r.P99RatioToOneRelay <= 0 {
+			t.Errorf("%s x%d: error %q, count %d of %d, p99 ratio %v", r.Scenario, r.LatencyRelays, r.Error, r.Count, r.Committed, r.P99RatioToOneRelay)
+		}
+	}
+	if runs[5].LatencyRelays != 2 {
+		t.Errorf("the second scale-latency run has %d relays, want 2", runs[5].LatencyRelays)
+	}
+	for _, r := range runs[:4] {
 		t.Logf("%s x%d: %.0f events/s, ratio %.2f, settle %.2fs, claims %d", r.Scenario, r.Relays, r.EventsPerS, r.RatioToOneRelay, r.SettleS, r.Claims)
 		if r.Error != "" {
 			t.Errorf("%s x%d: %s", r.Scenario, r.Relays, r.Error)
@@ -56,7 +65,7 @@ func TestScale(t *testing.T) {
 	rep := &Report{Runs: runs, Goals: EvaluateGoals(runs)}
 	var out bytes.Buffer
 	rep.WriteTable(&out)
-	for _, want := range []string{"scale (relay processes)", "several relays / one relay"} {
+	for _, want := range []string{"scale (relay processes)", "several relays / one relay", "scale-latency notify-proc x2"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table has no %q:\n%s", want, out.String())
 		}

@@ -22,6 +22,9 @@ func RunLabel(r *Run) string {
 		if r.Mode == ModeWritersOnly && r.WritersWakeup != "" {
 			s = fmt.Sprintf("%s(%s)", r.Mode, r.WritersWakeup)
 		}
+		if r.LatencyRelays > 1 {
+			s = fmt.Sprintf("%s x%d", s, r.LatencyRelays)
+		}
 		return s
 	case r.Scale != nil && r.Drain != nil:
 		return fmt.Sprintf("%s x%d %d aggregates", r.Mode, r.Relays, r.Aggregates)
@@ -86,7 +89,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		switch {
 		case run.Scenario == ScenarioNotifyCost:
 			notify = append(notify, run)
-		case run.Scale != nil:
+		case run.Scale != nil && run.Drain != nil:
 			scale = append(scale, run)
 		case run.BrokerDown != nil:
 			down = append(down, run)
