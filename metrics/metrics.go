@@ -221,6 +221,12 @@ type Metrics struct {
 	log      *zap.Logger
 	reg      *prometheus.Registry
 	statsSQL string
+	// ownedSQL finds the oldest claimable row of the key partitions a
+	// member ($1) owns: outbox_relay_oldest_claimable_age_seconds.
+	ownedSQL string
+	// ownedAge is that row's age at the last refresh and when it was
+	// read (unix nanos); age 0: none.
+	ownedAge, ownedAt atomic.Int64
 
 	comps    atomic.Pointer[Components]
 	stopping atomic.Bool
@@ -311,6 +317,13 @@ SELECT extract(epoch FROM now())::float8,
   (SELECT count(*) FROM ` + t + ` o WHERE ` + st.Live("o") + `),
   (SELECT count(*) FROM ` + t + ` WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)`,
 	}
+	m.ownedSQL = `WITH mask AS (
+  SELECT array_agg(p.owner IS NOT DISTINCT FROM $1 ORDER BY p.partition) AS m FROM ` + sqlname.Beside(cfg.Table, "_partitions") + ` p
+)
+SELECT extract(epoch FROM now() - o.created_at)::float8 FROM ` + t + ` o
+WHERE ` + st.Claimable("o") + `
+  AND (SELECT m FROM mask)[coalesce(o.key_partition, ` + sqlname.Beside(cfg.Table, "_key_partition") + `(o.` + sqlname.Column(cfg.AggregateColumn) + `::text)) + 1]
+ORDER BY o.seq LIMIT 1`
 	m.oview.poke = make(chan struct{}, 1)
 	ageNow := func(pick func(*oldestSnapshot) float64) func() float64 {
 		return func() float64 {
@@ -328,6 +341,16 @@ SELECT extract(epoch FROM now())::float8,
 		Name: "outbox_oldest_claimable_age_seconds",
 		Help: "Age, when scraped, of the lowest-seq claimable event: unpublished, not dead-lettered, not leased or backing off, not waiting behind an earlier event of its aggregate; 0 when there is none. A relay that keeps up keeps it near 0.",
 	}, ageNow(func(o *oldestSnapshot) float64 { return o.claimable }))
+	ownedClaimableAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "outbox_relay_oldest_claimable_age_seconds",
+		Help: "Age of the lowest-seq claimable event in the key partitions this relay owns (read every --metrics-interval, growing between reads); 0 when there is none. The table-wide outbox_oldest_claimable_age_seconds is the oldest of all relays': this one says which relay falls behind.",
+	}, func() float64 {
+		age := m.ownedAge.Load()
+		if age == 0 {
+			return 0
+		}
+		return (time.Duration(age) + time.Since(time.Unix(0, m.ownedAt.Load()))).Seconds()
+	})
 	oldestCreated := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_oldest_unpublished_created_timestamp_seconds",
 		Help: "Unix time (database clock) of the lowest-seq unpublished event that is not dead-lettered, as of the last refresh; 0 when there is none.",
@@ -401,7 +424,7 @@ SELECT extract(epoch FROM now())::float8,
 	m.reg.MustRegister(m.publishErrors, m.claimDur, m.batchSize, m.markDur, m.takeovers, m.leaseLost, m.markErrors)
 	m.reg.MustRegister(m.snapshotGauge())
 	m.kafka = newKafkaMetrics(m.reg)
-	m.reg.MustRegister(oldestAge, oldestClaimableAge, oldestCreated, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
+	m.reg.MustRegister(oldestAge, oldestClaimableAge, ownedClaimableAge, oldestCreated, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&componentCollector{m: m})
 	return m, nil
@@ -527,6 +550,11 @@ type TableStats struct {
 	// OldestUnpublishedAge is the age of the lowest-seq unpublished, not
 	// dead-lettered event (database clock); 0 when there is none.
 	OldestUnpublishedAge time.Duration
+	// OwnedOldestClaimableAge is the age of the lowest-seq claimable
+	// event of the key partitions the attached relay owns (see
+	// outbox_relay_oldest_claimable_age_seconds); 0 when there is none or
+	// no relay is attached.
+	OwnedOldestClaimableAge time.Duration
 	// OldestClaimableAge is the age of the lowest-seq claimable event (see
 	// outbox_oldest_claimable_age_seconds); 0 when there is none.
 	OldestClaimableAge time.Duration
@@ -555,10 +583,29 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 	b := &pgx.Batch{}
 	b.Queue("SELECT " + m.sessionSettings())
 	b.Queue(m.statsSQL)
+	member := ""
+	if c := m.comps.Load(); c != nil && c.Relay != nil {
+		member = c.Relay.Stats().Member
+	}
+	if member != "" {
+		b.Queue(m.ownedSQL, member)
+	}
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(&dbNow, &headSeqs, &headCreated, &claimableSeq, &claimable, &s.Unpublished, &s.DeadLetters)
+	}
+	if err == nil && member != "" {
+		var age float64
+		switch err = br.QueryRow().Scan(&age); {
+		case errors.Is(err, pgx.ErrNoRows):
+			age, err = 0, nil
+			fallthrough
+		case err == nil:
+			s.OwnedOldestClaimableAge = time.Duration(age * float64(time.Second))
+			m.ownedAge.Store(int64(s.OwnedOldestClaimableAge))
+			m.ownedAt.Store(time.Now().UnixNano())
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -67,6 +67,9 @@ type Stats struct {
 	// and acquired from another relay (handovers).
 	OwnedPartitions, Partitions, Relays               int64
 	PartitionsAcquired, PartitionsReleased, Handovers int64
+	// Member is this relay's member name in the table's relays
+	// (lease.Claimer.Member): the owner name of its key partitions.
+	Member string
 }
 
 // Relay moves events from the outbox table to Kafka.
@@ -172,6 +175,7 @@ func (r *Relay) Stats() Stats {
 		WakeWindow: s.wakeWindow.Load(), WakeBacklog: s.wakeBacklog.Load(),
 		OwnedPartitions: int64(o.Owned), Partitions: int64(o.Partitions), Relays: int64(o.Members),
 		PartitionsAcquired: o.Acquired, PartitionsReleased: o.Released, Handovers: o.TakenOver,
+		Member: o.Member,
 	}
 }
 

@@ -1,0 +1,86 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/metrics"
+	"github.com/pgoutbox/outbox/relay"
+)
+
+// outbox_relay_oldest_claimable_age_seconds is the oldest claimable event
+// of the key partitions the attached relay owns: with two relays owning
+// their shares (real claimers, settled), an event 100 s old in one's
+// partitions and one 10 s old in the other's, each relay's gauge shows
+// its own.
+func TestOwnedOldestClaimableAge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	var claimers []*lease.Claimer
+	for range 2 {
+		c, err := lease.New(db.Pool, lease.Config{BatchSize: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimers = append(claimers, c)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		for _, c := range claimers {
+			b, err := c.Claim(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Settled(b.Token, time.Time{})
+		}
+		o, err := lease.ReadOwners(ctx, db.Pool, "outbox")
+		return err == nil && len(o.Relays) == 2 && o.Settled()
+	}, "two claimers did not settle their ownership")
+	owners, err := lease.ReadOwners(ctx, db.Pool, "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownerOf := make([]string, owners.Partitions)
+	for _, m := range owners.Relays {
+		for _, p := range m.Owned {
+			ownerOf[p] = m.Member
+		}
+	}
+	// An aggregate in each claimer's partitions.
+	agg := map[string]string{}
+	for i := 0; len(agg) < 2; i++ {
+		a := fmt.Sprintf("agg-%d", i)
+		if m := ownerOf[outbox.KeyPartition(a, owners.Partitions)]; agg[m] == "" {
+			agg[m] = a
+		}
+	}
+	ages := map[string]time.Duration{claimers[0].Member(): 100 * time.Second, claimers[1].Member(): 10 * time.Second}
+	for member, age := range ages {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
+VALUES (gen_random_uuid(), $1, 't', '{}', now() - $2 * interval '1 second')`, agg[member], age.Seconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for member, age := range ages {
+		m, err := metrics.New(metrics.Config{}, db.Pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Attach(metrics.Components{Relay: &fakeRelay{s: relay.Stats{Member: member}}})
+		s, err := m.Refresh(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.OwnedOldestClaimableAge; got < age || got > age+5*time.Second {
+			t.Errorf("%s: owned oldest claimable age %s, want about %s", member, got, age)
+		}
+		if s.OldestClaimableAge < 100*time.Second {
+			t.Errorf("table-wide oldest claimable age %s, want the 100 s event's", s.OldestClaimableAge)
+		}
+	}
+}
