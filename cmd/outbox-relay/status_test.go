@@ -339,8 +339,11 @@ func TestStatusShowsKeyPartitionOwners(t *testing.T) {
 	db := testenv.MigratedDB(t)
 	var members []string
 	var claimers []*lease.Claimer
-	for _, id := range []string{"relay-x", "relay-y"} {
-		c, err := lease.New(db.Pool, lease.Config{RelayID: id, Lease: 2 * time.Second})
+	// relay-x's membership outlasts the test; relay-y's ends 2 s after its
+	// last claim. Neither renews after settling, so no heartbeat removes
+	// relay-y's row before status reads it.
+	for id, l := range map[string]time.Duration{"relay-x": time.Minute, "relay-y": 2 * time.Second} {
+		c, err := lease.New(db.Pool, lease.Config{RelayID: id, Lease: l})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,8 +382,8 @@ func TestStatusShowsKeyPartitionOwners(t *testing.T) {
 		len(r.KeyPartitions.Relays[0].Owned)+len(r.KeyPartitions.Relays[1].Owned) != 256 {
 		t.Fatalf("key partitions %+v, settled %v", r.KeyPartitions, r.KeyPartitionsSettled)
 	}
-	// relay-y stops renewing: once its membership (2 s) ran out, status
-	// says so, and ownership is no longer settled.
+	// Once relay-y's membership ran out, status says so, and ownership is
+	// no longer settled.
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		code, out, _ = runMain(t, ctx, "status", "--database-url", db.ConnString)
 		return code == 0 && strings.Contains(out, "1 relay(s) running, rebalancing") && strings.Contains(out, "ran out")
