@@ -62,11 +62,18 @@ func benchClaimMark(b *testing.B, pool *pgxpool.Pool, createdAt string) {
 }
 
 // BenchmarkClaim measures a claim of 500 rows plus their mark, preloaded
-// with 100,000 events over 1,000 aggregates, on the plain outbox table.
-// Run it with -benchtime=200x (one refill covers 200 ops).
+// with 100,000 events over 1,000 aggregates: on the plain outbox table,
+// and on a time-partitioned one (migrate --time-partitioned) with the
+// events spread over 7 daily partitions (plus the 2 ahead and the
+// DEFAULT partition). Run it with -benchtime=200x (one refill covers 200
+// ops).
 func BenchmarkClaim(b *testing.B) {
 	b.Run("plain", func(b *testing.B) {
 		db := testenv.MigratedDB(b)
 		benchClaimMark(b, db.Pool, "now()")
+	})
+	b.Run("time-partitioned", func(b *testing.B) {
+		db := timePartitionedDB(b, 6)
+		benchClaimMark(b, db.Pool, "now() - (g % 7) * interval '1 day'")
 	})
 }

@@ -87,6 +87,10 @@ const (
 	LockClaim = 1869574000
 	// LockAdopt serializes adopt on one table.
 	LockAdopt = 1869574001
+	// LockTimePartitions serializes the creation and the dropping of one
+	// table's time partitions (sql.CreateTimePartitions, package
+	// retention), so that several relays keeping them do not collide.
+	LockTimePartitions = 1869574002
 )
 
 // XactLock returns the SQL expression that takes the transaction-level
