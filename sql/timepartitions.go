@@ -50,10 +50,10 @@ type TimePartitioning struct {
 	// Interval is each partition's span; 0 when pgoutbox does not keep
 	// the table's time partitions (a plain table, or a partitioned table
 	// whose owner keeps them).
-	Interval time.Duration
+	Interval time.Duration `json:"interval"`
 	// Ahead is how many intervals after the current one have their
 	// partition.
-	Ahead int
+	Ahead int `json:"ahead"`
 }
 
 // ReadTimePartitioning returns table's TimePartitioning (zero when none is
@@ -62,12 +62,12 @@ type TimePartitioning struct {
 func ReadTimePartitioning(ctx context.Context, q RowQuerier, table string) (TimePartitioning, error) {
 	var secs *int64
 	var ahead *int32
-	err := q.QueryRow(ctx, `SELECT extract(epoch FROM time_partition_interval)::bigint, time_partitions_ahead FROM `+sqlname.Beside(table, "_partitioning")).Scan(&secs, &ahead)
+	// Through to_jsonb: a table from before migration 00010 (or adopted
+	// before it) lacks the columns, and a missing column would abort the
+	// caller's transaction.
+	err := q.QueryRow(ctx, `SELECT extract(epoch FROM (to_jsonb(m)->>'time_partition_interval')::interval)::bigint, (to_jsonb(m)->>'time_partitions_ahead')::int
+FROM `+sqlname.Beside(table, "_partitioning")+` m`).Scan(&secs, &ahead)
 	if err != nil {
-		var pgErr interface{ SQLState() string }
-		if errors.As(err, &pgErr) && (pgErr.SQLState() == "42703" || pgErr.SQLState() == "42P01") {
-			return TimePartitioning{}, nil // before migration 00010 or 00009: none
-		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return TimePartitioning{}, nil
 		}
