@@ -85,11 +85,11 @@ func TestDropPartitionsDropsOnlyFullyPublishedOldOnes(t *testing.T) {
 	db := timePartitionedDB(t)
 	day := 24 * time.Hour
 	for i := 0; i < 50; i++ {
-		insert(t, db, 6, ago(5*day), false) // all published long ago: dropped
-		insert(t, db, 5, ago(4*day), false) // and a dead letter: kept
-		insert(t, db, 4, ago(4*day), false) // and an unpublished row: kept
+		insert(t, db, 6, ago(5*day), false)     // all published long ago: dropped
+		insert(t, db, 5, ago(4*day), false)     // and a dead letter: kept
+		insert(t, db, 4, ago(4*day), false)     // and an unpublished row: kept
 		insert(t, db, 3, ago(time.Hour), false) // published an hour ago: kept
-		insert(t, db, 0, ago(3*day), false) // today's: kept
+		insert(t, db, 0, ago(3*day), false)     // today's: kept
 	}
 	insert(t, db, 5, nil, true)
 	insert(t, db, 4, nil, false)
