@@ -321,7 +321,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 			event = append(event, pgx.Identifier{name}.Sanitize())
 		}
 	}
-	cols := strings.Join(event, ", ") + ", seq, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at, key_partition"
+	cols := strings.Join(event, ", ") + ", seq, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at, key_partition, payload_size"
 	_, err := pool.Exec(ctx, "SELECT "+cols+" FROM "+outbox.TableIdentifier(table)+" LIMIT 0")
 	switch {
 	case err == nil:
