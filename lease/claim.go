@@ -44,7 +44,10 @@ const advanceEvery = 100 * time.Millisecond
 const maxMarkers = 1024
 
 // Claim leases up to Config.BatchSize claimable rows for Config.Lease and
-// returns them ordered by seq. An empty batch (no rows) is not an error.
+// returns them ordered by seq, taking rows while the payload bytes before
+// each stay under Config.MaxBatchBytes (so at least one row, whatever its
+// size; Batch.More says when that bound left claimable rows behind). An
+// empty batch (no rows) is not an error.
 // In the same transaction, before the claim, it marks published the rows
 // of each of marks still held by its token, and sets its Marked (see
 // MarkPublished): a relay that claims often saves a transaction per batch.
@@ -194,10 +197,11 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	if c.own.legacy != "" {
 		// A relay of an older version claims on this table: claim
 		// nothing (the rebalances watch for it to go).
-		q.batch.Queue(c.claimSQL, 0, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor, c.own.member, []int32{}, true)
+		q.batch.Queue(c.claimSQL, 0, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor, c.own.member, []int32{}, true,
+			int32(c.cfg.MaxBatchBytes))
 	} else {
 		q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor,
-			c.own.member, c.own.releasingList(), len(c.own.guardKeys(began)) > 0)
+			c.own.member, c.own.releasingList(), len(c.own.guardKeys(began)) > 0, int32(c.cfg.MaxBatchBytes))
 	}
 	q.batch.Queue(c.ownerSQL)
 	q.advance = time.Since(c.lastAdvance) >= advanceEvery
@@ -232,7 +236,7 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
 		// it committed, again at every lease.
 		var leaseMS int64
 		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &created, &r.Attempts, &batch.LockedUntil, &aggType,
-			&r.KeyPartition, &leaseMS, &batch.TakenOver); err != nil {
+			&r.KeyPartition, &leaseMS, &batch.TakenOver, &batch.More); err != nil {
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
 		batch.Lease = time.Duration(leaseMS) * time.Millisecond
