@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -58,17 +59,26 @@ SELECT gen_random_uuid(), 's' || g, 't', jsonb_build_object('n', g) FROM generat
 		}
 	}
 
-	// One row larger than the bound is claimed alone.
+	// A row larger than the bound is claimed, after what came before it,
+	// without its payload: never read, it comes with ErrPayloadTooLarge.
 	db2 := testenv.MigratedDB(t)
 	if _, err := db2.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
-SELECT gen_random_uuid(), 'big' || g, 't', jsonb_build_object('pad', repeat('x', 100000)) FROM generate_series(0, 1) g`); err != nil {
+SELECT gen_random_uuid(), 'big' || g, 't', jsonb_build_object('pad', repeat('x', 100000 * (1 + g % 2))) FROM generate_series(0, 2) g`); err != nil {
 		t.Fatal(err)
 	}
-	small := newClaimer(t, db2.Pool, lease.Config{RelayID: "small", MaxBatchBytes: 1000})
-	for i, want := range []string{"[big0]", "[big1]", "[]"} {
-		if got, _ := claimAggs(t, small); fmtAggs(got) != want {
-			t.Fatalf("claim %d with a 1,000-byte bound: %s, want %s", i+1, fmtAggs(got), want)
-		}
+	small := newClaimer(t, db2.Pool, lease.Config{RelayID: "small", MaxBatchBytes: 150000})
+	b, err := small.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Rows) != 2 || !b.More || b.Rows[0].DecodeErr != nil || len(b.Rows[0].Payload) < 100000 ||
+		!errors.Is(b.Rows[1].DecodeErr, lease.ErrPayloadTooLarge) || b.Rows[1].Payload != nil || b.Rows[1].AggregateID != "big1" {
+		t.Fatalf("claim over 100 KB and 200 KB payloads with a 150,000-byte bound: %d rows, more %v, %+v; want big0 with its payload, big1 without (ErrPayloadTooLarge)",
+			len(b.Rows), b.More, b.Rows)
+	}
+	t.Logf("the row over the bound: %v", b.Rows[1].DecodeErr)
+	if got, more := claimAggs(t, small); fmtAggs(got) != "[big2]" || more {
+		t.Fatalf("second claim: %s, more %v; want [big2]", fmtAggs(got), more)
 	}
 
 	// Rows without a size: each counts as the whole bound.

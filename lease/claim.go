@@ -3,6 +3,7 @@ package lease
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -126,7 +127,7 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 		}
 		m.Marked = tag.RowsAffected()
 	}
-	batch, err := readClaimed(br, token)
+	batch, err := readClaimed(br, token, c.cfg.MaxBatchBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -216,8 +217,15 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	return q
 }
 
-// readClaimed reads the claim statement's rows.
-func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
+// ErrPayloadTooLarge is wrapped by a claimed row's DecodeErr when its
+// payload is larger than Config.MaxBatchBytes: the claim does not read it
+// (the relay dead-letters the row), so that no single row takes the relay
+// past its memory bound.
+var ErrPayloadTooLarge = errors.New("payload larger than the claim's byte bound")
+
+// readClaimed reads the claim statement's rows; maxBytes is
+// Config.MaxBatchBytes.
+func readClaimed(br pgx.BatchResults, token uuid.UUID, maxBytes int64) (*Batch, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
@@ -235,9 +243,14 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
 		// dead letter by itself (DecodeErr), never a claim that fails after
 		// it committed, again at every lease.
 		var leaseMS int64
+		var size *int64
 		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &created, &r.Attempts, &batch.LockedUntil, &aggType,
-			&r.KeyPartition, &leaseMS, &batch.TakenOver, &batch.More); err != nil {
+			&r.KeyPartition, &leaseMS, &size, &batch.TakenOver, &batch.More); err != nil {
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		if size != nil && *size > maxBytes {
+			r.DecodeErr = fmt.Errorf("%w: %d bytes (payload_size, recorded at insert) against lease.Config.MaxBatchBytes %d (--max-batch-bytes); it was not read: raise the bound to publish the event, if the broker's message.max.bytes allows records that large",
+				ErrPayloadTooLarge, *size, maxBytes)
 		}
 		batch.Lease = time.Duration(leaseMS) * time.Millisecond
 		r.CreatedAt = created.Time

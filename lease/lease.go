@@ -47,7 +47,11 @@ type Config struct {
 	// MaxBatchBytes bounds the payload bytes one claim returns: rows are
 	// taken in seq order while the payloads before each come to less than
 	// this, so a claim takes at least one row, and more than this only
-	// when its last row (or its only one) is larger than what was left.
+	// when its last row is larger than what was left. A row whose
+	// payload alone is larger than MaxBatchBytes is claimed without its
+	// payload, which is never read (Row.DecodeErr wraps
+	// ErrPayloadTooLarge; the relay dead-letters it): it could not be a
+	// Kafka record anyway unless the broker takes records that large.
 	// A payload's bytes are its uncompressed size as the insert trigger
 	// recorded it (payload_size, migration 00010: for jsonb the binary
 	// form's size, within a few percent of the JSON text the relay reads
@@ -103,7 +107,7 @@ const DefaultBatchSize = 500
 const MaxBatchSize = 10000
 
 // DefaultMaxBatchBytes is Config.MaxBatchBytes's default, 16 MiB: with
-// 900 KB payloads a claim takes 18 rows instead of 500 (450 MB), and the
+// 900 KB payloads a claim takes 19 rows instead of 500 (450 MB), and the
 // relay process stays under 256 MiB of RSS (docs/database.md).
 const DefaultMaxBatchBytes = 16 << 20
 
@@ -196,8 +200,10 @@ type Row struct {
 	// aggregate ID).
 	KeyPartition int
 	// DecodeErr is set when the row cannot become a Kafka record (its
-	// headers are not a JSON object): the relay dead-letters it at once
-	// with this reason. The other fields are still filled in.
+	// headers are not a JSON object, or its payload is larger than
+	// Config.MaxBatchBytes: ErrPayloadTooLarge, Payload nil): the relay
+	// dead-letters it at once with this reason. The other fields are
+	// still filled in.
 	DecodeErr error
 }
 

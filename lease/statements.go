@@ -126,7 +126,10 @@ func (c *Claimer) prepareClaim() {
 	// its own rows more (a window over the index scan itself added about
 	// 0.2 ms, 3%, to a 500-row claim). The last column says the bound left
 	// claimable rows behind, so the relay claims again at once as after a
-	// full batch (Batch.More).
+	// full batch (Batch.More). A payload larger than the bound itself is
+	// not read at all (CASE in RETURNING): its row comes back with
+	// DecodeErr, and the relay dead-letters it, so that one huge row
+	// cannot take the relay past its memory bound either.
 	c.claimSQL = `WITH me AS MATERIALIZED (
   SELECT r.until FROM ` + relays + ` r WHERE r.member = $7 AND r.until > now()
 ), owned AS MATERIALIZED (
@@ -155,8 +158,9 @@ func (c *Claimer) prepareClaim() {
 UPDATE ` + t + ` o
 SET locked_until = least(now() + $2 * interval '1 millisecond', (SELECT until FROM me)), locked_by = $3, claim_token = $4
 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
-RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `,
-  ` + c.keyPartition + `, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint
+RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, CASE WHEN o.payload_size > $10 THEN NULL ELSE o.` + payload + ` END,
+  o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `,
+  ` + c.keyPartition + `, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint, o.payload_size
 )
 SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over), (SELECT count(*) FROM scan) > (SELECT count(*) FROM candidates) FROM claimed`
 	// Read after each claim: the generation (a change means another relay
