@@ -143,12 +143,14 @@ func (s *schedule) claimedEmpty(sinceLast time.Duration) {
 	}
 }
 
-// claimedRows schedules after a claim that found n rows.
-func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
+// claimedRows schedules after a claim that found n rows; more says it
+// stopped at its byte bound with claimable rows left (lease.Batch.More).
+func (s *schedule) claimedRows(n int, more bool, sinceLast time.Duration) {
 	s.failures = 0
 	cfg := &s.r.cfg
 	switch {
-	case n >= s.r.lease.BatchSize:
+	case n >= s.r.lease.BatchSize || more:
+		// A full batch, by rows or by bytes: a backlog.
 		s.backlog = true
 	case cfg.ClaimWindow > 0:
 		now := time.Now()
@@ -216,7 +218,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			r.releaseBatch(context.WithoutCancel(ctx), b)
 			return
 		}
-		s.claimedRows(len(b.Rows), sinceLast)
+		s.claimedRows(len(b.Rows), b.More, sinceLast)
 	}
 }
 

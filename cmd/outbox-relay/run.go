@@ -56,6 +56,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.StringVar(&f.listenURL, "listen-database-url", "", "PostgreSQL URL or DSN of the LISTEN connection only, when --database-url goes through a transaction pooler (PgBouncer pool_mode=transaction), which cannot carry LISTEN: connect the listener to PostgreSQL directly (default: --database-url)")
 	fs.DurationVar(&f.lease.Lease, "lease", lease.DefaultLease, "how long a claim holds its rows before another relay may take them (min 1s)")
 	fs.IntVar(&f.lease.BatchSize, "batch-size", lease.DefaultBatchSize, fmt.Sprintf("most events per claim (1..%d)", lease.MaxBatchSize))
+	fs.Int64Var(&f.lease.MaxBatchBytes, "max-batch-bytes", lease.DefaultMaxBatchBytes, fmt.Sprintf("most payload bytes per claim, as recorded at insert (a claim always takes one event, however large); the relay holds at most three claims, so this bounds its memory (1..%d)", lease.MaxMaxBatchBytes))
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
 	fs.StringVar(&f.relay.IDHeader, "id-header", "", "also carry the event ID in this header (Debezium's router uses id; default: only event_id)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", relay.DefaultPollInterval, "fallback poll interval when no notification arrives (jittered ±10%)")
@@ -304,7 +305,8 @@ func (f *runFlags) logStart(log *zap.Logger, svc *relay.Service) {
 		zap.Bool("listen_database_url", f.listenURL != ""),
 		zap.Duration("lease", lc.Lease),
 		zap.Duration("poll_interval", f.relay.PollInterval),
-		zap.Int("batch_size", lc.BatchSize))
+		zap.Int("batch_size", lc.BatchSize),
+		zap.Int64("max_batch_bytes", lc.MaxBatchBytes))
 }
 
 // checkTable fails fast, with a clear message, when the outbox table is
@@ -388,7 +390,7 @@ func migrateCommand(table string) string {
 
 // configFlags maps "<package>.<Config field>" onto the flag that sets it.
 var configFlags = map[string]string{
-	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
+	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.MaxBatchBytes": "--max-batch-bytes", "lease.Table": "--table", "lease.RelayID": "--relay-id",
 	"relay.Topic": "--topic", "relay.TopicTemplate": "--topic-template", "relay.IDHeader": "--id-header", "relay.PollInterval": "--poll-interval", "relay.ClaimWindow": "--claim-window", "relay.ClaimWindowPoll": "--claim-window-poll", "relay.BusyClaimInterval": "--busy-claim-interval",
 	"relay.RetryMin": "--retry-min", "relay.StallTimeout": "--stall-timeout", "relay.MaxAttempts": "--max-attempts", "relay.OnDeadLetter": "--on-dead-letter", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
 	"notify.Channel": "--channel",
