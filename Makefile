@@ -94,13 +94,14 @@ run:
 # of idling), latency at 1,000 events/s per mode and at 10,000 and 10
 # events/s for the product relay (a process with its defaults), each with
 # what it cost the database and the relay against a writers-only baseline,
-# drain, a 1,000,000-event backlog, writers, what waking the relay costs
+# drain, a 1,000,000-event backlog, 2,000 events of 900 KB (the relay's
+# peak RSS), writers, what waking the relay costs
 # the writers at 10, 1,000 and 10,000 commits/s (notify-cost), broker-down. Extra flags:
 # make bench BENCH_FLAGS='--rate 2000'. See `go run ./cmd/outbox-bench --help`.
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario burst,latency,drain,backlog,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
+		--scenario burst,latency,drain,backlog,large-payloads,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 200 --duration 10s --baseline-duration 6s \
 		--grace 5s --idle-window 1s --poll-interval 500ms \
 		--idle 60s --burst-events 100000 --backlog-events 1000000 \
@@ -115,7 +116,7 @@ bench:
 .PHONY: bench-full
 bench-full:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario burst,latency,drain,backlog,writers,notify-cost,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
+		--scenario burst,latency,drain,backlog,large-payloads,writers,notify-cost,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 300 --duration 30s \
 		--poll-interval 50ms,100ms,500ms --lease 5s,30s --outage 20s \
 		--idle 60s --burst-events 100000 --backlog-events 1000000 \
