@@ -306,11 +306,44 @@ func (c *Claimer) readAdvance(br pgx.BatchResults) error {
 	if err := br.QueryRow().Scan(&minUnpublished); err != nil {
 		return fmt.Errorf("claim batch: advance floor: %w", err)
 	}
+	if seq < c.lastSeq {
+		c.restarted()
+	}
+	c.lastSeq = seq
 	if cache == nil || *cache == 1 {
 		c.advance(seq, holders, minUnpublished)
 	}
 	c.lastAdvance = time.Now()
 	return nil
+}
+
+// restarted drops the floor to 0 and every pending marker, after the
+// sequence's last value went below the one read before: ALTER SEQUENCE
+// ... RESTART, a setval lower, a logical-replication cutover (sequences
+// are not carried over) or a restore. New rows get seqs below the floor,
+// which would otherwise hide them from every claim but the once-a-minute
+// rescan (issue 20: 47-49 s after each insert); and a pending marker says
+// nothing about them (a transaction that took a low seq after the marker
+// was read is not among its holders), so none may move the floor. The
+// claims scan from seq 0 until the next advance settles a marker of the
+// new sequence: the floor then rises to that marker or the lowest
+// unpublished row, whichever is lower. Until this runs (at most
+// advanceEvery after the restart, at the next claim), the claims
+// themselves scan from seq 0 when the sequence is below the floor (see
+// prepareClaim). metrics.SequenceBehindError reports the restart itself
+// (readiness, one log line).
+func (c *Claimer) restarted() {
+	c.floor = 0
+	c.markers = nil
+	c.restarts++
+}
+
+// Restarts counts the times the Claimer found its table's sequence below
+// a value it had read before, and dropped its floor (see Floor).
+func (c *Claimer) Restarts() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.restarts
 }
 
 // advance records a new marker (seq and the transactions holding the
@@ -350,7 +383,9 @@ markers:
 }
 
 // Floor returns the seq below which this Claimer knows every row is
-// published; its claims scan from there.
+// published; its claims scan from there. It drops to 0 when the table's
+// sequence is found to have gone back (Restarts), and rises again as the
+// new sequence's values settle.
 func (c *Claimer) Floor() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

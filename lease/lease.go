@@ -271,6 +271,8 @@ type Claimer struct {
 	mu          sync.Mutex
 	floor       int64
 	markers     []marker
+	lastSeq     int64 // the sequence's last value at the last advance
+	restarts    int64 // times lastSeq went back (restarted)
 	lastAdvance time.Time
 	lastBeat    time.Time // when the last registry write was sent
 	lastRescan  time.Time // when a claim last scanned from seq 0

@@ -90,12 +90,13 @@ func (c *Claimer) prepareClaim() {
 	st := NewStates(cfg.Table, cfg.Columns)
 	relays, parts := sqlname.Beside(cfg.Table, "_relays"), sqlname.Beside(cfg.Table, "_partitions")
 	// The guard's probes start at the lowest unpublished seq at or above
-	// the floor ($6), computed once per claim (an InitPlan): no row below
+	// the floor ($6, or 0 after a restart of the sequence: lo below),
+	// computed once per claim (an InitPlan): no row below
 	// it is leased or backing off. Every probe walks its aggregate's index
 	// entries from there, dead ones included; from seq 0 (a new relay, or
 	// a rescan) each probe would walk its aggregate's whole history while a
 	// long transaction keeps VACUUM from removing it.
-	guardFrom := `(SELECT coalesce(min(m.seq), $6) FROM ` + t + ` m WHERE m.published_at IS NULL AND m.seq >= $6)`
+	guardFrom := `(SELECT coalesce(min(m.seq), (SELECT guard FROM lo)) FROM ` + t + ` m WHERE m.published_at IS NULL AND m.seq >= (SELECT guard FROM lo))`
 	// Ownership ($7 the member, $8 the partitions it is giving back): the
 	// member must be live, its lease on a row ends no later than its
 	// membership, and only rows of the partitions it owns (and keeps) are
@@ -130,7 +131,21 @@ func (c *Claimer) prepareClaim() {
 	// not read at all (CASE in RETURNING): its row comes back with
 	// DecodeErr, and the relay dead-letters it, so that one huge row
 	// cannot take the relay past its memory bound either.
-	c.claimSQL = `WITH me AS MATERIALIZED (
+	//
+	// The floor ($6; $5 is where this claim scans from: the floor, or 0
+	// for a rescan) holds only while the sequence moves forward. Normally
+	// its last value is at least the floor minus one (the floor never
+	// passes a value the sequence handed out). Below that, the sequence
+	// went back (ALTER SEQUENCE ... RESTART, a logical-replication
+	// cutover: issue 20, each new event waited for the minute's rescan)
+	// and new rows have seqs below the floor: the claim scans, and its
+	// guard probes, from seq 0 (lo, one InitPlan: a sequence read) until
+	// the Claimer's next advance drops its floor (Claimer.restarted).
+	seqName := `pg_get_serial_sequence(` + sqlname.Literal(t) + `, 'seq')::regclass`
+	c.claimSQL = `WITH lo AS MATERIALIZED (
+  SELECT CASE WHEN s.last < $6 - 1 THEN 0 ELSE $5 END AS scan, CASE WHEN s.last < $6 - 1 THEN 0 ELSE $6 END AS guard
+  FROM (SELECT coalesce(pg_sequence_last_value(` + seqName + `), 0) AS last) s
+), me AS MATERIALIZED (
   SELECT r.until FROM ` + relays + ` r WHERE r.member = $7 AND r.until > now()
 ), owned AS MATERIALIZED (
   SELECT p.partition FROM ` + parts + ` p
@@ -140,7 +155,7 @@ func (c *Claimer) prepareClaim() {
   FROM ` + t + ` o
   WHERE EXISTS (SELECT 1 FROM owned)
     AND ` + st.Live("o") + `
-    AND o.seq >= $5
+    AND o.seq >= (SELECT scan FROM lo)
     AND ` + st.LeaseFree("o") + `
     AND ` + c.keyPartition + ` IN (SELECT partition FROM owned)
     AND (NOT ($9::bool OR (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.key = 'holds' AND g.until > now())))
