@@ -215,7 +215,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			r.gate.batchSent()
 		case <-ctx.Done():
 			// Shutting down with a batch nobody will publish: give it back.
-			r.releaseBatch(context.WithoutCancel(ctx), b)
+			r.releaseBatch(b)
 			return
 		}
 		s.claimedRows(len(b.Rows), b.More, sinceLast)
@@ -228,11 +228,12 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 	no := r.gate.next()
 	jobs := r.marks.take(time.Time{})
 	marks := toLease(jobs)
-	// The claim is not cancelled by shutdown: a statement cancelled after
-	// the server committed it would leave rows leased by a claim nobody
-	// holds until the lease ends. It is bounded by DBTimeout, and a batch
+	// The claim is not cancelled when the shutdown begins: a statement
+	// cancelled after the server committed it would leave rows leased by
+	// a claim nobody holds until the lease ends. It is bounded by
+	// DBTimeout, and by ShutdownGrace after the shutdown timeout; a batch
 	// claimed during shutdown is released by the caller.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+	cctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
 	began := time.Now()
 	b, err := r.claimer.Claim(cctx, marks...)
 	cancel()
@@ -250,6 +251,8 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 		if ctx.Err() == nil {
 			r.progress.claims.fail(time.Now(), err)
 			r.logClaimError(err)
+		} else {
+			r.stop.failedClaim(err)
 		}
 		return nil, no, err
 	}

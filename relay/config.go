@@ -105,7 +105,9 @@ type Config struct {
 	RetryMax time.Duration
 	// ShutdownTimeout bounds a graceful stop: after the context given to
 	// Run is done, the in-flight publish may take this long; then delivered
-	// rows are marked, the rest released, and Run returns. Defaults to
+	// rows are marked, the rest released, within ShutdownGrace more (1s),
+	// and Run returns by then even if the database does not answer (what
+	// it could not give back is logged in one line). Defaults to
 	// DefaultShutdownTimeout (10s).
 	ShutdownTimeout time.Duration
 	// DBTimeout bounds each claim, mark and release statement. Defaults to
