@@ -253,12 +253,23 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer pool.Close()
+	// After a run, finish closes everything within exitGrace; before one
+	// (an error at start), the defers do.
+	finished := false
+	defer func() {
+		if !finished {
+			pool.Close()
+		}
+	}()
 	obs, err := startObserve(ctx, &f.observe, pool, f.table, f.lease.WithDefaults().Columns.AggregateID, f.relay.Topic, log)
 	if err != nil {
 		return err
 	}
-	defer obs.stop()
+	defer func() {
+		if !finished {
+			obs.stop()
+		}
+	}()
 	if err := f.databaseReady(ctx, startCtx, log, pool, waitPromotion); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting
@@ -276,7 +287,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError{errors.New(flagError(err))}
 	}
-	defer svc.Close()
+	defer func() {
+		if !finished {
+			_ = svc.Close()
+		}
+	}()
 	if err := f.kafkaReady(ctx, startCtx, log, svc); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -290,7 +305,35 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		obs.m.Registry().MustRegister(listenerStateCollector{l})
 	}
 	f.logStart(log, svc)
-	return svc.Run(ctx)
+	err = svc.Run(ctx)
+	finished = true
+	finish(log, exitGrace, func() { _ = svc.Close() }, obs.stop, pool.Close)
+	return err
+}
+
+// exitGrace bounds what `run` does after the relay stopped (svc.Run
+// returned: ShutdownTimeout plus relay.ShutdownGrace after SIGTERM at the
+// latest): closing the publisher, the metrics server and the pool. With
+// the database's connections frozen, pgxpool's Close waits for each
+// broken connection's cancel request, up to 15 s; the process does not.
+const exitGrace = 500 * time.Millisecond
+
+// finish runs closers one after the other and waits for them at most
+// within; what has not returned by then goes on until the process exits
+// (its connections are closed with it: nothing is lost).
+func finish(log *zap.Logger, within time.Duration, closers ...func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, c := range closers {
+			c()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(within):
+		log.Debug("closing the connections did not finish; exiting anyway", zap.Duration("waited", within))
+	}
 }
 
 // logStart logs the relay's start with its main settings.
