@@ -376,6 +376,7 @@ func TestEvaluateGoals(t *testing.T) {
 		{Scenario: ScenarioBurst, Mode: ModeNotifyProc, Burst: &Burst{BurstEvents: 100, IdleS: 60, ShortIdleS: 1, BurstRatio: 0.9,
 			IdleCostWindowS: 50, IdleDBXactsPerS: 2.5, IdleRelayCPUSPer10S: nil}},
 		{Scenario: ScenarioBacklog, Mode: ModeNotifyProc, Error: "boom", Drain: &Drain{EventsPerS: 90000}},
+		{Scenario: ScenarioLargePayloads, Mode: ModeNotifyProc, Drain: &Drain{Events: 2000, RelayVmHWMMiB: 126}},
 	}
 	got := map[string]string{}
 	for _, g := range EvaluateGoals(runs) {
@@ -391,7 +392,7 @@ func TestEvaluateGoals(t *testing.T) {
 		"10000/s p99 latency": "n/a", "10/s p99 latency": "PASS",
 		"idle DB transactions/s": "PASS", "idle relay CPU per 10 s": "n/a",
 		"burst drain after long idle / after short idle": "PASS", "backlog drain": "n/a",
-		"several relays / one relay (worst scale run)": "n/a",
+		"several relays / one relay (worst scale run)": "n/a", "relay peak RSS, 900 KB payloads": "PASS",
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d goals, want %d: %v", len(got), len(want), got)
