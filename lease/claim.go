@@ -322,7 +322,7 @@ func (c *Claimer) readAdvance(br pgx.BatchResults) error {
 // ... RESTART, a setval lower, a logical-replication cutover (sequences
 // are not carried over) or a restore. New rows get seqs below the floor,
 // which would otherwise hide them from every claim but the once-a-minute
-// rescan (issue 20: 47-49 s after each insert); and a pending marker says
+// rescan; and a pending marker says
 // nothing about them (a transaction that took a low seq after the marker
 // was read is not among its holders), so none may move the floor. The
 // claims scan from seq 0 until the next advance settles a marker of the

@@ -124,8 +124,8 @@ func (c *Claimer) prepareClaim() {
 	// (at most $1 of them) come to the bound or more: a One-Time Filter
 	// on their total gates the branch with the window and its sort of
 	// those rows, so a claim of small payloads costs one aggregate over
-	// its own rows more (a window over the index scan itself added about
-	// 0.2 ms, 3%, to a 500-row claim). The last column says the bound left
+	// its own rows more, not a window over every row it scans. The last
+	// column says the bound left
 	// claimable rows behind, so the relay claims again at once as after a
 	// full batch (Batch.More). A payload larger than the bound itself is
 	// not read at all (CASE in RETURNING): its row comes back with
@@ -137,8 +137,8 @@ func (c *Claimer) prepareClaim() {
 	// its last value is at least the floor minus one (the floor never
 	// passes a value the sequence handed out). Below that, the sequence
 	// went back (ALTER SEQUENCE ... RESTART, a logical-replication
-	// cutover: issue 20, each new event waited for the minute's rescan)
-	// and new rows have seqs below the floor: the claim scans, and its
+	// cutover) and new rows have seqs below the floor, where only the
+	// once-a-minute rescan would find them: the claim scans, and its
 	// guard probes, from seq 0 (lo, one InitPlan: a sequence read) until
 	// the Claimer's next advance drops its floor (Claimer.restarted).
 	seqName := `pg_get_serial_sequence(` + sqlname.Literal(t) + `, 'seq')::regclass`

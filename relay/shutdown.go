@@ -14,10 +14,11 @@ import (
 // still gives back what it holds — marks the events Kafka acknowledged,
 // releases the rest, leaves its key partitions — before Run returns
 // whatever the database does. Every database statement the relay runs
-// once its context is done ends by then: with its connections frozen (a
-// network partition, a server that stopped answering) it used to wait
-// for each statement's own bound (Config.DBTimeout, three times for a
-// release) and exited 23.5 s after SIGTERM with --shutdown-timeout 2s.
+// once its context is done ends by then, so that connections that hang
+// (a network partition, a server that stopped answering) cannot hold the
+// stop for each statement's own bound (Config.DBTimeout, three times for
+// a release): an orchestrator's grace period of ShutdownTimeout plus 2 s
+// covers the whole stop.
 const ShutdownGrace = time.Second
 
 // shutdown is what a stopping relay could not do, for the one line Run
@@ -119,7 +120,7 @@ func (s *shutdown) logTo(log *zap.Logger, lease time.Duration, published int64) 
 	if s.leaveErr != nil {
 		what = append(what, "this relay still owns its key partitions until its membership ends (at most "+lease.String()+"): the other relays take them then")
 	}
-	log.Warn("shutdown incomplete: the database did not answer in time; "+strings.Join(what, "; "),
+	log.Warn("shutdown incomplete (the database failed or did not answer in time): "+strings.Join(what, "; "),
 		zap.Int("unreleased", s.unreleased), zap.Int("unmarked", s.unmarked), zap.Bool("claim_lost", s.claimLost), zap.Bool("left", s.leaveErr == nil),
 		zap.Duration("took", took), zap.Int64("published", published), zap.NamedError("last_error", s.lastErr))
 }

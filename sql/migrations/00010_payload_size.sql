@@ -1,9 +1,8 @@
 -- +goose Up
 -- payload_size: how many bytes the row's payload takes in memory, so that
 -- a claim can bound the bytes it returns (lease.Config.MaxBatchBytes)
--- without reading any payload. A relay that claimed 500 rows of 900 KB
--- held 450 MB per batch, and its pipeline three batches: it grew to 1.8 GB
--- and was OOM-killed in a container, again at every restart.
+-- without reading any payload: bounded by rows only, a claim of 500
+-- payloads of 900 KB is 450 MB, and the relay holds three claims.
 --
 -- The value is pg_column_size of the new row's payload, taken by the
 -- BEFORE INSERT trigger of migration 00009 (one function call per row, no
