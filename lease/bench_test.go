@@ -10,7 +10,7 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 )
 
-// benchRows is how many events one refill of BenchmarkClaim's table adds.
+// benchRows is how many events one refill of BenchmarkClaimAndMark's table adds.
 const benchRows = 100_000
 
 // benchFill inserts benchRows events over 1,000 aggregates, created at
@@ -26,7 +26,7 @@ SELECT gen_random_uuid(), 'agg-' || (g % 1000), 't', '{"n": 1}', `+createdAt+` F
 	}
 }
 
-// benchClaimMark is one op of BenchmarkClaim: a claim of the default batch
+// benchClaimMark is one op of BenchmarkClaimAndMark: a claim of the default batch
 // (500 rows) and the mark of every row it leased, the relay's hot path.
 func benchClaimMark(b *testing.B, pool *pgxpool.Pool, createdAt string) {
 	ctx := context.Background()
@@ -61,13 +61,13 @@ func benchClaimMark(b *testing.B, pool *pgxpool.Pool, createdAt string) {
 	b.ReportMetric(float64(rows)/float64(b.N), "rows/op")
 }
 
-// BenchmarkClaim measures a claim of 500 rows plus their mark, preloaded
+// BenchmarkClaimAndMark measures a claim of 500 rows plus their mark, preloaded
 // with 100,000 events over 1,000 aggregates: on the plain outbox table,
 // and on a time-partitioned one (migrate --time-partitioned) with the
 // events spread over 7 daily partitions (plus the 2 ahead and the
 // DEFAULT partition). Run it with -benchtime=200x (one refill covers 200
 // ops).
-func BenchmarkClaim(b *testing.B) {
+func BenchmarkClaimAndMark(b *testing.B) {
 	b.Run("plain", func(b *testing.B) {
 		db := testenv.MigratedDB(b)
 		benchClaimMark(b, db.Pool, "now()")

@@ -5,8 +5,10 @@
 // the delivered rows published.
 //
 // Three goroutines form a pipeline, each holding at most one batch, so
-// memory is bounded by about three batches: the claimer claims batch N+1
-// while the publisher publishes batch N and the marker marks batch N-1.
+// memory is bounded by about three batches, each of at most
+// lease.Config.BatchSize rows and lease.Config.MaxBatchBytes of payloads:
+// the claimer claims batch N+1 while the publisher publishes batch N and
+// the marker marks batch N-1.
 // Which rows of a batch may be published, and which must wait behind an
 // earlier event of their aggregate, is decided by the hold-back state
 // (holdback.go, where the ordering invariant is stated).
@@ -78,12 +80,9 @@ type Config struct {
 	// at 2,000/s or more (averaged over 50ms): the relay takes bigger
 	// batches instead of claiming every ClaimWindowPoll. It is never
 	// shorter than ClaimWindowPoll. Shorter means lower latency at high
-	// rates, and more claims taking CPU from the writers on a small machine:
-	// at 5,000 events/s on 2 cores (outbox-bench, relay process), 20ms gave
-	// p50 14.3 ms and p99 29.0 ms at 51 claims/s, 10ms 8.2 / 20.4 ms at 101,
-	// 5ms 5.5 / 13.8 ms at 152; with 5ms the writers at saturation (16-64
-	// connections) kept 0.89-0.92 of their commits/s, with 20ms 0.90-0.95
-	// (docs/benchmarks.md). Defaults to DefaultBusyClaimInterval (20ms).
+	// rates, and more claims taking CPU from the writers on a small machine
+	// (the trade-off, measured: docs/benchmarks.md, "Above 2,000 events/s").
+	// Defaults to DefaultBusyClaimInterval (20ms).
 	BusyClaimInterval time.Duration
 	// MaxAttempts is how many failed publishes, each answered by the broker
 	// with an error, an event may have before it is dead-lettered. Failures
@@ -105,7 +104,9 @@ type Config struct {
 	RetryMax time.Duration
 	// ShutdownTimeout bounds a graceful stop: after the context given to
 	// Run is done, the in-flight publish may take this long; then delivered
-	// rows are marked, the rest released, and Run returns. Defaults to
+	// rows are marked, the rest released, within ShutdownGrace more (1s),
+	// and Run returns by then even if the database does not answer (what
+	// it could not give back is logged in one line). Defaults to
 	// DefaultShutdownTimeout (10s).
 	ShutdownTimeout time.Duration
 	// DBTimeout bounds each claim, mark and release statement. Defaults to

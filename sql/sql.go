@@ -101,7 +101,7 @@ type MigrateOptions struct {
 	// DefaultPartitions, far above any number of relays.
 	Partitions int
 	// TimePartitioned creates the table partitioned by RANGE (created_at)
-	// (see migration 00010): primary key (id, created_at), since a
+	// (see migration 00011): primary key (id, created_at), since a
 	// partitioned table's unique keys must hold its partition key; a
 	// DEFAULT partition <table>_default for rows no other partition covers;
 	// and the partitions of the current interval and the

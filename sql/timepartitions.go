@@ -45,7 +45,7 @@ const (
 const PartitionStorage = "fillfactor = 40, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01, vacuum_index_cleanup = on"
 
 // TimePartitioning is what <table>_partitioning records about a table
-// partitioned by created_at by MigrateWith (migration 00010).
+// partitioned by created_at by MigrateWith (migration 00011).
 type TimePartitioning struct {
 	// Interval is each partition's span; 0 when pgoutbox does not keep
 	// the table's time partitions (a plain table, or a partitioned table
@@ -57,12 +57,12 @@ type TimePartitioning struct {
 }
 
 // ReadTimePartitioning returns table's TimePartitioning (zero when none is
-// recorded, or when the table predates migration 00010). Errors are
+// recorded, or when the table predates migration 00011). Errors are
 // wrapped as "time partitions of <table>: ...".
 func ReadTimePartitioning(ctx context.Context, q RowQuerier, table string) (TimePartitioning, error) {
 	var secs *int64
 	var ahead *int32
-	// Through to_jsonb: a table from before migration 00010 (or adopted
+	// Through to_jsonb: a table from before migration 00011 (or adopted
 	// before it) lacks the columns, and a missing column would abort the
 	// caller's transaction.
 	err := q.QueryRow(ctx, `SELECT extract(epoch FROM (to_jsonb(m)->>'time_partition_interval')::interval)::bigint, (to_jsonb(m)->>'time_partitions_ahead')::int
