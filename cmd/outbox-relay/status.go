@@ -327,7 +327,11 @@ func (r *statusReport) writeTimePartitions(w io.Writer) {
 	}
 	kept := "kept by their owner (not migrate --time-partitioned)"
 	if tp := r.TimePartitioning; tp.Interval > 0 {
-		kept = fmt.Sprintf("one per %s, %d ahead kept created by the relays", tp.Interval, tp.Ahead)
+		every := tp.Interval.String()
+		if tp.Interval%time.Hour == 0 {
+			every = fmt.Sprintf("%dh", tp.Interval/time.Hour)
+		}
+		kept = fmt.Sprintf("one per %s, %d ahead kept created by the relays", every, tp.Ahead)
 	}
 	fmt.Fprintf(w, "\ntime partitions: %d", n)
 	if n > 0 {
