@@ -86,7 +86,7 @@ check-deploy: $(HELM)
 run:
 	$(GO) run ./cmd/outbox-dev $(ARGS)
 
-# A short benchmark suite (about 8 minutes) on a throwaway Postgres (fsync
+# A short benchmark suite (about 12 minutes) on a throwaway Postgres (fsync
 # on) and an in-process kfake broker, unless DATABASE_URL / OUTBOX_BROKERS
 # are set. Writes bench/results/latest.json, latest.png (latency CDF) and
 # latest-cost.png (latency against DB CPU per event), and prints the tables
@@ -95,7 +95,9 @@ run:
 # of idling), latency at 1,000 events/s per mode and at 10,000 and 10
 # events/s for the product relay (a process with its defaults), each with
 # what it cost the database and the relay against a writers-only baseline,
-# drain, a 1,000,000-event backlog, writers, what waking the relay costs
+# drain, a 1,000,000-event backlog, scale (drains and bursts with 1, 2 and
+# 3 relay processes at 100, 1,000 and 100,000 aggregates, and 2,000
+# events/s of steady traffic), writers, what waking the relay costs
 # the writers at 10, 1,000 and 10,000 commits/s (notify-cost), broker-down. Every
 # latency run also measures the broker's own floor beside it (a probe producing
 # 200 records/s to a topic of its own). Extra flags:
@@ -105,7 +107,7 @@ run:
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario burst,latency,drain,backlog,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
+		--scenario burst,latency,drain,backlog,scale,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 200 --duration 10s --baseline-duration 6s \
 		--grace 5s --idle-window 1s --poll-interval 500ms \
 		--idle 60s --burst-events 100000 --backlog-events 1000000 \

@@ -69,6 +69,10 @@ type ScaleConfig struct {
 	SettleTimeout time.Duration
 	// Timeout bounds each drain. Defaults to 5m.
 	Timeout time.Duration
+	// Partitions is the partition count of the runs' topics (Env.Partitions
+	// for the other scenarios): several relays publish to several
+	// partitions, as they would in production. Defaults to 12.
+	Partitions int32
 }
 
 func (c *ScaleConfig) validate() error {
@@ -101,6 +105,12 @@ func (c *ScaleConfig) validate() error {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Minute
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 12
+	}
+	if c.Partitions < 0 {
+		return fmt.Errorf("bench: ScaleConfig.Partitions: must be positive, got %d", c.Partitions)
 	}
 	for _, n := range c.Relays {
 		if n < 1 || n > 16 {
@@ -163,6 +173,9 @@ func (e *Env) Scale(ctx context.Context, cfg ScaleConfig) ([]Run, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	se := *e // the same environment, with the scale runs' topic partitions
+	se.Partitions = cfg.Partitions
+	e = &se
 	var runs []Run
 	for _, aggs := range cfg.Aggregates {
 		for _, kind := range cfg.Kinds {

@@ -80,17 +80,25 @@ func TestReadmeExampleRuns(t *testing.T) {
 
 // exampleEnv gives an Example the test environment (internal/testenv): an
 // empty database schema and the test's Kafka broker with the topic
-// "payments"; read returns the next record of that topic written after
-// exampleEnv returned (the broker is shared by the package's tests, and
-// TestReadmeExampleRuns writes to "payments" too), as "key event_type
-// value". done stops and removes them.
+// "payments"; read returns the first record of that topic written after
+// exampleEnv returned whose event is in the example's own outbox table
+// (a real broker is shared by every package's tests, several of which
+// write to "payments"), as "key event_type value". done stops and
+// removes them.
 func exampleEnv(name string) (pool *pgxpool.Pool, brokers []string, read func() string, done func()) {
 	tb := exampletb.New(name)
 	db, k := testenv.DB(tb), testenv.Kafka(tb)
 	k.NamedTopic(tb, "payments", 1)
 	from := k.EndOffsets(tb, "payments")
 	read = func() string {
-		r := k.ConsumeFrom(tb, "payments", from, 1, 30*time.Second)[0]
+		r, ok := k.FindFrom(tb, "payments", from, 30*time.Second, func(r testenv.Record) bool {
+			var mine bool
+			err := db.Pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM outbox WHERE id::text = $1)", r.Headers["event_id"]).Scan(&mine)
+			return err == nil && mine
+		})
+		if !ok {
+			return "no record of this example's within 30s"
+		}
 		return fmt.Sprintf("%s %s %s", r.Key, r.Headers["event_type"], r.Value)
 	}
 	return db.Pool, k.Brokers, read, tb.Done

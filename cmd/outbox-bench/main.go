@@ -243,6 +243,14 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.Var(ints(&s.Scale.Relays), "scale-relays", "scale: relay counts, e.g. 1,2,3 (default 1,2,3; ratios divide by the 1-relay run)")
 	fs.Var(ints(&s.Scale.Aggregates), "scale-aggregates", "scale: aggregate counts, e.g. 100,1000,100000 (default 100,1000,100000)")
 	fs.IntVar(&s.Scale.Events, "scale-events", 100000, "scale: events of each drain's backlog and each burst's transaction")
+	fs.Func("scale-partitions", "scale: partitions of the scale runs' topics (default 12)", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 1 {
+			return fmt.Errorf("want a positive number, got %q", v)
+		}
+		s.Scale.Partitions = int32(n)
+		return nil
+	})
 	fs.Var(ints(&s.Connections), "connections", "writers: connection counts, e.g. 16,32,64")
 	fs.DurationVar(&s.Writers.Duration, "writers-duration", 0, "writers: how long each run writes (0: --duration)")
 	fs.DurationVar(&s.BrokerDown.Outage, "outage", 20*time.Second, "broker-down: how long the broker refuses connections (writers go on at --rate)")

@@ -42,6 +42,10 @@ type statusReport struct {
 	// KeyPartitions says which relay owns which key partitions, and since
 	// when.
 	KeyPartitions *lease.Owners `json:"key_partitions"`
+	// KeyPartitionsSettled is lease.Owners.Settled: every partition is
+	// with the live relay the assignment gives it (false while relays
+	// join, leave or hand partitions over).
+	KeyPartitionsSettled bool `json:"key_partitions_settled"`
 	// Problems are what is wrong with the table, each with its fix
 	// (outboxsql.TableReport.Problems): UNLOGGED, a sequence behind the
 	// table's seqs, UPDATEs failing for want of a replica identity.
@@ -157,7 +161,10 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 			*p = &v
 		}
 	}
-	if r.KeyPartitions, err = lease.ReadOwners(ctx, tx, table); err != nil {
+	if r.KeyPartitions, err = lease.ReadOwners(ctx, tx, table); err == nil {
+		r.KeyPartitionsSettled = r.KeyPartitions.Settled()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	return r, nil
@@ -198,7 +205,14 @@ func (r *statusReport) writeOwners(w io.Writer) {
 			live++
 		}
 	}
-	fmt.Fprintf(w, "\nkey partitions: %d, %d relay(s) running\n", o.Partitions, live)
+	state := "settled: every partition is with the relay the assignment gives it"
+	switch {
+	case live == 0:
+		state = "no relay running"
+	case !r.KeyPartitionsSettled:
+		state = "rebalancing: partitions are being handed over"
+	}
+	fmt.Fprintf(w, "\nkey partitions: %d, %d relay(s) running, %s\n", o.Partitions, live, state)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  RELAY\tOWNS\tSINCE\tMEMBERSHIP\tPARTITIONS")
 	for _, m := range o.Relays {
