@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/kafka"
@@ -83,11 +85,28 @@ func benchmarkPublishBatch(b *testing.B, cfg Config, n int) {
 }
 
 // BenchmarkPublishBatch is the relay's cost per claimed batch around the
-// publish itself.
+// publish itself, with tracing off (no TracerProvider: what every relay
+// without OTEL_* variables runs), on (an SDK provider with the batching
+// span processor outbox-relay uses, exporting to nowhere), and on with a
+// sampler that drops every span.
 func BenchmarkPublishBatch(b *testing.B) {
+	providers := []struct {
+		name string
+		opts []sdktrace.TracerProviderOption
+	}{
+		{"on", []sdktrace.TracerProviderOption{sdktrace.WithBatcher(tracetest.NewNoopExporter())}},
+		{"on-unsampled", []sdktrace.TracerProviderOption{sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.NeverSample())}},
+	}
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprintf("events=%d/tracing=off", n), func(b *testing.B) {
 			benchmarkPublishBatch(b, Config{Topic: "payments"}, n)
 		})
+		for _, p := range providers {
+			b.Run(fmt.Sprintf("events=%d/tracing=%s", n, p.name), func(b *testing.B) {
+				tp := sdktrace.NewTracerProvider(p.opts...)
+				defer func() { _ = tp.Shutdown(context.Background()) }()
+				benchmarkPublishBatch(b, Config{Topic: "payments", Observer: NewTracingObserver(tp)}, n)
+			})
+		}
 	}
 }
