@@ -95,19 +95,20 @@ run:
 # of idling), latency at 1,000 events/s per mode and at 10,000 and 10
 # events/s for the product relay (a process with its defaults), each with
 # what it cost the database and the relay against a writers-only baseline,
-# drain, a 1,000,000-event backlog, scale (drains and bursts with 1, 2 and
-# 3 relay processes at 100, 1,000 and 100,000 aggregates, and 2,000
-# events/s of steady traffic), writers, what waking the relay costs
-# the writers at 10, 1,000 and 10,000 commits/s (notify-cost), broker-down. Every
-# latency run also measures the broker's own floor beside it (a probe producing
-# 200 records/s to a topic of its own). Extra flags:
+# drain, a 1,000,000-event backlog, 2,000 events of 900 KB (the relay's
+# peak RSS), scale (drains and bursts with 1, 2 and 3 relay processes at
+# 100, 1,000 and 100,000 aggregates, and 2,000 events/s of steady
+# traffic), writers, what waking the relay costs the writers at 10, 1,000
+# and 10,000 commits/s (notify-cost), broker-down. Every latency run also
+# measures the broker's own floor beside it (a probe producing 200
+# records/s to a topic of its own). Extra flags:
 # make bench BENCH_FLAGS='--rate 2000'. See `go run ./cmd/outbox-bench --help`.
 # On a real Apache Kafka broker instead of kfake: make bench-real, or
 # make bench BENCH_FLAGS='--kafka 4.4.0'.
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario burst,latency,drain,backlog,scale,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
+		--scenario burst,latency,drain,backlog,large-payloads,scale,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 200 --duration 10s --baseline-duration 6s \
 		--grace 5s --idle-window 1s --poll-interval 500ms \
 		--idle 60s --burst-events 100000 --backlog-events 1000000 \
@@ -138,7 +139,7 @@ bench-real:
 .PHONY: bench-full
 bench-full:
 	$(GO) run ./cmd/outbox-bench \
-		--scenario burst,latency,drain,backlog,writers,notify-cost,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
+		--scenario burst,latency,drain,backlog,large-payloads,writers,notify-cost,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 300 --duration 30s \
 		--poll-interval 50ms,100ms,500ms --lease 5s,30s --outage 20s \
 		--idle 60s --burst-events 100000 --backlog-events 1000000 \

@@ -108,7 +108,8 @@ func lastRun(runs []Run, scenario string) *Run {
 // 1,000, 10,000 and 10 events/s with default settings, what the relay
 // costs the database per event at 1,000/s, its idle cost, a burst after
 // a long idle period against one after a short one, at 500/s against the
-// broker's own floor (relative targets), and a large backlog.
+// broker's own floor (relative targets), a large backlog, and the relay's
+// memory with large payloads.
 var goalSpecs = []goalSpec{
 	{"1000/s p50 latency", 1.5, "<=", "ms", latencyGoal(1000, func(r *Run) (float64, bool) { return r.P50MS, true })},
 	{"1000/s p99 latency", 6, "<=", "ms", latencyGoal(1000, func(r *Run) (float64, bool) { return r.P99MS, true })},
@@ -158,6 +159,13 @@ var goalSpecs = []goalSpec{
 			}
 		}
 		return 0, "", false
+	}},
+	{"relay peak RSS, 900 KB payloads", 256, "<=", "MiB", func(runs []Run) (float64, string, bool) {
+		r := lastRun(runs, ScenarioLargePayloads)
+		if r == nil || r.Drain == nil || r.RelayVmHWMMiB <= 0 {
+			return 0, "", false
+		}
+		return r.RelayVmHWMMiB, fmt.Sprintf("large-payloads: %d events", r.Events), true
 	}},
 	{"backlog drain", 50000, ">=", "events/s", func(runs []Run) (float64, string, bool) {
 		r := lastRun(runs, ScenarioBacklog)
@@ -263,6 +271,8 @@ func fmtGoal(v float64, unit string) string {
 		return fmt.Sprintf("%.2f", v)
 	case "ms", "CPU-s", "xacts", "xacts/s":
 		return fmt.Sprintf("%.3g %s", v, unit)
+	case "MiB":
+		return fmt.Sprintf("%.1f %s", v, unit)
 	}
 	return fmt.Sprintf("%g %s", v, unit)
 }

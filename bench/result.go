@@ -29,6 +29,11 @@ const (
 	// ScenarioBacklog is the drain of a large preloaded backlog
 	// (INSERT ... SELECT FROM generate_series) by one relay process.
 	ScenarioBacklog = "backlog"
+	// ScenarioLargePayloads is the drain of a backlog of large payloads
+	// (by default 2,000 of 900 KB) by one relay process with its
+	// defaults: the relay's peak RSS, which its claims' byte bound
+	// (--max-batch-bytes) keeps under 256 MiB.
+	ScenarioLargePayloads = "large-payloads"
 )
 
 // Mode names, the "mode" key of a Run.

@@ -185,6 +185,7 @@ func TestConfigValidation(t *testing.T) {
 		{"relays", (&DrainConfig{Mode: ModeNotify, Relays: -1}).validate(), "DrainConfig.Relays"},
 		{"connections", (&WritersConfig{Connections: -1}).validate(), "WritersConfig.Connections"},
 		{"scenario", (&SuiteConfig{Scenarios: []string{"nope"}}).Validate(), "SuiteConfig.Scenarios"},
+		{"large payloads", (&SuiteConfig{Scenarios: []string{ScenarioLargePayloads}, LargePayloads: DrainConfig{PayloadBytes: 2000000}}).Validate(), "SuiteConfig.LargePayloads.PayloadBytes"},
 		{"env", (&Env{}).validate(), "Env.DSN"},
 	} {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {

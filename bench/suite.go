@@ -107,6 +107,11 @@ type SuiteConfig struct {
 	// 1000000) are preloaded with INSERT ... SELECT and drained by one
 	// relay process.
 	Backlog DrainConfig
+	// LargePayloads is the template of the large-payloads run: its Events
+	// (default 2000) of PayloadBytes (default 900000) are preloaded with
+	// INSERT ... SELECT, 100 per statement, and drained by one relay
+	// process with its defaults; the run's relay peak RSS is the figure.
+	LargePayloads DrainConfig
 	// NotifyCostRates are the commit rates, per second, of the
 	// notify-cost scenario (ScenarioNotifyCost): writers only, one run per
 	// rate and writer wake-up mode, each lasting Latency.Duration (and
@@ -151,6 +156,12 @@ func (c *SuiteConfig) setDefaults() {
 	if c.Backlog.Events == 0 {
 		c.Backlog.Events = 1000000
 	}
+	if c.LargePayloads.Events == 0 {
+		c.LargePayloads.Events = 2000
+	}
+	if c.LargePayloads.PayloadBytes == 0 {
+		c.LargePayloads.PayloadBytes = 900000
+	}
 	if len(c.NotifyCostRates) == 0 {
 		c.NotifyCostRates = DefaultNotifyCostRates
 	}
@@ -164,7 +175,7 @@ func (c *SuiteConfig) setDefaults() {
 }
 
 // allScenarios is every scenario in the order RunSuite runs them.
-var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDrain, ScenarioBacklog, ScenarioScale, ScenarioWriters, ScenarioNotifyCost, ScenarioSweep, ScenarioBrokerDown}
+var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDrain, ScenarioBacklog, ScenarioLargePayloads, ScenarioScale, ScenarioWriters, ScenarioNotifyCost, ScenarioSweep, ScenarioBrokerDown}
 
 // Validate applies defaults and returns an error naming the first invalid
 // field.
@@ -172,7 +183,7 @@ func (c *SuiteConfig) Validate() error {
 	c.setDefaults()
 	for _, s := range c.Scenarios {
 		if !slices.Contains(allScenarios, s) {
-			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, notify-cost, sweep, broker-down, burst, backlog or scale", s)
+			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, notify-cost, sweep, broker-down, burst, backlog, large-payloads or scale", s)
 		}
 	}
 	if m, after, err := parseWakeup(c.WritersWakeup); err != nil || (m == outbox.WakeupNone && !after) {
@@ -210,6 +221,12 @@ func (c *SuiteConfig) Validate() error {
 	}
 	if c.Backlog.Events < 0 {
 		return fmt.Errorf("bench: SuiteConfig.Backlog.Events: must be positive, got %d", c.Backlog.Events)
+	}
+	if c.LargePayloads.Events < 0 {
+		return fmt.Errorf("bench: SuiteConfig.LargePayloads.Events: must be positive, got %d", c.LargePayloads.Events)
+	}
+	if b := c.LargePayloads.PayloadBytes; b < 0 || b > outbox.DefaultMaxRecordBytes {
+		return fmt.Errorf("bench: SuiteConfig.LargePayloads.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxRecordBytes, b)
 	}
 	for _, m := range c.Modes {
 		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc}, m) {
@@ -251,14 +268,14 @@ func (c *SuiteConfig) Validate() error {
 }
 
 // NeedsRelayBin reports whether cfg runs a relay process (Env.RelayBin):
-// the burst and backlog scenarios, latency or drain with the notify-proc
-// mode, or broker-down when the bench can take the broker down
-// (brokerControl: kfake or a real broker it started; with external
-// brokers broker-down is skipped).
+// the burst, backlog, large-payloads and scale scenarios, latency or drain
+// with the notify-proc mode, or broker-down when the bench can take the
+// broker down (brokerControl: kfake or a real broker it started; with
+// external brokers broker-down is skipped).
 func (c *SuiteConfig) NeedsRelayBin(brokerControl bool) bool {
 	has := func(s string) bool { return slices.Contains(c.Scenarios, s) }
 	proc := slices.Contains(c.Modes, ModeNotifyProc)
-	return has(ScenarioBurst) || has(ScenarioBacklog) || has(ScenarioScale) || (brokerControl && has(ScenarioBrokerDown)) ||
+	return has(ScenarioBurst) || has(ScenarioBacklog) || has(ScenarioLargePayloads) || has(ScenarioScale) || (brokerControl && has(ScenarioBrokerDown)) ||
 		(proc && (has(ScenarioLatency) || has(ScenarioDrain)))
 }
 
@@ -432,6 +449,26 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 			r, err := e.Drain(ctx, dc)
 			if r.Scenario == "" {
 				r = Run{Scenario: ScenarioBacklog, Mode: ModeNotifyProc, Drain: &Drain{Relays: 1, Events: int64(dc.Events)}}
+			}
+			add(r, err)
+		case ScenarioLargePayloads:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			dc := cfg.LargePayloads
+			dc.Scenario, dc.Mode, dc.Relays, dc.SQLPreload, dc.NoCost = ScenarioLargePayloads, ModeNotifyProc, 1, true, cfg.NoCost
+			if dc.PreloadBatch == 0 {
+				dc.PreloadBatch = 100
+			}
+			if dc.Aggregates == 0 {
+				dc.Aggregates = 50
+			}
+			// The relay's own defaults, whatever ProcFlags says: the
+			// figure is the bound its default byte bound gives.
+			dc.Relay = RelayConfig{Mode: ModeNotifyProc, ProcDefaults: true}
+			r, err := e.Drain(ctx, dc)
+			if r.Scenario == "" {
+				r = Run{Scenario: ScenarioLargePayloads, Mode: ModeNotifyProc, Drain: &Drain{Relays: 1, Events: int64(dc.Events)}}
 			}
 			add(r, err)
 		case ScenarioScale:

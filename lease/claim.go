@@ -3,6 +3,7 @@ package lease
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -44,7 +45,10 @@ const advanceEvery = 100 * time.Millisecond
 const maxMarkers = 1024
 
 // Claim leases up to Config.BatchSize claimable rows for Config.Lease and
-// returns them ordered by seq. An empty batch (no rows) is not an error.
+// returns them ordered by seq, taking rows while the payload bytes before
+// each stay under Config.MaxBatchBytes (so at least one row, whatever its
+// size; Batch.More says when that bound left claimable rows behind). An
+// empty batch (no rows) is not an error.
 // In the same transaction, before the claim, it marks published the rows
 // of each of marks still held by its token, and sets its Marked (see
 // MarkPublished): a relay that claims often saves a transaction per batch.
@@ -126,7 +130,7 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 		}
 		m.Marked = tag.RowsAffected()
 	}
-	batch, err := readClaimed(br, token)
+	batch, err := readClaimed(br, token, c.cfg.MaxBatchBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -197,10 +201,11 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	if c.own.legacy != "" {
 		// A relay of an older version claims on this table: claim
 		// nothing (the rebalances watch for it to go).
-		q.batch.Queue(c.claimSQL, 0, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor, c.own.member, []int32{}, true)
+		q.batch.Queue(c.claimSQL, 0, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor, c.own.member, []int32{}, true,
+			int32(c.cfg.MaxBatchBytes))
 	} else {
 		q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor,
-			c.own.member, c.own.releasingList(), len(c.own.guardKeys(began)) > 0)
+			c.own.member, c.own.releasingList(), len(c.own.guardKeys(began)) > 0, int32(c.cfg.MaxBatchBytes))
 	}
 	q.batch.Queue(c.ownerSQL)
 	q.advance = time.Since(c.lastAdvance) >= advanceEvery
@@ -215,8 +220,15 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	return q
 }
 
-// readClaimed reads the claim statement's rows.
-func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
+// ErrPayloadTooLarge is wrapped by a claimed row's DecodeErr when its
+// payload is larger than Config.MaxBatchBytes: the claim does not read it
+// (the relay dead-letters the row), so that no single row takes the relay
+// past its memory bound.
+var ErrPayloadTooLarge = errors.New("payload larger than the claim's byte bound")
+
+// readClaimed reads the claim statement's rows; maxBytes is
+// Config.MaxBatchBytes.
+func readClaimed(br pgx.BatchResults, token uuid.UUID, maxBytes int64) (*Batch, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
@@ -234,9 +246,14 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID) (*Batch, error) {
 		// dead letter by itself (DecodeErr), never a claim that fails after
 		// it committed, again at every lease.
 		var leaseMS int64
+		var size *int64
 		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &created, &r.Attempts, &batch.LockedUntil, &aggType,
-			&r.KeyPartition, &leaseMS, &batch.TakenOver); err != nil {
+			&r.KeyPartition, &leaseMS, &size, &batch.TakenOver, &batch.More); err != nil {
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		if size != nil && *size > maxBytes {
+			r.DecodeErr = fmt.Errorf("%w: %d bytes (payload_size, recorded at insert) against lease.Config.MaxBatchBytes %d (--max-batch-bytes); it was not read: raise the bound to publish the event, if the broker's message.max.bytes allows records that large",
+				ErrPayloadTooLarge, *size, maxBytes)
 		}
 		batch.Lease = time.Duration(leaseMS) * time.Millisecond
 		r.CreatedAt = created.Time
@@ -292,11 +309,44 @@ func (c *Claimer) readAdvance(br pgx.BatchResults) error {
 	if err := br.QueryRow().Scan(&minUnpublished); err != nil {
 		return fmt.Errorf("claim batch: advance floor: %w", err)
 	}
+	if seq < c.lastSeq {
+		c.restarted()
+	}
+	c.lastSeq = seq
 	if cache == nil || *cache == 1 {
 		c.advance(seq, holders, minUnpublished)
 	}
 	c.lastAdvance = time.Now()
 	return nil
+}
+
+// restarted drops the floor to 0 and every pending marker, after the
+// sequence's last value went below the one read before: ALTER SEQUENCE
+// ... RESTART, a setval lower, a logical-replication cutover (sequences
+// are not carried over) or a restore. New rows get seqs below the floor,
+// which would otherwise hide them from every claim but the once-a-minute
+// rescan; and a pending marker says
+// nothing about them (a transaction that took a low seq after the marker
+// was read is not among its holders), so none may move the floor. The
+// claims scan from seq 0 until the next advance settles a marker of the
+// new sequence: the floor then rises to that marker or the lowest
+// unpublished row, whichever is lower. Until this runs (at most
+// advanceEvery after the restart, at the next claim), the claims
+// themselves scan from seq 0 when the sequence is below the floor (see
+// prepareClaim). metrics.SequenceBehindError reports the restart itself
+// (readiness, one log line).
+func (c *Claimer) restarted() {
+	c.floor = 0
+	c.markers = nil
+	c.restarts++
+}
+
+// Restarts counts the times the Claimer found its table's sequence below
+// a value it had read before, and dropped its floor (see Floor).
+func (c *Claimer) Restarts() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.restarts
 }
 
 // advance records a new marker (seq and the transactions holding the
@@ -336,7 +386,9 @@ markers:
 }
 
 // Floor returns the seq below which this Claimer knows every row is
-// published; its claims scan from there.
+// published; its claims scan from there. It drops to 0 when the table's
+// sequence is found to have gone back (Restarts), and rises again as the
+// new sequence's values settle.
 func (c *Claimer) Floor() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -44,6 +44,24 @@ type Config struct {
 	Lease time.Duration
 	// BatchSize is the most rows one claim returns. Defaults to 500.
 	BatchSize int
+	// MaxBatchBytes bounds the payload bytes one claim returns: rows are
+	// taken in seq order while the payloads before each come to less than
+	// this, so a claim takes at least one row, and more than this only
+	// when its last row is larger than what was left. A row whose
+	// payload alone is larger than MaxBatchBytes is claimed without its
+	// payload, which is never read (Row.DecodeErr wraps
+	// ErrPayloadTooLarge; the relay dead-letters it): it could not be a
+	// Kafka record anyway unless the broker takes records that large.
+	// A payload's bytes are its uncompressed size as the insert trigger
+	// recorded it (payload_size, migration 00010: for jsonb the binary
+	// form's size, within a few percent of the JSON text the relay reads
+	// for most documents; more than the text for arrays of small numbers,
+	// less for strings full of escapes); a row written before that
+	// migration counts as MaxBatchBytes. The relay holds at most three
+	// claimed batches (relay.Relay), so this bounds its memory whatever
+	// the payload sizes: see DefaultMaxBatchBytes. Defaults to
+	// DefaultMaxBatchBytes; 1..MaxMaxBatchBytes.
+	MaxBatchBytes int64
 	// RelayID names this relay in locked_by (status, logs); the Claimer
 	// appends "/<8 hex digits>" per instance (Claimer.Holder), so a relay
 	// restarted with the same ID never mistakes its previous incarnation's
@@ -88,6 +106,15 @@ const DefaultBatchSize = 500
 // MaxBatchSize bounds Config.BatchSize.
 const MaxBatchSize = 10000
 
+// DefaultMaxBatchBytes is Config.MaxBatchBytes's default, 16 MiB: with
+// 900 KB payloads a claim takes 19 rows instead of 500 (450 MB), and the
+// relay process stays under 256 MiB of RSS (docs/database.md).
+const DefaultMaxBatchBytes = 16 << 20
+
+// MaxMaxBatchBytes bounds Config.MaxBatchBytes: 1 GiB, PostgreSQL's limit
+// on one value.
+const MaxMaxBatchBytes = 1 << 30
+
 // DefaultTable is Config.Table's default.
 const DefaultTable = "outbox"
 
@@ -102,6 +129,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	if c.RelayID == "" {
 		c.RelayID = DefaultRelayID()
@@ -130,6 +160,8 @@ func (c Config) Validate() error {
 		return config.Invalid("lease", "Lease", "must be at least 1s, got %s", c.Lease)
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
 		return config.Invalid("lease", "BatchSize", "must be 1..%d, got %d", MaxBatchSize, c.BatchSize)
+	case c.MaxBatchBytes < 1 || c.MaxBatchBytes > MaxMaxBatchBytes:
+		return config.Invalid("lease", "MaxBatchBytes", "must be 1..%d bytes, got %d", MaxMaxBatchBytes, c.MaxBatchBytes)
 	case strings.Count(c.Table, ".") > 1:
 		return config.Invalid("lease", "Table", "%q is not a table or schema.table name", c.Table)
 	}
@@ -168,8 +200,10 @@ type Row struct {
 	// aggregate ID).
 	KeyPartition int
 	// DecodeErr is set when the row cannot become a Kafka record (its
-	// headers are not a JSON object): the relay dead-letters it at once
-	// with this reason. The other fields are still filled in.
+	// headers are not a JSON object, or its payload is larger than
+	// Config.MaxBatchBytes: ErrPayloadTooLarge, Payload nil): the relay
+	// dead-letters it at once with this reason. The other fields are
+	// still filled in.
 	DecodeErr error
 }
 
@@ -193,6 +227,9 @@ type Batch struct {
 	// less when the relay's membership ends sooner (a lease never
 	// outlives it, see Ownership). 0 for an empty batch.
 	Lease time.Duration
+	// More says the claim stopped at Config.MaxBatchBytes with claimable
+	// rows left: claim again at once, as after a batch of BatchSize rows.
+	More bool
 }
 
 // Deadline is the local time (monotonic clock) by which the batch must be
@@ -234,6 +271,8 @@ type Claimer struct {
 	mu          sync.Mutex
 	floor       int64
 	markers     []marker
+	lastSeq     int64 // the sequence's last value at the last advance
+	restarts    int64 // times lastSeq went back (restarted)
 	lastAdvance time.Time
 	lastBeat    time.Time // when the last registry write was sent
 	lastRescan  time.Time // when a claim last scanned from seq 0

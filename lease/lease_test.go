@@ -19,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func addEvents(t *testing.T, pool *pgxpool.Pool, aggs ...string) []uuid.UUID {
+func addEvents(t *testing.T, pool outbox.Querier, aggs ...string) []uuid.UUID {
 	t.Helper()
 	var evs []outbox.Event
 	var ids []uuid.UUID
@@ -650,4 +650,87 @@ func testClaimUpdatesStayOnTheirPage(t *testing.T, padding int) {
 	if moved > 0 {
 		t.Fatalf("%d of 400 claimed rows moved to another page (not a HOT update) across %d pages", moved, len(distinct))
 	}
+}
+
+// After ALTER SEQUENCE ... RESTART (a logical-replication cutover does not
+// carry sequences over) new rows get seqs below the claim floor. The floor
+// drops at the next advance that reads a sequence value below the last
+// one it read, so they are claimed at once, not at the once-a-minute
+// rescan (issue 20: 46.8-49.0 s after each insert), and its markers of
+// the old sequence are dropped with it: a transaction that took a new,
+// low seq and is still open holds the floor back as any other would.
+func TestFloorDropsWhenTheSequenceRestarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	c := newClaimer(t, db.Pool, lease.Config{RelayID: "restart", BatchSize: 1000})
+	claim := func() *lease.Batch {
+		t.Helper()
+		b, err := c.Claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Rows) > 0 {
+			if _, err := c.MarkPublished(ctx, b.Token, seqs(b)); err != nil {
+				t.Fatal(err)
+			}
+			c.Settled(b.Token, time.Time{})
+		}
+		return b
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 300) g`); err != nil {
+		t.Fatal(err)
+	}
+	// The first claim is the rescan from seq 0; the next is due a minute
+	// later, after this test.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		claim()
+		return c.Floor() > 300
+	}, "the floor never passed the published rows (floor %d)", c.Floor())
+	before := c.Floor()
+
+	if _, err := db.Pool.Exec(ctx, "ALTER SEQUENCE "+seqName(t, db)+" RESTART WITH 1"); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction takes seq 1 and stays open; seq 2 commits.
+	open, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx) //nolint:errcheck
+	openIDs := addEvents(t, open, "late")
+	committed := addEvents(t, db.Pool, "new")
+	took := time.Now()
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		b := claim()
+		return len(b.Rows) == 1 && b.Rows[0].ID == committed[0].String()
+	}, "the event committed after the restart was not claimed within 5 s (floor %d, was %d)", c.Floor(), before)
+	t.Logf("floor %d before the restart; the new event claimed %s after its commit, floor now %d", before, time.Since(took).Round(time.Millisecond), c.Floor())
+	// Several floor advances while seq 1 is taken and not committed.
+	start := time.Now()
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		claim()
+		return time.Since(start) > 500*time.Millisecond
+	}, "")
+	if f := c.Floor(); f > 1 {
+		t.Fatalf("floor %d passed seq 1, taken after the restart by a transaction still open", f)
+	}
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		b := claim()
+		return len(b.Rows) == 1 && b.Rows[0].ID == openIDs[0].String()
+	}, "the event of the transaction open across the restart was not claimed within 5 s of its commit (floor %d)", c.Floor())
+}
+
+// seqName is the outbox table's seq sequence, quoted.
+func seqName(t *testing.T, db *testenv.TestDB) string {
+	t.Helper()
+	var name string
+	if err := db.Pool.QueryRow(context.Background(), "SELECT pg_get_serial_sequence('outbox', 'seq')").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }

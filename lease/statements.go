@@ -90,12 +90,13 @@ func (c *Claimer) prepareClaim() {
 	st := NewStates(cfg.Table, cfg.Columns)
 	relays, parts := sqlname.Beside(cfg.Table, "_relays"), sqlname.Beside(cfg.Table, "_partitions")
 	// The guard's probes start at the lowest unpublished seq at or above
-	// the floor ($6), computed once per claim (an InitPlan): no row below
+	// the floor ($6, or 0 after a restart of the sequence: lo below),
+	// computed once per claim (an InitPlan): no row below
 	// it is leased or backing off. Every probe walks its aggregate's index
 	// entries from there, dead ones included; from seq 0 (a new relay, or
 	// a rescan) each probe would walk its aggregate's whole history while a
 	// long transaction keeps VACUUM from removing it.
-	guardFrom := `(SELECT coalesce(min(m.seq), $6) FROM ` + t + ` m WHERE m.published_at IS NULL AND m.seq >= $6)`
+	guardFrom := `(SELECT coalesce(min(m.seq), (SELECT guard FROM lo)) FROM ` + t + ` m WHERE m.published_at IS NULL AND m.seq >= (SELECT guard FROM lo))`
 	// Ownership ($7 the member, $8 the partitions it is giving back): the
 	// member must be live, its lease on a row ends no later than its
 	// membership, and only rows of the partitions it owns (and keeps) are
@@ -113,31 +114,76 @@ func (c *Claimer) prepareClaim() {
 	// held dead letter ('holds' in the order guard), or such a lost claim.
 	// Other relays' leases cannot: they own other partitions, and a
 	// partition changes hands only once nothing of it is leased.
-	c.claimSQL = `WITH me AS MATERIALIZED (
+	//
+	// The byte bound ($10, Config.MaxBatchBytes): the scan's rows are
+	// taken in seq order while the payload bytes before each stay under
+	// it, so a claim always takes its first row, whatever its size. The
+	// sizes are payload_size (migration 00010: the uncompressed size,
+	// recorded at insert), read from the heap tuple the scan visits
+	// anyway; no payload is read to size it (pg_column_size of a stored
+	// value is its compressed size, 1% of it for repetitive JSON, and
+	// detoasting each candidate would read every payload twice). A row
+	// without one (written before the migration, or with triggers off)
+	// counts as the whole bound: at most one such row per claim, after
+	// what fits. The running sum is computed only when the scan's rows
+	// (at most $1 of them) come to the bound or more: a One-Time Filter
+	// on their total gates the branch with the window and its sort of
+	// those rows, so a claim of small payloads costs one aggregate over
+	// its own rows more, not a window over every row it scans. The last
+	// column says the bound left
+	// claimable rows behind, so the relay claims again at once as after a
+	// full batch (Batch.More). A payload larger than the bound itself is
+	// not read at all (CASE in RETURNING): its row comes back with
+	// DecodeErr, and the relay dead-letters it, so that one huge row
+	// cannot take the relay past its memory bound either.
+	//
+	// The floor ($6; $5 is where this claim scans from: the floor, or 0
+	// for a rescan) holds only while the sequence moves forward. Normally
+	// its last value is at least the floor minus one (the floor never
+	// passes a value the sequence handed out). Below that, the sequence
+	// went back (ALTER SEQUENCE ... RESTART, a logical-replication
+	// cutover) and new rows have seqs below the floor, where only the
+	// once-a-minute rescan would find them: the claim scans, and its
+	// guard probes, from seq 0 (lo, one InitPlan: a sequence read) until
+	// the Claimer's next advance drops its floor (Claimer.restarted).
+	seqName := `pg_get_serial_sequence(` + sqlname.Literal(t) + `, 'seq')::regclass`
+	c.claimSQL = `WITH lo AS MATERIALIZED (
+  SELECT CASE WHEN s.last < $6 - 1 THEN 0 ELSE $5 END AS scan, CASE WHEN s.last < $6 - 1 THEN 0 ELSE $6 END AS guard
+  FROM (SELECT coalesce(pg_sequence_last_value(` + seqName + `), 0) AS last) s
+), me AS MATERIALIZED (
   SELECT r.until FROM ` + relays + ` r WHERE r.member = $7 AND r.until > now()
 ), owned AS MATERIALIZED (
   SELECT array_agg(p.owner IS NOT DISTINCT FROM $7 AND p.partition <> ALL($8::int[]) ORDER BY p.partition) AS mask,
     bool_or(p.owner IS NOT DISTINCT FROM $7 AND p.partition <> ALL($8::int[])) AS owns_any
   FROM ` + parts + ` p WHERE EXISTS (SELECT 1 FROM me)
-), candidates AS (
-  SELECT o.ctid, o.locked_by IS NOT NULL AS taken_over FROM ` + t + ` o
+), scan AS (
+  SELECT o.ctid, o.seq, o.locked_by IS NOT NULL AS taken_over, coalesce(o.payload_size, $10) AS size
+  FROM ` + t + ` o
   WHERE (SELECT owns_any FROM owned)
     AND ` + st.Live("o") + `
-    AND o.seq >= $5
+    AND o.seq >= (SELECT scan FROM lo)
     AND ` + st.LeaseFree("o") + `
     AND (SELECT mask FROM owned)[` + c.keyPartition + ` + 1]
     AND (NOT ($9::bool OR (SELECT EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.key = 'holds' AND g.until > now())))
       OR NOT ` + st.Waiting("o", "$3", guardFrom) + `)
   ORDER BY o.seq
   LIMIT $1
+), candidates AS (
+  SELECT ctid, taken_over FROM scan WHERE (SELECT sum(size) FROM scan) < $10
+  UNION ALL
+  SELECT ctid, taken_over FROM (
+    SELECT ctid, taken_over, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - size AS before
+    FROM scan WHERE (SELECT sum(size) FROM scan) >= $10
+  ) w WHERE before < $10
 ), claimed AS (
 UPDATE ` + t + ` o
 SET locked_until = least(now() + $2 * interval '1 millisecond', (SELECT until FROM me)), locked_by = $3, claim_token = $4
 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
-RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, o.` + payload + `, o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `,
-  ` + c.keyPartition + `, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint
+RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, CASE WHEN o.payload_size > $10 THEN NULL ELSE o.` + payload + ` END,
+  o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `,
+  ` + c.keyPartition + `, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint, o.payload_size
 )
-SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) FROM claimed`
+SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over), (SELECT count(*) FROM scan) > (SELECT count(*) FROM candidates) FROM claimed`
 	// Read after each claim: the generation (a change means another relay
 	// joined, left or moved partitions) and whether a member's membership
 	// ran out (its partitions are free): either makes the next claim

@@ -290,12 +290,12 @@ func (r *Relay) retryRejected(ctx context.Context, msgs []kafka.Message, rows []
 // it, and a lease that ended before it is published would let a claim take
 // its rows over while they are published. Rows whose lease passed to
 // another claim meanwhile are dropped from the batch.
-func (r *Relay) keepLease(work context.Context, br *batchRun) {
+func (r *Relay) keepLease(br *batchRun) {
 	if br.deadline.Sub(r.now()) >= r.lease.Lease/2 {
 		return
 	}
 	began := r.now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(work), r.cfg.DBTimeout)
+	ctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
 	kept, leased, err := r.claimer.Extend(ctx, br.b.Token, seqsOf(br.rows[br.next:]))
 	cancel()
 	if err != nil {

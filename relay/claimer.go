@@ -143,12 +143,14 @@ func (s *schedule) claimedEmpty(sinceLast time.Duration) {
 	}
 }
 
-// claimedRows schedules after a claim that found n rows.
-func (s *schedule) claimedRows(n int, sinceLast time.Duration) {
+// claimedRows schedules after a claim that found n rows; more says it
+// stopped at its byte bound with claimable rows left (lease.Batch.More).
+func (s *schedule) claimedRows(n int, more bool, sinceLast time.Duration) {
 	s.failures = 0
 	cfg := &s.r.cfg
 	switch {
-	case n >= s.r.lease.BatchSize:
+	case n >= s.r.lease.BatchSize || more:
+		// A full batch, by rows or by bytes: a backlog.
 		s.backlog = true
 	case cfg.ClaimWindow > 0:
 		now := time.Now()
@@ -213,10 +215,10 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			r.gate.batchSent()
 		case <-ctx.Done():
 			// Shutting down with a batch nobody will publish: give it back.
-			r.releaseBatch(context.WithoutCancel(ctx), b)
+			r.releaseBatch(b)
 			return
 		}
-		s.claimedRows(len(b.Rows), sinceLast)
+		s.claimedRows(len(b.Rows), b.More, sinceLast)
 	}
 }
 
@@ -226,11 +228,12 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 	no := r.gate.next()
 	jobs := r.marks.take(time.Time{})
 	marks := toLease(jobs)
-	// The claim is not cancelled by shutdown: a statement cancelled after
-	// the server committed it would leave rows leased by a claim nobody
-	// holds until the lease ends. It is bounded by DBTimeout, and a batch
+	// The claim is not cancelled when the shutdown begins: a statement
+	// cancelled after the server committed it would leave rows leased by
+	// a claim nobody holds until the lease ends. It is bounded by
+	// DBTimeout, and by ShutdownGrace after the shutdown timeout; a batch
 	// claimed during shutdown is released by the caller.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+	cctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
 	began := time.Now()
 	b, err := r.claimer.Claim(cctx, marks...)
 	cancel()
@@ -248,6 +251,8 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 		if ctx.Err() == nil {
 			r.progress.claims.fail(time.Now(), err)
 			r.logClaimError(err)
+		} else {
+			r.stop.failedClaim(err)
 		}
 		return nil, no, err
 	}

@@ -5,8 +5,10 @@
 // the delivered rows published.
 //
 // Three goroutines form a pipeline, each holding at most one batch, so
-// memory is bounded by about three batches: the claimer claims batch N+1
-// while the publisher publishes batch N and the marker marks batch N-1.
+// memory is bounded by about three batches, each of at most
+// lease.Config.BatchSize rows and lease.Config.MaxBatchBytes of payloads:
+// the claimer claims batch N+1 while the publisher publishes batch N and
+// the marker marks batch N-1.
 // Which rows of a batch may be published, and which must wait behind an
 // earlier event of their aggregate, is decided by the hold-back state
 // (holdback.go, where the ordering invariant is stated).
@@ -105,7 +107,9 @@ type Config struct {
 	RetryMax time.Duration
 	// ShutdownTimeout bounds a graceful stop: after the context given to
 	// Run is done, the in-flight publish may take this long; then delivered
-	// rows are marked, the rest released, and Run returns. Defaults to
+	// rows are marked, the rest released, within ShutdownGrace more (1s),
+	// and Run returns by then even if the database does not answer (what
+	// it could not give back is logged in one line). Defaults to
 	// DefaultShutdownTimeout (10s).
 	ShutdownTimeout time.Duration
 	// DBTimeout bounds each claim, mark and release statement. Defaults to

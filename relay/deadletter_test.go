@@ -122,6 +122,59 @@ func TestEventOverThePublisherLimitIsDeadLetteredAtOnce(t *testing.T) {
 	}
 }
 
+// An event whose payload is larger than the claim's byte bound
+// (lease.Config.MaxBatchBytes) is dead-lettered at once without being
+// read, naming the bound; the events around it, before and after in its
+// claim, are published.
+func TestEventOverTheClaimsByteBoundIsDeadLetteredUnread(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	small := []outbox.Event{event("A", 1), event("B", 1)}
+	addTx(t, db, nil, small[0])
+	id := outbox.NewID()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES ($1, 'big', 't', jsonb_build_object('blob', repeat('x', 300000)))`, id); err != nil {
+		t.Fatal(err)
+	}
+	addTx(t, db, nil, small[1])
+	h := startRelay(t, db, k, topic, opts{lease: lease.Config{MaxBatchBytes: 200000}})
+	testenv.Eventually(t, 20*time.Second, func() bool { return h.relay.Stats().DeadLettered == 1 && unpublished(t, db) == 1 }, "not dead-lettered, or the other events not published")
+	var lastErr string
+	if err := db.Pool.QueryRow(ctx, "SELECT last_error FROM outbox WHERE id = $1 AND dead_lettered_at IS NOT NULL", id).Scan(&lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lastErr, "larger than the claim's byte bound") || !strings.Contains(lastErr, "MaxBatchBytes 200000") {
+		t.Fatalf("last_error %q, want it to name the byte bound", lastErr)
+	}
+	recs := k.Consume(t, topic, 2, 15*time.Second)
+	if got, want := fmt.Sprint(eventIDs(recs)), fmt.Sprint([]string{small[0].ID.String(), small[1].ID.String()}); got != want {
+		t.Fatalf("published %s, want %s", got, want)
+	}
+}
+
+// A backlog of payloads whose claims stop at the byte bound, each with a
+// few rows, drains as fast as full batches do: a claim cut short by the
+// bound is followed at once by the next (lease.Batch.More), not by the
+// poll interval.
+func TestBacklogInByteBoundClaimsDrainsWithoutPolling(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 2)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), 'agg-' || (g % 7), 't', jsonb_build_object('n', g, 'pad', repeat('x', 10000)) FROM generate_series(1, 300) g`); err != nil {
+		t.Fatal(err)
+	}
+	// 3 rows per claim: 100 claims. Polling every 10 s with no
+	// notification, only claims that follow claims drain it in time.
+	h := startRelay(t, db, k, topic, opts{lease: lease.Config{MaxBatchBytes: 25000}, relay: relay.Config{PollInterval: 10 * time.Second}, noNotify: true})
+	testenv.Eventually(t, 8*time.Second, func() bool { return unpublished(t, db) == 0 }, "the backlog did not drain between polls")
+	if st := h.relay.Stats(); st.Claims < 100 || st.WakePoll > 1 {
+		t.Fatalf("stats %+v: want at least 100 claims, at most one by the poll", st)
+	}
+}
+
 // TestEventAtTheWritersLimitIsPublished: an event the writer accepts with
 // its default limit is published by a relay with default publisher settings
 // to a broker with Kafka's default message.max.bytes (kfake's too), and one

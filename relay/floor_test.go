@@ -126,3 +126,52 @@ func TestRowsCommittedBelowTheFloorKeepTheirAggregateOrder(t *testing.T) {
 		t.Fatalf("%d order inversions within one aggregate", inversions)
 	}
 }
+
+// After ALTER SEQUENCE outbox_seq_seq RESTART WITH 1 below the published
+// rows (issue 20: a logical-replication cutover; each new event was
+// published 46.8-49.0 s after its insert, by the once-a-minute rescan), a
+// new event is published at normal latency: the relay's claim floor drops
+// at its next advance, and the claim that finds the restart claims again
+// at once.
+func TestEventAfterASequenceRestartIsPublishedAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	h := startRelay(t, db, k, topic, opts{})
+	w := writer(t, db, outbox.WakeupEveryTx)
+	var evs []outbox.Event
+	for i := range 300 {
+		evs = append(evs, event(fmt.Sprint("agg-", i%10), i))
+	}
+	addTx(t, db, w, evs...)
+	testenv.Eventually(t, 15*time.Second, func() bool { return unpublished(t, db) == 0 && h.claimer.Floor() > 300 },
+		"the 300 events were not published, or the floor did not pass them (floor %d)", h.claimer.Floor())
+	from := k.EndOffsets(t, topic)
+	if _, err := db.Pool.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER SEQUENCE %s RESTART WITH 1', pg_get_serial_sequence('outbox', 'seq')); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		ev := event("agg-0", 1000+i)
+		began := time.Now()
+		addTx(t, db, w, ev)
+		// The rescan period is a minute; normal latency is milliseconds.
+		recs := k.ConsumeFrom(t, topic, from, i+1, 5*time.Second)
+		if len(recs) < i+1 {
+			t.Fatalf("event %d after the restart not published within 5 s (floor %d, restarts %d, stats %+v)",
+				i, h.claimer.Floor(), h.claimer.Restarts(), h.relay.Stats())
+		}
+		if got := recs[len(recs)-1].Headers["event_id"]; got != ev.ID.String() {
+			t.Fatalf("event %d after the restart: got %s, want %s", i, got, ev.ID)
+		}
+		t.Logf("event %d after the restart published %s after its commit (floor %d, restarts %d)",
+			i, time.Since(began).Round(time.Millisecond), h.claimer.Floor(), h.claimer.Restarts())
+	}
+	// The claims found the events from seq 0 before the floor moved; the
+	// floor itself drops at the Claimer's next advance.
+	testenv.Eventually(t, 10*time.Second, func() bool { return h.claimer.Restarts() >= 1 && h.claimer.Floor() < 300 },
+		"the claimer did not drop its floor after the restart (floor %d, restarts %d)", h.claimer.Floor(), h.claimer.Restarts())
+	if h.claimer.Restarts() != 1 {
+		t.Errorf("the claimer counted %d restarts of the sequence, want 1", h.claimer.Restarts())
+	}
+}

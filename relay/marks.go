@@ -176,7 +176,9 @@ func (r *Relay) marked(d time.Duration, n int, marked int64, err error) {
 // runMarker marks the delivered chunks that no claim carried within
 // markDelay, retrying a failed mark with backoff (up to 5 attempts: then
 // the rows are published again after their lease, which at-least-once
-// allows). When the queue is closed it marks everything left and returns.
+// allows). When the queue is closed it marks everything left and returns;
+// when work is done first (a stopping relay's ShutdownGrace has passed)
+// it returns at once, counting what it could not mark.
 func (r *Relay) runMarker(work context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -205,7 +207,16 @@ func (r *Relay) runMarker(work context.Context) {
 		case <-timer.C:
 		case <-work.Done():
 			// Hard stop: the remaining rows are published again after
-			// their lease.
+			// their lease. A publisher waiting for room in the queue
+			// goes on.
+			r.marks.close()
+			n := 0
+			for _, job := range r.marks.take(time.Time{}) {
+				n += len(job.seqs)
+			}
+			if n > 0 {
+				r.stop.failedMark(n, work.Err())
+			}
 			return
 		}
 	}
@@ -222,12 +233,18 @@ func (r *Relay) markAlone(work context.Context, job markJob) {
 		if err == nil {
 			return
 		}
+		if r.stop.stopping() && (work.Err() != nil || attempt >= 5) {
+			r.stop.failedMark(len(job.seqs), err)
+			return
+		}
 		if work.Err() != nil || attempt >= 5 {
 			r.log.Error("mark published failed; the events are published again after their lease", zap.Error(err), zap.Int("events", len(job.seqs)))
 			return
 		}
 		d := backoff(50*time.Millisecond, 2*time.Second, attempt)
-		r.log.Warn("mark published failed; retrying", zap.Error(err), zap.Duration("retry_in", d))
+		if !r.stop.stopping() {
+			r.log.Warn("mark published failed; retrying", zap.Error(err), zap.Duration("retry_in", d))
+		}
 		select {
 		case <-work.Done():
 		case <-time.After(d):

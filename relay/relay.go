@@ -96,6 +96,9 @@ type Relay struct {
 	marks *markQueue
 	// fails aggregates publish-failure log lines; publisher goroutine only.
 	fails *failureLog
+	// stop bounds the statements of a stopping relay and records what it
+	// could not do (shutdown.go).
+	stop *shutdown
 	// progress says whether events are moving (Health).
 	progress progress
 	// pauseUntil (unix nanos) holds the claimer back after a publish
@@ -151,7 +154,7 @@ func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logge
 	r := &Relay{
 		cfg: cfg, lease: lc, claimer: claimer, pub: pub, wake: wake, log: log, obs: obs,
 		att:  attemptObserverOf(obs),
-		gate: newClaimGate(), hb: newHoldback(), marks: newMarkQueue(), fails: newFailureLog(log, failureLogEvery),
+		gate: newClaimGate(), hb: newHoldback(), marks: newMarkQueue(), fails: newFailureLog(log, failureLogEvery), stop: newShutdown(),
 		progress: progress{stallAfter: cfg.StallTimeout},
 		sleep:    time.Sleep,
 		now:      time.Now,
@@ -214,17 +217,27 @@ type claimed struct {
 	no uint64
 }
 
-// Run relays until ctx is done, then shuts down gracefully within
-// Config.ShutdownTimeout and returns nil. Database and broker errors are
+// Run relays until ctx is done, then shuts down gracefully and returns
+// nil: the in-flight publish may take Config.ShutdownTimeout, then
+// delivered rows are marked and the rest released within ShutdownGrace,
+// and Run returns by then whatever the database does, having logged in
+// one line what it could not give back. Database and broker errors are
 // logged and retried with backoff; they never end Run.
 func (r *Relay) Run(ctx context.Context) error {
-	// work outlives ctx by at most ShutdownTimeout: in-flight publishes,
-	// marks and releases finish on it.
+	// work outlives ctx by at most ShutdownTimeout: in-flight publishes
+	// finish on it. final outlives it by ShutdownGrace more: every
+	// statement (the claim in flight, marks, releases, leaving) ends by
+	// then.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	final, cancelFinal := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelFinal()
+	r.stop.final = final
 	stopHard := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(r.cfg.ShutdownTimeout, cancelWork)
-		context.AfterFunc(work, func() { t.Stop() })
+		r.stop.begin(time.Now())
+		tw := time.AfterFunc(r.cfg.ShutdownTimeout, cancelWork)
+		tf := time.AfterFunc(r.cfg.ShutdownTimeout+ShutdownGrace, cancelFinal)
+		context.AfterFunc(final, func() { tw.Stop(); tf.Stop() })
 	})
 	defer stopHard()
 
@@ -238,7 +251,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		r.runMarker(work)
+		r.runMarker(final)
 	}()
 	go func() {
 		defer wg.Done()
@@ -251,12 +264,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	wg.Wait()
 	r.fails.stop(time.Now())
 	// Everything is marked or released: tell the other relays.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+	cctx, cancel := context.WithTimeout(final, r.cfg.DBTimeout)
 	if err := r.claimer.Close(cctx); err != nil {
-		r.log.Warn("could not deregister from the order guard; other relays keep using it until this relay's leases would have ended", zap.Error(err))
+		r.stop.failedLeave(err)
 	}
 	cancel()
-	r.log.Info("relay stopped", zap.Int64("published", r.stats.published.Load()))
+	r.stop.logTo(r.log, r.lease.Lease, r.stats.published.Load())
 	return nil
 }
 
@@ -280,7 +293,7 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed) {
 			b = next
 		}
 		if ctx.Err() != nil {
-			r.releaseBatch(work, b.Batch)
+			r.releaseBatch(b.Batch)
 			r.gate.settled()
 			continue
 		}
@@ -314,7 +327,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 			br.abandon(r.hb, whyUnsent)
 			break
 		}
-		r.keepLease(work, br)
+		r.keepLease(br)
 		failed := len(br.failures)
 		msgs, rows := br.nextChunk(r.hb, maxBytes, r.message)
 		var began time.Time
@@ -350,7 +363,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 			br.outage = true
 		}
 	}
-	r.settle(work, br)
+	r.settle(br)
 	return br.outage
 }
 
@@ -358,8 +371,8 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 // backoff or as dead letters, held-back and unsent rows at once. It records
 // what was given back in the hold-back state and, if anything was, asks the
 // claimer to let the pipeline settle before its next claim (claimGate).
-func (r *Relay) settle(work context.Context, br *batchRun) {
-	gave, stuck := r.settleFailures(work, br.b.Token, br.failures)
+func (r *Relay) settle(br *batchRun) {
+	gave, stuck := r.settleFailures(br.b.Token, br.failures)
 	if len(br.returned) > 0 {
 		rows := make([]lease.Row, len(br.returned))
 		held := int64(0)
@@ -373,7 +386,7 @@ func (r *Relay) settle(work context.Context, br *batchRun) {
 		if ce := r.log.Check(zap.DebugLevel, "giving back events"); ce != nil {
 			ce.Write(zap.Int("events", len(rows)), zap.Int64("held_back", held), zap.String("first_reason", br.returned[0].why), zap.Uint64("claim_no", br.b.no))
 		}
-		if err := r.release(work, lease.Settle{Token: br.b.Token, Seqs: seqsOf(rows)}); err != nil {
+		if err := r.release(lease.Settle{Token: br.b.Token, Seqs: seqsOf(rows)}); err != nil {
 			stuck = append(stuck, rows...)
 		} else {
 			gave = append(gave, rows...)
@@ -406,7 +419,7 @@ func (r *Relay) settle(work context.Context, br *batchRun) {
 // as attempts: they never make a dead letter. Rows with the same outcome, delay and error share a statement.
 // It returns the rows it gave back and those it could not (stuck: still
 // leased by this relay until the lease ends).
-func (r *Relay) settleFailures(ctx context.Context, token uuid.UUID, fs []failure) (gave, stuck []lease.Row) {
+func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lease.Row) {
 	if len(fs) == 0 {
 		return nil, nil
 	}
@@ -449,10 +462,10 @@ func (r *Relay) settleFailures(ctx context.Context, token uuid.UUID, fs []failur
 		var err error
 		if k.dead {
 			s.Hold = r.cfg.OnDeadLetter == DeadLetterHold
-			err = r.deadLetter(ctx, s)
+			err = r.deadLetter(s)
 		} else {
 			s.RetryIn = backoff(r.cfg.RetryMin, r.cfg.RetryMax, max(k.attempts, 1))
-			err = r.release(ctx, s)
+			err = r.release(s)
 		}
 		if err != nil {
 			stuck = append(stuck, rows...)
@@ -483,11 +496,15 @@ func (r *Relay) partition(topic string, row *lease.Row) int {
 	return r.partitionOf(topic, []byte(row.AggregateID))
 }
 
-func (r *Relay) deadLetter(ctx context.Context, s lease.Settle) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+func (r *Relay) deadLetter(s lease.Settle) error {
+	rctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
 	defer cancel()
 	n, err := r.claimer.DeadLetter(rctx, s)
 	if err != nil {
+		if r.stop.stopping() {
+			r.stop.failedRelease(len(s.Seqs), err)
+			return err
+		}
 		r.log.Warn("dead-letter failed; the events come back when their lease ends", zap.Error(err), zap.Int("events", len(s.Seqs)))
 		return err
 	}
@@ -498,25 +515,26 @@ func (r *Relay) deadLetter(ctx context.Context, s lease.Settle) error {
 
 // releaseBatch gives a whole batch back unpublished (the relay is
 // stopping) and tells the claimer it is settled.
-func (r *Relay) releaseBatch(ctx context.Context, b *lease.Batch) {
+func (r *Relay) releaseBatch(b *lease.Batch) {
 	var busyUntil time.Time
-	if err := r.release(ctx, lease.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)}); err != nil {
+	if err := r.release(lease.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)}); err != nil {
 		busyUntil = b.Deadline(r.lease.Lease).Add(stuckMargin)
 	}
 	r.claimer.Settled(b.Token, busyUntil)
 }
 
-// release gives rows back. A release must happen even on a hard shutdown:
-// it is bounded on its own, and tried again a couple of times, since a
-// transient database error must not leave the rows held until their lease
-// ends.
-func (r *Relay) release(ctx context.Context, s lease.Settle) error {
+// release gives rows back. A release must happen even once the in-flight
+// publish was cut off by the shutdown timeout: each attempt is bounded on
+// its own, and tried again a couple of times, since a transient database
+// error must not leave the rows held until their lease ends; a stopping
+// relay stops trying at ShutdownGrace after the shutdown timeout.
+func (r *Relay) release(s lease.Settle) error {
 	if len(s.Seqs) == 0 {
 		return nil
 	}
 	var err error
-	for attempt := 1; attempt <= 3; attempt++ {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+	for attempt := 1; attempt <= 3 && r.stop.final.Err() == nil; attempt++ {
+		rctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
 		var n int64
 		n, err = r.claimer.Release(rctx, s)
 		cancel()
@@ -528,6 +546,13 @@ func (r *Relay) release(ctx context.Context, s lease.Settle) error {
 			return nil
 		}
 		r.sleep(time.Duration(attempt) * 50 * time.Millisecond)
+	}
+	if err == nil {
+		err = r.stop.final.Err()
+	}
+	if r.stop.stopping() {
+		r.stop.failedRelease(len(s.Seqs), err)
+		return err
 	}
 	r.log.Warn("release failed; the events come back when their lease ends", zap.Error(err), zap.Int("events", len(s.Seqs)))
 	return err

@@ -25,14 +25,26 @@ type AdoptColumns struct {
 	// EventType is the event type column. Defaults to "event_type";
 	// Debezium: "type".
 	EventType string
+	// Payload is the payload column (the relay's lease.Columns.Payload),
+	// whose size the insert trigger records in payload_size, so that a
+	// claim can bound the bytes it returns (lease.Config.MaxBatchBytes).
+	// Defaults to "payload" (Debezium's too).
+	Payload string
 }
 
 // Adopt is AdoptTable with the aggregate ID column aggregateColumn
-// ("aggregate_id" if empty) and the event type column found in the table:
+// ("aggregate_id" if empty), the payload column "payload", and the event
+// type column found in the table:
 // "event_type" if it has one, else "type" (Debezium's); with neither, the
 // <table>_event_type_check rule is left out. Errors are wrapped as
 // "adopt <table>: ...".
 func Adopt(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn string) error {
+	return adoptFinding(ctx, pool, table, AdoptColumns{AggregateID: aggregateColumn})
+}
+
+// adoptFinding is Adopt with the columns of cols, the event type column
+// found in the table.
+func adoptFinding(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
 	t := sqlname.Quote(table)
 	var typ *string
 	err := pool.QueryRow(ctx, `SELECT (array_agg(attname::text ORDER BY attname::text))[1] FROM pg_attribute
@@ -40,14 +52,27 @@ WHERE attrelid = $1::regclass AND attname IN ('event_type', 'type') AND attnum >
 	if err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
-	cols := AdoptColumns{AggregateID: aggregateColumn}
 	if typ != nil {
 		cols.EventType = *typ // "event_type" sorts before "type"
 	}
 	if cols.AggregateID == "" {
 		cols.AggregateID = "aggregate_id"
 	}
+	if cols.Payload == "" {
+		cols.Payload = "payload"
+	}
 	return adopt(ctx, pool, table, cols)
+}
+
+// AdoptWith is AdoptTable, except that an empty cols.EventType is found
+// in the table as Adopt finds it ("event_type", else "type", else no
+// event type rule): `outbox-relay adopt` with its --column-* flags.
+// Errors are wrapped as "adopt <table>: ...".
+func AdoptWith(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
+	if cols.EventType == "" {
+		return adoptFinding(ctx, pool, table, cols)
+	}
+	return AdoptTable(ctx, pool, table, cols)
 }
 
 // AdoptTable prepares an existing outbox table whose producers cannot
@@ -55,7 +80,8 @@ WHERE attrelid = $1::regclass AND attname IN ('event_type', 'type') AND attnum >
 // aggregateid, type, payload), as Debezium's Outbox Event Router documents
 // it — for outbox-relay: it adds the relay's bookkeeping columns (seq,
 // headers, topic, created_at, published_at, locked_until, locked_by,
-// claim_token, attempts, last_error, dead_lettered_at), all with defaults
+// claim_token, attempts, last_error, dead_lettered_at; key_partition and
+// payload_size, filled in by an insert trigger), all with defaults
 // so the producers' INSERTs keep working, the same indexes and storage
 // settings as the migrations give the outbox table, and the table's
 // order-guard table (<table>_order_guard). table may be schema-qualified.
@@ -105,6 +131,9 @@ func AdoptTable(ctx context.Context, pool *pgxpool.Pool, table string, cols Adop
 	if cols.EventType == "" {
 		cols.EventType = "event_type"
 	}
+	if cols.Payload == "" {
+		cols.Payload = "payload"
+	}
 	return adopt(ctx, pool, table, cols)
 }
 
@@ -112,6 +141,10 @@ func AdoptTable(ctx context.Context, pool *pgxpool.Pool, table string, cols Adop
 // out the event type's rule.
 func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
 	if err := checkAdoptable(ctx, pool, table); err != nil {
+		return fmt.Errorf("adopt %s: %w", table, err)
+	}
+	var compression bool
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::integer >= 140000`).Scan(&compression); err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
 	parts := strings.Split(table, ".")
@@ -144,7 +177,7 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 		`CREATE INDEX IF NOT EXISTS ` + idx("_published_at_idx") + ` ON ` + t + ` (published_at) WHERE published_at IS NOT NULL`,
 		`CREATE TABLE IF NOT EXISTS ` + guard + ` (key text PRIMARY KEY, until timestamptz NOT NULL)`,
 	}
-	stmts = append(stmts, keyPartitionStatements(table, cols.AggregateID, DefaultPartitions)...)
+	stmts = append(stmts, keyPartitionStatements(table, cols.AggregateID, cols.Payload, DefaultPartitions, compression)...)
 	// Locked first: adding the columns and constraints below needs the
 	// ACCESS EXCLUSIVE lock in the end, and a weaker lock taken on the way
 	// (ALTER TABLE SET, CREATE TRIGGER) deadlocks with a producer that read
@@ -163,6 +196,12 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 			if _, err := tx.Exec(ctx, s); err != nil {
 				return err
 			}
+		}
+		// The insert trigger reads the payload column: one the table
+		// lacks would fail every producer's INSERT after a successful
+		// adopt (PL/pgSQL resolves the body's columns when it first runs).
+		if _, err := tx.Exec(ctx, `SELECT pg_column_size(`+sqlname.Column(cols.Payload)+`) FROM `+t+` LIMIT 0`); err != nil {
+			return fmt.Errorf("payload column %q (AdoptColumns.Payload, --column-payload): %w", cols.Payload, err)
 		}
 		// The function goes into the table's own schema, wherever the
 		// search_path found the table.

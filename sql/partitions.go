@@ -73,12 +73,14 @@ func checkPartitions(ctx context.Context, pool *pgxpool.Pool, opts MigrateOption
 	return nil
 }
 
-// keyPartitionStatements returns what migration 00009 does, for an
-// adopted table whose aggregate ID is in aggregateColumn: the
-// key_partition column, the function and the insert trigger that fill it
-// in, and the tables of the relays and the partitions' owners. It is
+// keyPartitionStatements returns what migrations 00009 and 00010 do, for
+// an adopted table whose aggregate ID is in aggregateColumn and payload in
+// payloadColumn: the key_partition and payload_size columns, the function
+// and the insert trigger that fill them in, and the tables of the relays
+// and the partitions' owners. compression says the server has
+// pg_column_compression (PostgreSQL 14+; see payloadSizeExpr). It is
 // idempotent (an adopted table keeps its partition count).
-func keyPartitionStatements(table, aggregateColumn string, partitions int) []string {
+func keyPartitionStatements(table, aggregateColumn, payloadColumn string, partitions int, compression bool) []string {
 	parts := strings.Split(table, ".")
 	name := parts[len(parts)-1]
 	t := sqlname.Quote(table)
@@ -86,7 +88,7 @@ func keyPartitionStatements(table, aggregateColumn string, partitions int) []str
 	fn, setFn := sqlname.Beside(table, "_key_partition"), sqlname.Beside(table, "_set_key_partition")
 	trigger := sqlname.Column(constraintName(name, "_key_partition_fill"))
 	return []string{
-		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS key_partition integer`,
+		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS key_partition integer, ADD COLUMN IF NOT EXISTS payload_size integer`,
 		`CREATE TABLE IF NOT EXISTS ` + meta + ` (
     singleton     boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
     partitions    integer     NOT NULL CHECK (partitions BETWEEN 1 AND 4096),
@@ -113,9 +115,23 @@ func keyPartitionStatements(table, aggregateColumn string, partitions int) []str
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
     AS 'SELECT (((get_byte(h, 0)::bigint << 24) | (get_byte(h, 1) << 16) | (get_byte(h, 2) << 8) | get_byte(h, 3)) %% %s)::integer FROM (SELECT sha256(convert_to(aggregate_id, ''UTF8'')) AS h) s'$f$, n);
   EXECUTE format($f$CREATE OR REPLACE FUNCTION ` + setFn + `() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-    AS 'DECLARE h bytea := sha256(convert_to(NEW.` + strings.ReplaceAll(sqlname.Column(aggregateColumn), "'", "''") + `::text, ''UTF8'')); BEGIN NEW.key_partition := (((get_byte(h, 0)::bigint << 24) | (get_byte(h, 1) << 16) | (get_byte(h, 2) << 8) | get_byte(h, 3)) %% %s)::integer; RETURN NEW; END'$f$, n);
+    AS 'DECLARE h bytea := sha256(convert_to(NEW.` + strings.ReplaceAll(sqlname.Column(aggregateColumn), "'", "''") + `::text, ''UTF8'')); BEGIN NEW.key_partition := (((get_byte(h, 0)::bigint << 24) | (get_byte(h, 1) << 16) | (get_byte(h, 2) << 8) | get_byte(h, 3)) %% %s)::integer; NEW.payload_size := ` + strings.ReplaceAll(strings.ReplaceAll(payloadSizeExpr(payloadColumn, compression), "'", "''"), "%", "%%") + `; RETURN NEW; END'$f$, n);
 END $adopt$`,
 		`DROP TRIGGER IF EXISTS ` + trigger + ` ON ` + t,
 		`CREATE TRIGGER ` + trigger + ` BEFORE INSERT ON ` + t + ` FOR EACH ROW EXECUTE FUNCTION ` + setFn + `()`,
 	}
+}
+
+// payloadSizeExpr is the size migration 00010's trigger writes to
+// payload_size, for the payload column column of the new row: its
+// pg_column_size, uncompressed in a BEFORE INSERT trigger, O(1); a value
+// already compressed there (INSERT ... SELECT of a stored payload) is
+// measured as text instead. Without compression (PostgreSQL 13: no
+// pg_column_compression) pg_column_size alone. NULL is 0.
+func payloadSizeExpr(column string, compression bool) string {
+	p := "NEW." + sqlname.Column(column)
+	if !compression {
+		return "coalesce(pg_column_size(" + p + "), 0)"
+	}
+	return "CASE WHEN pg_column_compression(" + p + ") IS NULL THEN coalesce(pg_column_size(" + p + "), 0) ELSE octet_length(" + p + "::text) END"
 }

@@ -53,6 +53,10 @@ Scenarios (--scenario, comma-separated; run in this order):
            consumer has all; plus sql-ceiling (claim+mark loop, no Kafka)
   backlog  preload --backlog-events rows (INSERT ... SELECT), one relay
            process (its defaults) drains them: events/s and the cost
+  large-payloads
+           preload --large-events rows of --large-payload-bytes (INSERT ...
+           SELECT), one relay process (its defaults) drains them: its peak
+           RSS (VmHWM), which its claims' byte bound keeps under 256 MiB
   scale    drains (a --scale-events backlog, the relays started together)
            and bursts (--scale-events in one transaction, the relays
            running and settled) with each of --scale-relays relay processes
@@ -83,14 +87,15 @@ RSS are measured; in latency with the relay's own defaults unless
 --relay-proc-flags; the other drain rows' RSS is the whole bench process
 with the consumer and the in-process broker).
 
-notify-proc, burst, backlog and broker-down run the outbox-relay binary
+notify-proc, burst, backlog, large-payloads and broker-down run the outbox-relay binary
 given by --relay-bin, or one built with "go build" into a temporary
 directory (this needs the go command and the current directory inside the
 module).
 
 The goals table at the end checks the relay's targets (1000/s p50, p99,
 max, relay DB CPU and transactions per event; 10000/s and 10/s p99; idle
-transactions/s and relay CPU; burst ratio; backlog events/s): PASS, FAIL,
+transactions/s and relay CPU; burst ratio; backlog events/s; relay peak
+RSS with large payloads): PASS, FAIL,
 or n/a when not measured.
 
 Every latency run (but the writers-only baselines) also measures the
@@ -206,7 +211,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.kafkaWarmup, "kafka-warmup", bench.DefaultKafkaWarmup, "how long to warm a real broker up (produce and consume) before the first run; negative: not at all")
 	fs.Float64Var(&o.floorRate, "floor-probe-rate", bench.DefaultFloorProbeRate, "latency: records/s of the broker's floor probe in every run (one record per Publish call to a topic of its own); 0: off")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
-	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog,scale")
+	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog,large-payloads,scale")
 	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc (notify-proc: the relay as a process, latency and drain)")
 	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
 	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
@@ -238,6 +243,8 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&s.Burst.ShortIdle, "short-idle", time.Second, "burst: the idle time before the second burst")
 	fs.IntVar(&s.Burst.Events, "burst-events", 100000, "burst: events per burst (one transaction)")
 	fs.IntVar(&s.Backlog.Events, "backlog-events", 1000000, "backlog: preloaded events")
+	fs.IntVar(&s.LargePayloads.Events, "large-events", 2000, "large-payloads: preloaded events")
+	fs.IntVar(&s.LargePayloads.PayloadBytes, "large-payload-bytes", 900000, "large-payloads: approximate JSON payload size of each, bytes")
 	fs.IntVar(&s.Drain.Events, "events", 200000, "drain: preloaded events")
 	fs.Var(ints(&s.DrainRelays), "relays", "drain: relay counts, e.g. 1,2")
 	fs.Var(ints(&s.Scale.Relays), "scale-relays", "scale: relay counts, e.g. 1,2,3 (default 1,2,3; ratios divide by the 1-relay run)")
@@ -497,6 +504,7 @@ func flagError(err error) string {
 		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates", "SuiteConfig.WritersWakeup": "--writers-wakeup", "WritersConfig.WakeupMode": "--writers-wakeup",
 		"ScaleConfig.Relays": "--scale-relays", "ScaleConfig.Aggregates": "--scale-aggregates", "ScaleConfig.Events": "--scale-events",
 		"BurstConfig.Events": "--burst-events", "BurstConfig.IdleSettle": "--idle-settle", "SuiteConfig.Backlog.Events": "--backlog-events",
+		"SuiteConfig.LargePayloads.Events": "--large-events", "SuiteConfig.LargePayloads.PayloadBytes": "--large-payload-bytes",
 	} {
 		if i := strings.Index(s, field+": "); i >= 0 {
 			return fl + ": " + s[i+len(field)+2:]

@@ -42,7 +42,7 @@ func cmdAdopt(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	if err := outboxsql.Adopt(ctx, pool, tbl.table, agg); err != nil {
+	if err := outboxsql.AdoptWith(ctx, pool, tbl.table, outboxsql.AdoptColumns{AggregateID: agg, EventType: cols.EventType, Payload: cols.Payload}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "table %s is ready for outbox-relay (give run, status, inspect and requeue %s)\n", tbl.table, tbl.flags())

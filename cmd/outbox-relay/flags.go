@@ -261,7 +261,7 @@ func strayArgument(fs *flag.FlagSet, args []string, see string) error {
 
 // zeroRefused are the flags whose 0 would silently mean the default.
 var zeroRefused = map[string]bool{
-	"lease": true, "batch-size": true, "poll-interval": true, "max-attempts": true, "shutdown-timeout": true,
+	"lease": true, "batch-size": true, "max-batch-bytes": true, "poll-interval": true, "max-attempts": true, "shutdown-timeout": true,
 	"retry-min": true, "retry-max": true, "linger-poll": true, "claim-window-poll": true, "busy-claim-interval": true, "metrics-interval": true, "kafka-write-timeout": true,
 }
 

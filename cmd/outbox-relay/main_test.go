@@ -41,6 +41,9 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{"lease too short", append([]string{"run", "--lease", "10ms"}, valid...), "--lease"},
 		{"batch size zero", append([]string{"run", "--batch-size", "-1"}, valid...), "--batch-size"},
 		{"batch size too big", append([]string{"run", "--batch-size", "100000"}, valid...), "--batch-size"},
+		{"batch bytes negative", append([]string{"run", "--max-batch-bytes", "-1"}, valid...), "--max-batch-bytes: must be 1..1073741824 bytes, got -1"},
+		{"batch bytes too big", append([]string{"run", "--max-batch-bytes", "2147483648"}, valid...), "--max-batch-bytes: must be 1..1073741824 bytes"},
+		{"zero batch bytes", append([]string{"run", "--max-batch-bytes", "0"}, valid...), "--max-batch-bytes: must be positive"},
 		{"bad topic", []string{"run", "--database-url", "postgres://u@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--topic", "no spaces"}, "--topic"},
 		{"no topic", []string{"run", "--database-url", "postgres://u@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, "--topic"},
 		{"no brokers", []string{"run", "--database-url", "postgres://u@127.0.0.1:1/db", "--topic", "t"}, "--brokers"},
@@ -83,6 +86,12 @@ func TestFlagsReadTheEnvironment(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, "--lease") {
 		t.Fatalf("OUTBOX_LEASE=5ms: exit %d, stderr %q; want exit 2 naming --lease", code, stderr)
 	}
+	t.Setenv("OUTBOX_LEASE", "")
+	t.Setenv("OUTBOX_MAX_BATCH_BYTES", "0")
+	code, _, stderr = runMain(t, context.Background(), "run", "--database-url", "postgres://u@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--topic", "t")
+	if code != exitUsage || !strings.Contains(stderr, "--max-batch-bytes: must be positive (set by OUTBOX_MAX_BATCH_BYTES)") {
+		t.Fatalf("OUTBOX_MAX_BATCH_BYTES=0: exit %d, stderr %q; want exit 2 naming --max-batch-bytes and the variable", code, stderr)
+	}
 }
 
 func TestHelpShowsUnitsAndDefaults(t *testing.T) {
@@ -91,7 +100,7 @@ func TestHelpShowsUnitsAndDefaults(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, want := range []string{"-lease", "(default 30s)", "-poll-interval", "(default 500ms)", "-batch-size", "-shutdown-timeout", "-channel", "-kafka-sasl-mechanism", "DATABASE_URL"} {
+	for _, want := range []string{"-lease", "(default 30s)", "-poll-interval", "(default 500ms)", "-batch-size", "-max-batch-bytes", "(default 16777216)", "[env OUTBOX_MAX_BATCH_BYTES]", "-shutdown-timeout", "-channel", "-kafka-sasl-mechanism", "DATABASE_URL"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("help lacks %q:\n%s", want, stdout)
 		}

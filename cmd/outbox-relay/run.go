@@ -56,6 +56,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.StringVar(&f.listenURL, "listen-database-url", "", "PostgreSQL URL or DSN of the LISTEN connection only, when --database-url goes through a transaction pooler (PgBouncer pool_mode=transaction), which cannot carry LISTEN: connect the listener to PostgreSQL directly (default: --database-url)")
 	fs.DurationVar(&f.lease.Lease, "lease", lease.DefaultLease, "how long a claim holds its rows before another relay may take them (min 1s)")
 	fs.IntVar(&f.lease.BatchSize, "batch-size", lease.DefaultBatchSize, fmt.Sprintf("most events per claim (1..%d)", lease.MaxBatchSize))
+	fs.Int64Var(&f.lease.MaxBatchBytes, "max-batch-bytes", lease.DefaultMaxBatchBytes, fmt.Sprintf("most payload bytes per claim, as recorded at insert (a claim always takes one event, however large); the relay holds at most three claims, so this bounds its memory (1..%d)", lease.MaxMaxBatchBytes))
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
 	fs.StringVar(&f.relay.IDHeader, "id-header", "", "also carry the event ID in this header (Debezium's router uses id; default: only event_id)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", relay.DefaultPollInterval, "fallback poll interval when no notification arrives (jittered ±10%)")
@@ -260,12 +261,23 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer pool.Close()
+	// After a run, finish closes everything within exitGrace; before one
+	// (an error at start), the defers do.
+	finished := false
+	defer func() {
+		if !finished {
+			pool.Close()
+		}
+	}()
 	obs, err := startObserve(ctx, &f.observe, pool, f.table, f.lease.WithDefaults().Columns.AggregateID, f.relay.Topic, log)
 	if err != nil {
 		return err
 	}
-	defer obs.stop()
+	defer func() {
+		if !finished {
+			obs.stop()
+		}
+	}()
 	if err := f.databaseReady(ctx, startCtx, log, pool, waitPromotion); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting
@@ -287,7 +299,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError{errors.New(flagError(err))}
 	}
-	defer svc.Close()
+	defer func() {
+		if !finished {
+			_ = svc.Close()
+		}
+	}()
 	if err := f.kafkaReady(ctx, startCtx, log, svc); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -301,7 +317,35 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		obs.m.Registry().MustRegister(listenerStateCollector{l})
 	}
 	f.logStart(log, svc)
-	return svc.Run(ctx)
+	err = svc.Run(ctx)
+	finished = true
+	finish(log, exitGrace, func() { _ = svc.Close() }, obs.stop, pool.Close)
+	return err
+}
+
+// exitGrace bounds what `run` does after the relay stopped (svc.Run
+// returned: ShutdownTimeout plus relay.ShutdownGrace after SIGTERM at the
+// latest): closing the publisher, the metrics server and the pool. With
+// the database's connections frozen, pgxpool's Close waits for each
+// broken connection's cancel request, up to 15 s; the process does not.
+const exitGrace = 500 * time.Millisecond
+
+// finish runs closers one after the other and waits for them at most
+// within; what has not returned by then goes on until the process exits
+// (its connections are closed with it: nothing is lost).
+func finish(log *zap.Logger, within time.Duration, closers ...func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, c := range closers {
+			c()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(within):
+		log.Debug("closing the connections did not finish; exiting anyway", zap.Duration("waited", within))
+	}
 }
 
 // logStart logs the relay's start with its main settings.
@@ -316,7 +360,8 @@ func (f *runFlags) logStart(log *zap.Logger, svc *relay.Service) {
 		zap.Bool("listen_database_url", f.listenURL != ""),
 		zap.Duration("lease", lc.Lease),
 		zap.Duration("poll_interval", f.relay.PollInterval),
-		zap.Int("batch_size", lc.BatchSize))
+		zap.Int("batch_size", lc.BatchSize),
+		zap.Int64("max_batch_bytes", lc.MaxBatchBytes))
 }
 
 // checkTable fails fast, with a clear message, when the outbox table is
@@ -333,7 +378,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 			event = append(event, pgx.Identifier{name}.Sanitize())
 		}
 	}
-	cols := strings.Join(event, ", ") + ", seq, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at, key_partition"
+	cols := strings.Join(event, ", ") + ", seq, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at, key_partition, payload_size"
 	_, err := pool.Exec(ctx, "SELECT "+cols+" FROM "+outbox.TableIdentifier(table)+" LIMIT 0")
 	switch {
 	case err == nil:
@@ -400,7 +445,7 @@ func migrateCommand(table string) string {
 
 // configFlags maps "<package>.<Config field>" onto the flag that sets it.
 var configFlags = map[string]string{
-	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.Table": "--table", "lease.RelayID": "--relay-id",
+	"lease.Lease": "--lease", "lease.BatchSize": "--batch-size", "lease.MaxBatchBytes": "--max-batch-bytes", "lease.Table": "--table", "lease.RelayID": "--relay-id",
 	"relay.Topic": "--topic", "relay.TopicTemplate": "--topic-template", "relay.IDHeader": "--id-header", "relay.PollInterval": "--poll-interval", "relay.ClaimWindow": "--claim-window", "relay.ClaimWindowPoll": "--claim-window-poll", "relay.BusyClaimInterval": "--busy-claim-interval",
 	"relay.RetryMin": "--retry-min", "relay.StallTimeout": "--stall-timeout", "relay.MaxAttempts": "--max-attempts", "relay.OnDeadLetter": "--on-dead-letter", "relay.RetryMax": "--retry-max", "relay.ShutdownTimeout": "--shutdown-timeout",
 	"notify.Channel": "--channel",

@@ -152,6 +152,26 @@ var relayCount atomic.Int64
 // Pid is the process ID.
 func (p *RelayProc) Pid() int { return p.cmd.Process.Pid }
 
+// PeakRSS returns the process's peak resident set size so far, in bytes:
+// VmHWM of /proc/<pid>/status (Linux), what a container's memory limit
+// is measured against. It fails once the process has been reaped.
+func (p *RelayProc) PeakRSS() (int64, error) {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/status")
+	if err != nil {
+		return 0, fmt.Errorf("faultkit: peak RSS of %s: %w", p.Name, err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("faultkit: peak RSS of %s: %q: %w", p.Name, line, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("faultkit: peak RSS of %s: no VmHWM in /proc/%d/status", p.Name, p.Pid())
+}
+
 // Stderr returns everything the relay logged so far.
 func (p *RelayProc) Stderr() string { return p.stderr.String() }
 
