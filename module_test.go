@@ -69,3 +69,16 @@ func TestReadmeGoVersionIsGoMods(t *testing.T) {
 		t.Errorf("README.md names the Go version %d times (%q); want once, as go.mod does", len(other), other)
 	}
 }
+
+// TestReadmeIsShort keeps the README within 400 lines (what it is, the
+// quick start, writing events, running, guarantees, operating); the rest
+// belongs in docs/.
+func TestReadmeIsShort(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(readme, []byte("\n")); n > 400 {
+		t.Errorf("README.md has %d lines, want 400 or fewer: move detail to docs/", n)
+	}
+}
