@@ -170,8 +170,7 @@ const (
 	// that called NOTIFY on one cluster-wide lock held through the commit
 	// record's flush (PreCommit_Notify in src/backend/commands/async.c), so
 	// notifying in every transaction caps a busy writer's commit rate
-	// (measured here with pgbench, 16 clients: 10,200 commits/s without,
-	// 1,800 with a pg_notify in each). The relay covers the events committed
+	// (docs/benchmarks.md, notify-cost). The relay covers the events committed
 	// inside a window: after a claim that found events it keeps claiming
 	// every millisecond or so for relay.Config.ClaimWindow (25ms).
 	WakeupDebounced WakeupMode = iota

@@ -14,9 +14,9 @@ const stormWindow = time.Minute
 // storm tracks disconnects that follow each other closely: something
 // closes the listener's connection again and again (the database's
 // idle_session_timeout, which the relay turns off for its own sessions;
-// a proxy or a pooler closing idle connections). Each one used to log two
-// warnings; a storm now logs the first disconnect and one line saying it
-// goes on.
+// a proxy or a pooler closing idle connections). A storm logs the first
+// disconnect and one line saying it goes on; the rest are debug, so the
+// log says what happens once instead of twice per disconnect.
 type storm struct {
 	began, last time.Time // the storm's first disconnect, the previous one
 	disconnects int       // disconnects in the storm so far

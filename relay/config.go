@@ -80,12 +80,9 @@ type Config struct {
 	// at 2,000/s or more (averaged over 50ms): the relay takes bigger
 	// batches instead of claiming every ClaimWindowPoll. It is never
 	// shorter than ClaimWindowPoll. Shorter means lower latency at high
-	// rates, and more claims taking CPU from the writers on a small machine:
-	// at 5,000 events/s on 2 cores (outbox-bench, relay process), 20ms gave
-	// p50 14.3 ms and p99 29.0 ms at 51 claims/s, 10ms 8.2 / 20.4 ms at 101,
-	// 5ms 5.5 / 13.8 ms at 152; with 5ms the writers at saturation (16-64
-	// connections) kept 0.89-0.92 of their commits/s, with 20ms 0.90-0.95
-	// (docs/benchmarks.md). Defaults to DefaultBusyClaimInterval (20ms).
+	// rates, and more claims taking CPU from the writers on a small machine
+	// (the trade-off, measured: docs/benchmarks.md, "Above 2,000 events/s").
+	// Defaults to DefaultBusyClaimInterval (20ms).
 	BusyClaimInterval time.Duration
 	// MaxAttempts is how many failed publishes, each answered by the broker
 	// with an error, an event may have before it is dead-lettered. Failures

@@ -17,8 +17,8 @@ const (
 // of their own (see windowMode). Long, so that a workload that shows such
 // events now and then (a debounced writer committing two transactions
 // within 20ms every few seconds next to a steady notifying one) stays
-// dense: with 1s, the second transaction of such pairs waited up to 21ms
-// (p99 19 ms) instead of 3 ms.
+// dense, and the second transaction of such pairs does not wait for a
+// sparse window claim (docs/internals.md, "Wake-ups").
 const unnotifiedFor = 10 * time.Second
 
 // windowMode decides how densely the relay claims inside the claim window

@@ -9,8 +9,9 @@ import (
 )
 
 // The relay needs no more than this on its table (docs/database.md): a
-// role without one of these privileges fails one step of the relay, and,
-// before this check, the log named only the first statement that failed.
+// role without one of these privileges fails one step of the relay, and
+// the failing statement names only the first privilege missing: the
+// check names them all at once.
 
 // Needs says which of the relay's optional duties a privilege check
 // covers, besides claiming, publishing and marking (always covered).
