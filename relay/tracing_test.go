@@ -4,8 +4,12 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -213,5 +217,95 @@ VALUES ($1, 'big', 'test.big', jsonb_build_object('blob', repeat('x', 2000000)),
 	}
 	if dead != 1 {
 		t.Errorf("%d dead-letter lines, want 1; all relay lines: %q", dead, msgs)
+	}
+}
+
+// A publish the broker refuses once with an error of no known class
+// (UNKNOWN_SERVER_ERROR: retried, counting an attempt) and accepts the
+// next time: the event has a send span per attempt, the first with
+// outcome retried, error.type and status Error, the second published,
+// both children of the writer's span; its one outbox span runs from
+// created_at to the start of the publish that went through. kfake stands
+// in for the broker for its produce hook.
+func TestTracingRetriedThenPublished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	k := testenv.KafkaFake(t)
+	topic := k.Topic(t, 1)
+	var refused atomic.Int64
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
+		if !refused.CompareAndSwap(0, 1) {
+			return nil, nil, false
+		}
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode, sp.BaseOffset = rp.Partition, kerr.UnknownServerError.Code, -1
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	tp, rec := newTracing(t)
+	app, writerSpan := tp.Tracer("app").Start(ctx, "refund")
+	ev := event("pay_9", 1)
+	if err := writer(t, db, outbox.WakeupDebounced).Add(app, db.Pool, ev); err != nil {
+		t.Fatal(err)
+	}
+	writerSpan.End()
+	var created time.Time
+	if err := db.Pool.QueryRow(ctx, "SELECT created_at FROM outbox WHERE id = $1", ev.ID).Scan(&created); err != nil {
+		t.Fatal(err)
+	}
+
+	startRelay(t, db, k, topic, opts{tracer: tp, relay: relay.Config{RetryMin: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond}})
+	k.Consume(t, topic, 1, 20*time.Second)
+	id := ev.ID.String()
+	var got map[string][]tracetest.SpanStub
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		got = spansOf(rec, id)
+		return len(got["outbox "+topic]) == 1 && len(got["send "+topic]) == 2
+	}, "want one outbox and two send spans for event %s", id)
+	if refused.Load() != 1 {
+		t.Fatalf("the broker refused %d produce requests, want 1", refused.Load())
+	}
+	sends := got["send "+topic]
+	if sends[1].StartTime.Before(sends[0].StartTime) {
+		sends[0], sends[1] = sends[1], sends[0]
+	}
+	first, second, waited := sends[0], sends[1], got["outbox "+topic][0]
+	wsc := writerSpan.SpanContext()
+	for _, s := range []tracetest.SpanStub{first, second, waited} {
+		if s.SpanContext.TraceID() != wsc.TraceID() || s.Parent.SpanID() != wsc.SpanID() {
+			t.Errorf("span %q: trace %s parent %s, want a child of the writer's span", s.Name, s.SpanContext.TraceID(), s.Parent.SpanID())
+		}
+	}
+	checkAttrs(t, first, map[attribute.Key]string{
+		"messaging.message.id": id, "messaging.destination.partition.id": "0",
+		relay.AttrOutcome: string(relay.OutcomeRetried), relay.AttrAttempts: "1", "error.type": "other",
+	})
+	if first.Status.Code != codes.Error || !strings.Contains(first.Status.Description, "[-1] Unknown") {
+		t.Errorf("retried send span: status %v, want Error with the broker's error (code -1)", first.Status)
+	}
+	for _, s := range []tracetest.SpanStub{second, waited} {
+		checkAttrs(t, s, map[attribute.Key]string{
+			"messaging.message.id": id, "messaging.destination.partition.id": "0",
+			relay.AttrOutcome: string(relay.OutcomePublished), relay.AttrAttempts: "1", "error.type": "",
+		})
+		if s.Status.Code != codes.Unset {
+			t.Errorf("span %q of the published attempt: status %v", s.Name, s.Status)
+		}
+	}
+	if !waited.StartTime.Equal(created) || !waited.EndTime.Equal(second.StartTime) ||
+		first.StartTime.Before(created) || first.EndTime.Before(first.StartTime) || !first.EndTime.Before(second.StartTime) {
+		t.Errorf("outbox span %s .. %s, sends %s .. %s and %s .. %s; want created_at %s to the second send's start",
+			waited.StartTime, waited.EndTime, first.StartTime, first.EndTime, second.StartTime, second.EndTime, created)
 	}
 }
