@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/segmentio/kafka-go"
+	// kafka-go's package is named kafka too; the alias keeps it apart
+	// from github.com/pgoutbox/outbox/kafka, the relay's publisher.
+	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/pgoutbox/outbox/inbox"
 )
@@ -32,7 +34,7 @@ func ExampleHandle() {
 		log.Fatal(err)
 	}
 
-	r := kafka.NewReader(kafka.ReaderConfig{
+	r := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers: []string{"localhost:9092"},
 		GroupID: "billing",
 		Topic:   "payments",

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -40,6 +41,9 @@ type partitionWatch struct {
 	lastN  int
 	log    *zap.Logger
 	obs    Observer
+	// shared is a copy of counts that other goroutines read
+	// (Publisher.PartitionOf), replaced only when a count changes.
+	shared atomic.Pointer[map[string]int]
 }
 
 func newPartitionWatch(log *zap.Logger, obs Observer) *partitionWatch {
@@ -58,6 +62,9 @@ func (w *partitionWatch) seen(topic string, n int) {
 	w.last, w.lastN = topic, n
 	prev, ok := w.counts[topic]
 	w.counts[topic] = n
+	if !ok || prev != n {
+		w.share()
+	}
 	if !ok || prev == n || n == 0 || prev == 0 {
 		return
 	}
@@ -67,6 +74,24 @@ func (w *partitionWatch) seen(topic string, n int) {
 	if w.obs != nil {
 		w.obs.PartitionsChanged(topic, prev, n)
 	}
+}
+
+// share publishes a copy of counts for partitions.
+func (w *partitionWatch) share() {
+	m := make(map[string]int, len(w.counts))
+	for t, n := range w.counts {
+		m[t] = n
+	}
+	w.shared.Store(&m)
+}
+
+// partitions returns topic's partition count as the last message for it
+// saw, or 0 before any. Safe for concurrent use.
+func (w *partitionWatch) partitions(topic string) int {
+	if m := w.shared.Load(); m != nil {
+		return (*m)[topic]
+	}
+	return 0
 }
 
 // produceOutcome returns the error of a produce round trip: the

@@ -62,6 +62,8 @@ type Publisher struct {
 	dialer    *brokerDialer
 	conns     *connSet
 	describe  *describer
+	// watch is the Writer's Balancer (partitionWatch).
+	watch *partitionWatch
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -129,6 +131,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 // is set by write before each call.
 func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
 	cfg := p.cfg
+	p.watch = newPartitionWatch(log, cfg.Observer)
 	var comp kafkago.Compression
 	switch cfg.Compression {
 	case CompressionGzip:
@@ -145,7 +148,7 @@ func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
 		// Java-compatible murmur2 partitioning (Consistent: nil keys hash
 		// like empty keys instead of going to a random partition), which
 		// also reports a change of a topic's partition count.
-		Balancer:     newPartitionWatch(log, cfg.Observer),
+		Balancer:     p.watch,
 		MaxAttempts:  cfg.MaxAttempts,
 		BatchSize:    cfg.BatchSize,
 		BatchBytes:   cfg.BatchBytes,
@@ -201,6 +204,23 @@ func (p *Publisher) explain(topic string, err error) error {
 // sent as a single produce request per partition. The relay should chunk its
 // claimed rows so that each call's total MessageSize stays within it.
 func (p *Publisher) MaxBatchBytes() int64 { return p.cfg.BatchBytes }
+
+// PartitionOf returns the partition that a message with key for topic (""
+// means Config.Topic) went to in the Publisher's last write to topic:
+// Partition(key, n), n being the topic's partition count in the cluster
+// metadata that write used. It returns -1 before the first write to topic.
+// It reads no metadata and is safe for concurrent use; the relay calls it
+// for its traces (relay.Attempt.Partition), right after the write.
+func (p *Publisher) PartitionOf(topic string, key []byte) int {
+	if topic == "" {
+		topic = p.cfg.Topic
+	}
+	n := p.watch.partitions(topic)
+	if n <= 0 {
+		return -1
+	}
+	return Partition(key, n)
+}
 
 // MaxBatchMessages returns Config.BatchSize (after defaults): the most
 // messages one Publish call may carry and still be sent as a single produce

@@ -53,6 +53,9 @@ func TestRoundTrip(t *testing.T) {
 	if err := p.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
+	if got := p.PartitionOf(topic, msgs[0].Key); got != -1 {
+		t.Fatalf("PartitionOf before any write = %d, want -1", got)
+	}
 	if err := p.Publish(ctx, msgs); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
@@ -93,6 +96,9 @@ func TestRoundTrip(t *testing.T) {
 		}
 		if want := Partition(m.Key, partitions); int(r.Partition) != want {
 			t.Errorf("msg %d key %q: partition %d, Partition() = %d", i, m.Key, r.Partition, want)
+		}
+		if got := p.PartitionOf("", m.Key); got != int(r.Partition) {
+			t.Errorf("msg %d key %q: partition %d, PartitionOf() = %d", i, m.Key, r.Partition, got)
 		}
 		k := string(m.Key)
 		if pt, ok := partOf[k]; ok {

@@ -27,10 +27,12 @@ var ErrUndecodableRow = errors.New("row cannot be published")
 // broker was down, or the relay is shutting down.
 const whyUnsent = "not sent (broker unreachable or shutting down)"
 
-// failure is a row whose publish failed, with the error.
+// failure is a row whose publish failed, with the error and, for an
+// AttemptObserver, the publish call's start and end (stamp).
 type failure struct {
-	row lease.Row
-	err error
+	row          lease.Row
+	err          error
+	began, ended time.Time
 }
 
 // returned is a row given back unpublished without a failure of its own,
@@ -108,8 +110,18 @@ func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*leas
 }
 
 func (br *batchRun) fail(hb *holdback, row lease.Row, err error) {
-	br.failures = append(br.failures, failure{row, err})
+	br.failures = append(br.failures, failure{row: row, err: err})
 	hb.fail(&row)
+}
+
+// stamp sets the publish call's times on the failures from index from on
+// that have none yet.
+func (br *batchRun) stamp(from int, began, ended time.Time) {
+	for i := from; i < len(br.failures); i++ {
+		if f := &br.failures[i]; f.began.IsZero() {
+			f.began, f.ended = began, ended
+		}
+	}
 }
 
 // record classifies the outcome of a published chunk (errs, one per row;

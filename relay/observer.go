@@ -29,6 +29,104 @@ type Observer interface {
 	PublishFailed(row lease.Row, topic string, err error, deadLettered bool)
 }
 
+// Outcome is what became of one publish attempt of an event (Attempt).
+type Outcome string
+
+// Attempt.Outcome values.
+const (
+	// OutcomePublished: Kafka acknowledged the event (acks=all).
+	OutcomePublished Outcome = "published"
+	// OutcomeRetried: the publish failed and the event is given back, to
+	// be published again after its backoff (Config.RetryMin doubling up to
+	// Config.RetryMax) or, for an outage (kafka.IsOutage), once the
+	// cluster takes records again.
+	OutcomeRetried Outcome = "retried"
+	// OutcomeDeadLettered: the publish failed for good and the event is
+	// parked as a dead letter: a record the broker refuses as it is, a
+	// row that cannot become a record, or Config.MaxAttempts reached.
+	OutcomeDeadLettered Outcome = "dead_lettered"
+)
+
+// Attempt is one publish attempt of one event, as an AttemptObserver is
+// told it.
+type Attempt struct {
+	// Row is the event's row. It points into the relay's batch: read it
+	// during the call only.
+	Row *lease.Row
+	// Topic is the event's destination topic (see Route).
+	Topic string
+	// Partition is the partition the event was (or, failing before it was
+	// sent, would be) sent to: kafka.Publisher.PartitionOf. -1 when
+	// unknown: the Publisher does not say (one that is not a
+	// *kafka.Publisher, or wraps it: ServiceConfig.WrapPublisher), or it
+	// has not written to the topic yet.
+	Partition int
+	// Began and Ended bound the publish call that carried the event, by
+	// this host's clock. Both are the time of the failure when no call
+	// carried it: a row that cannot become a record, or one over the
+	// publisher's limit.
+	Began, Ended time.Time
+	// Outcome is what became of the event; Err the failure (see
+	// kafka.Classify), nil when it was published.
+	Outcome Outcome
+	Err     error
+	// Attempts counts the event's failed attempts that count toward
+	// Config.MaxAttempts, this one included (an outage counts none).
+	Attempts int
+}
+
+// AttemptObserver is an Observer that is also told each publish attempt
+// of each event, with where it went and when the call ran: what a trace
+// of the event needs (NewTracingObserver) and the calls of Observer do
+// not carry. The relay looks for it once, in New, on Config.Observer and
+// among the observers combined by Observers; when there is none, it
+// builds no Attempt, and the publish path costs what it costs without.
+type AttemptObserver interface {
+	Observer
+	// Attempted is called from the publisher goroutine: for an event
+	// Kafka acknowledged, right after the publish call that carried it
+	// returned (before Published); for a failed one, when its batch is
+	// settled (before PublishFailed). Like every Observer method it must
+	// be fast and must not block.
+	Attempted(a Attempt)
+}
+
+// attempter is what the relay calls for each Attempt: the
+// AttemptObservers found in Config.Observer.
+type attempter interface{ Attempted(a Attempt) }
+
+// attemptObserverOf returns the AttemptObservers in o (itself, or among
+// those Observers combined), or nil when there is none.
+func attemptObserverOf(o Observer) attempter {
+	switch o := o.(type) {
+	case multiObserver:
+		var out attempters
+		for _, m := range o {
+			if a := attemptObserverOf(m); a != nil {
+				out = append(out, a)
+			}
+		}
+		switch len(out) {
+		case 0:
+			return nil
+		case 1:
+			return out[0]
+		}
+		return out
+	case AttemptObserver:
+		return o
+	}
+	return nil
+}
+
+type attempters []attempter
+
+func (as attempters) Attempted(a Attempt) {
+	for _, o := range as {
+		o.Attempted(a)
+	}
+}
+
 // ObserverFuncs implements Observer with optional functions; nil fields are
 // skipped.
 type ObserverFuncs struct {
@@ -67,7 +165,7 @@ func (f ObserverFuncs) PublishFailed(row lease.Row, topic string, err error, dea
 }
 
 // Observers returns an Observer that calls each non-nil one of obs in
-// order.
+// order; the AttemptObservers among them are told the attempts too.
 func Observers(obs ...Observer) Observer {
 	var out multiObserver
 	for _, o := range obs {

@@ -81,6 +81,11 @@ type Relay struct {
 	wake    <-chan struct{}
 	log     *zap.Logger
 	obs     Observer
+	// att is told each event's publish attempts, nil when no observer
+	// asks for them (AttemptObserver); partitionOf names an event's
+	// partition for it (nil: the publisher does not say).
+	att         attempter
+	partitionOf func(topic string, key []byte) int
 
 	// gate numbers claims and holds the claimer back after a give-back
 	// until the pipeline settled (see claimGate).
@@ -146,13 +151,18 @@ func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logge
 		obs = ObserverFuncs{}
 	}
 	log := logger.Named("relay")
-	return &Relay{
+	r := &Relay{
 		cfg: cfg, lease: lc, claimer: claimer, pub: pub, wake: wake, log: log, obs: obs,
+		att:  attemptObserverOf(obs),
 		gate: newClaimGate(), hb: newHoldback(), marks: newMarkQueue(), fails: newFailureLog(log, failureLogEvery), stop: newShutdown(),
 		progress: progress{stallAfter: cfg.StallTimeout},
 		sleep:    time.Sleep,
 		now:      time.Now,
-	}, nil
+	}
+	if p, ok := pub.(interface{ PartitionOf(string, []byte) int }); ok {
+		r.partitionOf = p.PartitionOf
+	}
+	return r, nil
 }
 
 // BudgetError is returned by New when one publish may outlast half the
@@ -318,15 +328,29 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 			break
 		}
 		r.keepLease(br)
+		failed := len(br.failures)
 		msgs, rows := br.nextChunk(r.hb, maxBytes, r.message)
+		var began time.Time
+		if r.att != nil {
+			// Failed without a publish call (too large, undecodable).
+			began = time.Now()
+			br.stamp(failed, began, began)
+		}
 		if len(msgs) == 0 {
 			continue
 		}
+		failed = len(br.failures)
 		errs, callErr, cutOff := r.publishChunk(work, br.deadline, msgs, rows)
 		if callErr != nil {
 			r.progress.publishFailed(callErr)
 		}
-		if delivered := br.record(r.hb, rows, errs, cutOff); len(delivered) > 0 {
+		delivered := br.record(r.hb, rows, errs, cutOff)
+		if r.att != nil {
+			ended := time.Now()
+			br.stamp(failed, began, ended)
+			r.attemptedAll(delivered, began, ended)
+		}
+		if len(delivered) > 0 {
 			r.stats.published.Add(int64(len(delivered)))
 			r.progress.resolved()
 			r.obs.Published(delivered)
@@ -416,6 +440,14 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 		}
 		dead := deadAtOnce(f.err) || attempts >= r.cfg.MaxAttempts
 		topic := r.topicOf(&f.row)
+		if r.att != nil {
+			outcome := OutcomeRetried
+			if dead {
+				outcome = OutcomeDeadLettered
+			}
+			r.att.Attempted(Attempt{Row: &f.row, Topic: topic, Partition: r.partition(topic, &f.row),
+				Began: f.began, Ended: f.ended, Outcome: outcome, Err: f.err, Attempts: attempts})
+		}
 		r.obs.PublishFailed(f.row, topic, f.err, dead)
 		r.fails.add(r.now(), &f.row, topic, f.err, dead, attempts)
 		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
@@ -442,6 +474,26 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 		}
 	}
 	return gave, stuck
+}
+
+// attemptedAll tells r.att that rows, carried by the publish call from
+// began to ended, were published.
+func (r *Relay) attemptedAll(rows []lease.Row, began, ended time.Time) {
+	for i := range rows {
+		row := &rows[i]
+		topic := r.topicOf(row)
+		r.att.Attempted(Attempt{Row: row, Topic: topic, Partition: r.partition(topic, row),
+			Began: began, Ended: ended, Outcome: OutcomePublished, Attempts: row.Attempts})
+	}
+}
+
+// partition returns the partition of row's record on topic, or -1 when the
+// publisher does not say (Attempt.Partition).
+func (r *Relay) partition(topic string, row *lease.Row) int {
+	if r.partitionOf == nil {
+		return -1
+	}
+	return r.partitionOf(topic, []byte(row.AggregateID))
 }
 
 func (r *Relay) deadLetter(s lease.Settle) error {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/faultnet"
@@ -40,6 +42,10 @@ type opts struct {
 	lease    lease.Config
 	noNotify bool
 	kafkaCfg func(*kafka.Config)
+	// tracer is ServiceConfig.TracerProvider; log, if set, replaces the
+	// test's logger.
+	tracer trace.TracerProvider
+	log    *zap.Logger
 }
 
 func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic string, o opts) *harness {
@@ -53,10 +59,15 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 		Notify: notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 2 * time.Second},
 	}
 	cfg.Relay.Topic = topic
+	cfg.TracerProvider = o.tracer
 	if o.kafkaCfg != nil {
 		o.kafkaCfg(&cfg.Kafka)
 	}
-	svc, err := relay.NewService(db.Pool, cfg, testenv.Logger(t))
+	log := o.log
+	if log == nil {
+		log = testenv.Logger(t)
+	}
+	svc, err := relay.NewService(db.Pool, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

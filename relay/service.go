@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/config"
@@ -46,6 +47,14 @@ type ServiceConfig struct {
 	// DELETE, the held-snapshot watch's pg_read_all_stats): Run logs every
 	// missing privilege in one line. Defaults to none.
 	Privileges outboxsql.Needs
+
+	// TracerProvider, if set, records OpenTelemetry spans of each event's
+	// time in the outbox and of its publish attempts, children of the
+	// writer's trace (NewTracingObserver: names, attributes, timing).
+	// Defaults to nil: no spans, and the relay builds nothing for them.
+	// outbox-relay run sets it from the standard OTEL_* environment
+	// variables.
+	TracerProvider trace.TracerProvider
 
 	// WrapClaimer and WrapPublisher, if set, wrap what the relay calls
 	// (instrumentation and fault-injection tests). Default to nil.
@@ -136,6 +145,9 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	var p Publisher = pub
 	if cfg.WrapPublisher != nil {
 		p = cfg.WrapPublisher(p)
+	}
+	if cfg.TracerProvider != nil {
+		cfg.Relay.Observer = Observers(cfg.Relay.Observer, NewTracingObserver(cfg.TracerProvider))
 	}
 	if s.relay, err = New(cfg.Relay, c, p, wake, logger); err != nil {
 		_ = pub.Close()

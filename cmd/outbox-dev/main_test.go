@@ -30,7 +30,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-var publishedLine = regexp.MustCompile(`(?m)^published (payment\.(?:authorized|captured)) (pay_\d{6}) event_id=([0-9a-f-]{36}) in (\S+)$`)
+var publishedLine = regexp.MustCompile(`(?m)^published (payment\.(?:authorized|captured)) (pay_\d{6}) event_id=([0-9a-f-]{36}) (\S+) from COMMIT to Kafka's ack$`)
 
 // devRun is run running in the background: its output, its cancel
 // function, and done, closed with err set when run returned.
@@ -173,6 +173,7 @@ func TestSamplesFlowToGivenDatabaseAndBrokers(t *testing.T) {
 		"Kafka: " + strings.Join(k.Brokers, ","),
 		"kcat -b " + k.Brokers[0] + " -t " + topic + " -C -o beginning -f 'key=%k headers=%h value=%s\\n'",
 		"psql '",
+		latencyLegend,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)

@@ -526,8 +526,15 @@ func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, real *kafkat
 		out.printf("relay running on %s (no sample events); Ctrl-C to stop\n", db)
 	} else {
 		out.printf("writing %v sample payment events per second into %s; Ctrl-C to stop\n", o.rate, db)
+		out.printf("%s\n", latencyLegend)
 	}
 }
+
+// latencyLegend says which latency the "published" lines show, and how it
+// differs from the one `outbox-relay inspect` shows.
+const latencyLegend = "each \"published\" line gives its commit-to-publish latency: from the writer's COMMIT returning to Kafka's\n" +
+	"acknowledgement (acks=all), both by this process's clock (outbox-relay inspect shows another one:\n" +
+	"created_at, the writing transaction's start, to published_at, the relay's mark after the ack)"
 
 // redactURL hides the password of a postgres:// URL.
 func redactURL(dsn string) string {

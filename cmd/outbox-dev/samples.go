@@ -168,10 +168,10 @@ func (l *latencies) published(rows []lease.Row) {
 func (l *latencies) print(id string, f *inflight) {
 	d := f.publish.Sub(f.commit)
 	if d < 0 {
-		l.out.printf("published %s %s event_id=%s before COMMIT returned to the writer (%s earlier)\n", f.typ, f.agg, id, fmtDur(-d))
+		l.out.printf("published %s %s event_id=%s: Kafka's ack came %s before COMMIT returned to the writer\n", f.typ, f.agg, id, fmtDur(-d))
 		return
 	}
-	l.out.printf("published %s %s event_id=%s in %s\n", f.typ, f.agg, id, fmtDur(d))
+	l.out.printf("published %s %s event_id=%s %s from COMMIT to Kafka's ack\n", f.typ, f.agg, id, fmtDur(d))
 }
 
 // fmtDur prints a latency with about three significant digits.

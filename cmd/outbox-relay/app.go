@@ -59,7 +59,7 @@ OUTBOX_POLL_INTERVAL); the database URL also as DATABASE_URL.
 
 // commandHelp is the first paragraph of each command's --help.
 var commandHelp = map[string]string{
-	"run":     "Relays events from the outbox table to Kafka until SIGINT or SIGTERM.",
+	"run":     "Relays events from the outbox table to Kafka until SIGINT or SIGTERM.\nOpenTelemetry spans of each event are off unless OTEL_TRACES_EXPORTER or\nOTEL_EXPORTER_OTLP_ENDPOINT is set (docs/operating.md, \"Trace context\").",
 	"migrate": "Creates or updates the outbox table; safe to run twice or concurrently.",
 	"requeue": "Puts dead-lettered events back: --event-id ID[,ID...] or --all-dead-letters.\nExit 0: requeued; 1: an ID is not a dead letter; 2: bad flags.",
 	"adopt":   "Prepares an existing outbox table (e.g. Debezium's) for the relay: --table T --debezium.",
@@ -140,6 +140,18 @@ var vcsRevision string
 // github.com/pgoutbox/outbox/cmd/outbox-relay@v0.1.0`, a pseudo-version
 // or "(devel)" for one built in a checkout.
 var version string
+
+// relayVersion is the version versionText reports first: the stamped
+// one, else the module version, else "(devel)".
+func relayVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
 
 // versionText is `outbox-relay version`'s output: the version (the
 // stamped one, else the module version), the module path and version, and

@@ -237,7 +237,10 @@ func (r *eventReport) writeHuman(w io.Writer) {
 	row("created_at", ts(r.CreatedAt))
 	pub := ts(r.PublishedAt)
 	if r.PublishedAt != nil && r.CreatedAt != nil {
-		pub += fmt.Sprintf(" (%s after created_at)", fmtSeconds(r.PublishedAt.Sub(*r.CreatedAt).Seconds()))
+		// Not the commit-to-publish latency: created_at is the writing
+		// transaction's start and published_at the mark after Kafka's ack.
+		pub += fmt.Sprintf(" (%s after created_at: from the writing transaction's start to the relay's mark, after Kafka's ack)",
+			fmtSeconds(r.PublishedAt.Sub(*r.CreatedAt).Seconds()))
 	}
 	row("published_at", pub)
 	row("attempts", fmt.Sprint(r.Attempts))

@@ -231,6 +231,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := f.validate(); err != nil {
 		return err
 	}
+	// Spans still queued are exported after the relay stopped.
+	tp, err := tracerFromEnv(ctx, log)
+	if err != nil {
+		return usageError{err}
+	}
+	if tp != nil {
+		defer shutdownTracing(tp, log)
+	}
 	pcfg, err := f.poolConfig()
 	if err != nil {
 		return err
@@ -279,11 +287,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	f.relay.Observer = obs.m
 	f.kafka.Observer = obs.m
-	svc, err := relay.NewService(pool, relay.ServiceConfig{
+	scfg := relay.ServiceConfig{
 		Relay: f.relay, Lease: f.lease, Kafka: f.kafka, Notify: f.notify, NoNotify: f.noNotify,
 		ListenConnString: f.listenURL,
 		Privileges:       outboxsql.Needs{Retention: f.observe.retention >= 0, SnapshotWatch: true, TimePartitions: true},
-	}, log)
+	}
+	if tp != nil {
+		scfg.TracerProvider = tp
+	}
+	svc, err := relay.NewService(pool, scfg, log)
 	if err != nil {
 		return usageError{errors.New(flagError(err))}
 	}

@@ -151,7 +151,7 @@ func TestInspect(t *testing.T) {
 	// Human.
 	code, out, _ = inspect(ids["pub1"])
 	for _, re := range []string{`^event ` + ids["pub1"].String() + `: published\n`, `(?m)^  topic +payments$`, `(?m)^  aggregate_id +p1$`,
-		`(?m)^  event_type +payment.captured$`, `(?m)^  published_at +\S+ \S+ \(12ms after created_at\)$`, `(?m)^  attempts +0$`, `(?m)^  last_error +-$`} {
+		`(?m)^  event_type +payment.captured$`, `(?m)^  published_at +\S+ \S+ \(12ms after created_at: from the writing transaction's start to the relay's mark, after Kafka's ack\)$`, `(?m)^  attempts +0$`, `(?m)^  last_error +-$`} {
 		if code != 0 || !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("inspect output does not match %s:\n%s", re, out)
 		}
