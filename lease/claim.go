@@ -77,6 +77,12 @@ const maxMarkers = 1024
 func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.prepared(ctx); err != nil {
+		if IsMissingTable(err) {
+			return nil, fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
+		}
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
 	now := time.Now()
 	if c.own.rebalanceDue(now, c.cfg.Lease) {
 		if err := c.rebalance(ctx, now); err != nil {

@@ -254,17 +254,23 @@ type Claimer struct {
 	advanceSQL string
 	// advanceSeqSQL and advanceVXIDSQL read the identity's last value and
 	// the running transactions for a floor marker.
-	advanceSeqSQL, advanceVXIDSQL                                string
-	claimSQL                                                     string
-	markSQL                                                      string
-	extendSQL                                                    string
-	releaseSQL                                                   string
-	deadSQL                                                      string
-	requeueSQL                                                   string
-	lockSQL                                                      string
-	lockSyncSQL                                                  string
-	ownerSQL                                                     string // reads the generation after a claim
-	keyPartition                                                 string // the row's key partition, as SQL on alias o
+	advanceSeqSQL, advanceVXIDSQL string
+	claimSQL                      string
+	markSQL                       string
+	extendSQL                     string
+	releaseSQL                    string
+	deadSQL                       string
+	requeueSQL                    string
+	lockSQL                       string
+	lockSyncSQL                   string
+	ownerSQL                      string // reads the generation after a claim
+	keyPartition                  string // the row's key partition, as SQL on alias o
+	// addr names rows in the statements that select them in a CTE and
+	// update them (claim, mark, extend, release, dead-letter); written for
+	// a plain table by New, for a partitioned one by prepared.
+	addr                                                         sqlname.RowAddress
+	addrKnown                                                    atomic.Bool // prepared found out whether the table is partitioned
+	prepMu                                                       sync.Mutex  // serializes prepared
 	joinSQL, membersSQL, ownersSQL, legacySQL, moveSQL, leaveSQL string
 
 	// The floor (see advance) is used and moved only by Claim.
@@ -285,7 +291,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Claimer{cfg: cfg, pool: pool, guard: sqlname.OrderGuard(cfg.Table)}
+	c := &Claimer{cfg: cfg, pool: pool, guard: sqlname.OrderGuard(cfg.Table), addr: sqlname.NewRowAddress(cfg.Table, cfg.Columns.ID, false)}
 	c.own = newOwner(cfg.RelayID + "/" + randomHex(4))
 	c.holder.Store(c.own.member)
 	c.prepareOwner()
@@ -293,7 +299,39 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 	c.prepareClaim()
 	c.prepareFloor()
 	c.prepareSettle()
+	c.prepareRequeue()
 	return c, nil
+}
+
+// prepared makes sure that the statements naming rows by address are
+// written for the table as it is: New writes them for a plain table; the
+// first call asks the database, once per Claimer, whether the table is
+// partitioned (PARTITION BY, e.g. sql.MigrateOptions.TimePartitions), and
+// if so writes them again for (tableoid, ctid) addresses (see
+// sqlname.RowAddress). Claim and every statement that settles rows call it
+// first; until it succeeds (a missing table: an error IsMissingTable
+// reports) it asks again at the next call. A table changed between plain
+// and partitioned under a running relay is not followed: restart it.
+func (c *Claimer) prepared(ctx context.Context) error {
+	if c.addrKnown.Load() {
+		return nil
+	}
+	c.prepMu.Lock()
+	defer c.prepMu.Unlock()
+	if c.addrKnown.Load() {
+		return nil
+	}
+	var partitioned bool
+	if err := c.pool.QueryRow(ctx, `SELECT relkind = 'p' FROM pg_class WHERE oid = $1::regclass`, c.table()).Scan(&partitioned); err != nil {
+		return err
+	}
+	if partitioned {
+		c.addr = sqlname.NewRowAddress(c.cfg.Table, c.cfg.Columns.ID, true)
+		c.prepareClaim()
+		c.prepareSettle()
+	}
+	c.addrKnown.Store(true)
+	return nil
 }
 
 // table returns the quoted outbox table name.

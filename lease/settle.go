@@ -54,6 +54,9 @@ func (c *Claimer) DeadLetter(ctx context.Context, s Settle) (int64, error) {
 	if len(s.Seqs) == 0 {
 		return 0, nil
 	}
+	if err := c.prepared(ctx); err != nil {
+		return 0, fmt.Errorf("dead-letter: %w", err)
+	}
 	b := &pgx.Batch{}
 	b.Queue(c.deadSQL, s.Seqs, s.Token, s.Hold, attemptInc(s.CountAttempt), s.LastError)
 	if s.Hold {
@@ -155,6 +158,9 @@ func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int
 	if len(seqs) == 0 {
 		return 0, nil
 	}
+	if err := c.prepared(ctx); err != nil {
+		return 0, fmt.Errorf("mark published: %w", err)
+	}
 	b := &pgx.Batch{}
 	b.Queue(asyncCommitSQL)
 	b.Queue(c.markSQL, seqs, token)
@@ -184,6 +190,9 @@ func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int
 func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, time.Duration, error) {
 	if len(seqs) == 0 {
 		return nil, 0, nil
+	}
+	if err := c.prepared(ctx); err != nil {
+		return nil, 0, fmt.Errorf("extend lease: %w", err)
 	}
 	b := &pgx.Batch{}
 	b.Queue(asyncCommitSQL)
@@ -239,6 +248,9 @@ const planSQL = "SELECT " + planSettings
 func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
 	if len(s.Seqs) == 0 {
 		return 0, nil
+	}
+	if err := c.prepared(ctx); err != nil {
+		return 0, fmt.Errorf("release: %w", err)
 	}
 	var le *string
 	if s.LastError != "" {

@@ -64,7 +64,8 @@ func (c *Claimer) prepareClaim() {
 	}
 	// One statement: a CTE (referenced twice, so materialized: evaluated
 	// once) picks the candidates, the UPDATE leases exactly those, found by
-	// ctid (a TID scan, no index lookup). Never `UPDATE ... WHERE id IN
+	// ctid (a TID scan, no index lookup; on a partitioned table by tableoid
+	// and ctid, joined: c.addr, sqlname.RowAddress). Never `UPDATE ... WHERE id IN
 	// (SELECT ... LIMIT n)`: the planner may run that subquery more than
 	// once and lease more than n rows (PostgreSQL bug #15715). The
 	// candidates are not row-locked (FOR UPDATE SKIP LOCKED): no other
@@ -157,7 +158,7 @@ func (c *Claimer) prepareClaim() {
     bool_or(p.owner IS NOT DISTINCT FROM $7 AND p.partition <> ALL($8::int[])) AS owns_any
   FROM ` + parts + ` p WHERE EXISTS (SELECT 1 FROM me)
 ), scan AS (
-  SELECT o.ctid, o.seq, o.locked_by IS NOT NULL AS taken_over, coalesce(o.payload_size, $10) AS size
+  SELECT ` + c.addr.Select("o") + `, o.seq, o.locked_by IS NOT NULL AS taken_over, coalesce(o.payload_size, $10) AS size
   FROM ` + t + ` o
   WHERE (SELECT owns_any FROM owned)
     AND ` + st.Live("o") + `
@@ -169,16 +170,15 @@ func (c *Claimer) prepareClaim() {
   ORDER BY o.seq
   LIMIT $1
 ), candidates AS (
-  SELECT ctid, taken_over FROM scan WHERE (SELECT sum(size) FROM scan) < $10
+  SELECT ` + c.addr.Select("") + `, taken_over FROM scan WHERE (SELECT sum(size) FROM scan) < $10
   UNION ALL
-  SELECT ctid, taken_over FROM (
-    SELECT ctid, taken_over, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - size AS before
+  SELECT ` + c.addr.Select("") + `, taken_over FROM (
+    SELECT ` + c.addr.Select("") + `, taken_over, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - size AS before
     FROM scan WHERE (SELECT sum(size) FROM scan) >= $10
   ) w WHERE before < $10
 ), claimed AS (
 UPDATE ` + t + ` o
-SET locked_until = least(now() + $2 * interval '1 millisecond', (SELECT until FROM me)), locked_by = $3, claim_token = $4
-WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM candidates))
+SET locked_until = least(now() + $2 * interval '1 millisecond', (SELECT until FROM me)), locked_by = $3, claim_token = $4` + c.addr.Match("o", "candidates") + `
 RETURNING o.seq, o.` + id + `::text, o.` + agg + `::text, o.` + typ + `::text, CASE WHEN o.payload_size > $10 THEN NULL ELSE o.` + payload + ` END,
   o.headers, o.topic, o.created_at, o.attempts, o.locked_until, ` + aggType + `,
   ` + c.keyPartition + `, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint, o.payload_size
@@ -232,15 +232,16 @@ WHERE l.locktype = 'relation' AND l.relation = ` + seqName + `
 }
 
 // prepareSettle writes the statements that end a lease: mark, extend,
-// release, dead-letter, requeue.
+// release, dead-letter.
 func (c *Claimer) prepareSettle() {
-	t, id := sqlname.Quote(c.cfg.Table), sqlname.Column(c.cfg.Columns.ID)
+	t := sqlname.Quote(c.cfg.Table)
 	// Rows are named by seq, whatever the type of the event ID column
 	// (uuid, text, bigint): bigint[] travels in every pgx query exec mode.
 	// Each statement finds its rows in a CTE ordered by seq, which (with
 	// enable_sort off, planSettings) only outbox_unpublished_seq_idx can
 	// produce, probed with seq = ANY(...); the UPDATE then takes them by
-	// ctid. Not FOR UPDATE: a row lock is a WAL record of its own (58 more
+	// ctid (c.addr; on a partitioned table each partition's own index is
+	// probed, merged by seq, and rows are named by tableoid and ctid). Not FOR UPDATE: a row lock is a WAL record of its own (58 more
 	// WAL bytes per event measured), and a row updated by another
 	// transaction in between (only another relay's takeover, after this
 	// lease ended: this relay's own settle statements name disjoint rows)
@@ -253,12 +254,11 @@ func (c *Claimer) prepareSettle() {
 	// marks waited behind each other on the claim lock.
 	bySeq := func(set string) string {
 		return `WITH settled AS (
-  SELECT ctid FROM ` + t + `
+  SELECT ` + c.addr.Select("") + ` FROM ` + t + `
   WHERE seq = ANY($1::bigint[]) AND claim_token = $2::uuid AND published_at IS NULL
   ORDER BY seq
 )
-UPDATE ` + t + ` SET ` + set + `
-WHERE ctid = ANY(ARRAY(SELECT ctid FROM settled))`
+UPDATE ` + t + ` SET ` + set + c.addr.Match("", "settled")
 	}
 	c.markSQL = bySeq(`published_at = now(), locked_until = NULL, last_error = NULL`)
 	// An extension, like a claim, never outlives the membership of the
@@ -267,14 +267,13 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM settled))`
 	c.extendSQL = `WITH me AS MATERIALIZED (
   SELECT r.until FROM ` + relays + ` r WHERE r.member = $4 AND r.until > now()
 ), settled AS (
-  SELECT o.ctid FROM ` + t + ` o
+  SELECT ` + c.addr.Select("o") + ` FROM ` + t + ` o
   WHERE o.seq = ANY($1::bigint[]) AND o.claim_token = $2::uuid AND o.published_at IS NULL
     AND ` + c.keyPartition + ` IN (SELECT p.partition FROM ` + parts + ` p WHERE p.owner = $4)
     AND EXISTS (SELECT 1 FROM me)
   ORDER BY o.seq
 )
-UPDATE ` + t + ` o SET locked_until = least(now() + $3 * interval '1 millisecond', (SELECT until FROM me))
-WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM settled))
+UPDATE ` + t + ` o SET locked_until = least(now() + $3 * interval '1 millisecond', (SELECT until FROM me))` + c.addr.Match("o", "settled") + `
 RETURNING o.seq, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint`
 	c.releaseSQL = bySeq(`locked_until = CASE WHEN $3::bigint > 0 THEN now() + $3::bigint * interval '1 millisecond' END,
     locked_by = NULL, claim_token = NULL,
@@ -283,6 +282,12 @@ RETURNING o.seq, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint`
     locked_until = CASE WHEN $3::bool THEN 'infinity'::timestamptz END,
     locked_by = NULL, claim_token = NULL,
     attempts = attempts + $4::int, last_error = $5::text`)
+}
+
+// prepareRequeue writes requeue's statement, which names rows by their
+// event IDs, not by address (so prepared leaves it alone).
+func (c *Claimer) prepareRequeue() {
+	t, id := sqlname.Quote(c.cfg.Table), sqlname.Column(c.cfg.Columns.ID)
 	c.requeueSQL = `UPDATE ` + t + `
 SET dead_lettered_at = NULL, locked_until = NULL, attempts = 0
 WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL AND ($1::text[] IS NULL OR ` + id + `::text = ANY($1::text[]))`

@@ -122,12 +122,18 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 	}
 	b := &pgx.Batch{}
 	b.Queue("SELECT " + m.sessionSettings())
+	// On a partitioned table, its partitions' persistence (a partition of
+	// its own may be UNLOGGED); pg_partition_tree of a plain table is the
+	// table alone, at level 0.
 	b.Queue(`SELECT (SELECT relpersistence = 'u' FROM pg_class WHERE oid = ` + sqlname.Literal(t) + `::regclass), ` + seqCols + `,
+  (SELECT min(u.oid::regclass::text) FROM pg_partition_tree(` + sqlname.Literal(t) + `::regclass) pt JOIN pg_class u ON u.oid = pt.relid
+     WHERE pt.level > 0 AND u.relpersistence = 'u'),
   (SELECT o.seq FROM ` + t + ` o WHERE o.published_at IS NULL ORDER BY o.seq DESC LIMIT 1),
   (SELECT o.seq FROM ` + t + ` o WHERE o.published_at IS NOT NULL ORDER BY o.published_at DESC LIMIT 1),
   (SELECT coalesce(json_agg(json_build_object('name', s.name, 'plugin', s.plugin, 'active', s.active, 'retained_wal_bytes', s.retained)), '[]')
      FROM (` + outboxsql.SlotsSQL + `) s (name, plugin, active, retained))`)
 	var unlogged bool
+	var unloggedPart *string
 	var last *int64
 	var called, seqUnlogged *bool
 	var unpublished, published *int64
@@ -135,7 +141,7 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&unlogged, &last, &called, &seqUnlogged, &unpublished, &published, &slots)
+		err = br.QueryRow().Scan(&unlogged, &last, &called, &seqUnlogged, &unloggedPart, &unpublished, &published, &slots)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -152,6 +158,8 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 	switch {
 	case unlogged:
 		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table}}, nil
+	case unloggedPart != nil:
+		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table, Partition: *unloggedPart}}, nil
 	case seqUnlogged != nil && *seqUnlogged:
 		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table, Sequence: c.seq}}, nil
 	case last == nil:

@@ -13,20 +13,38 @@
 // Only published rows are deleted: unpublished rows and dead letters
 // (dead_lettered_at set, never published) are never touched, whatever their
 // age.
+//
+// On a table partitioned by range of created_at (`outbox-relay migrate
+// --time-partitioned`), rows are named by partition and ctid (a ctid
+// repeats across partitions). With Config.DropPartitions the cleaner drops
+// whole partitions instead of deleting rows: a partition whose upper bound
+// and whose last published_at are both older than the retention, and that
+// holds no unpublished row (so no dead letter either: a dead letter is never
+// published), is dropped under a brief ACCESS EXCLUSIVE lock on the table
+// (DROP TABLE of a partition takes it anyway), after the same test again
+// under that lock, so a row committed meanwhile keeps its partition. The
+// lock is waited for at most Config.LockTimeout; a partition that could not
+// be dropped is tried again at the next pass. The DEFAULT partition is
+// never dropped: its old published rows are deleted in batches as on a
+// plain table.
 package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/pgoutbox/outbox/internal/sqlname"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlname"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // Config configures a Cleaner.
@@ -52,6 +70,15 @@ type Config struct {
 	Pause time.Duration
 	// StatementTimeout bounds each DELETE. Defaults to 30s.
 	StatementTimeout time.Duration
+	// DropPartitions drops whole old partitions of a time-partitioned
+	// table instead of deleting rows (see the package doc). On a table
+	// that is not partitioned, each pass fails saying so.
+	DropPartitions bool
+	// LockTimeout bounds the wait for the table's ACCESS EXCLUSIVE lock
+	// before a partition is dropped: producers and relays queue behind a
+	// waiting lock, so the wait must be short. Defaults to 1s. Only with
+	// DropPartitions.
+	LockTimeout time.Duration
 }
 
 // Defaults and bounds of Config.
@@ -72,6 +99,8 @@ const (
 	DefaultPause = 20 * time.Millisecond
 	// DefaultStatementTimeout is Config.StatementTimeout's default.
 	DefaultStatementTimeout = 30 * time.Second
+	// DefaultLockTimeout is Config.LockTimeout's default.
+	DefaultLockTimeout = time.Second
 )
 
 // WithDefaults returns a copy of c with every zero field set to its
@@ -95,6 +124,9 @@ func (c Config) WithDefaults() Config {
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
 	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = DefaultLockTimeout
+	}
 	return c
 }
 
@@ -116,21 +148,28 @@ func (c Config) Validate() error {
 		return bad("BatchSize", "must be 1..%d, got %d", MaxBatchSize, c.BatchSize)
 	case c.StatementTimeout <= 0:
 		return bad("StatementTimeout", "must be positive, got %s", c.StatementTimeout)
+	case c.LockTimeout < time.Millisecond:
+		return bad("LockTimeout", "must be at least 1ms, got %s", c.LockTimeout)
 	}
 	return nil
 }
 
 // DB is what a Cleaner needs; *pgxpool.Pool implements it. Each Exec runs
-// in its own (implicit) transaction.
+// in its own (implicit) transaction; Begin starts the transaction that
+// drops a partition.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Stats are a Cleaner's cumulative counters.
 type Stats struct {
 	// Passes counts completed passes; Batches DELETE statements run;
-	// Deleted rows deleted; Errors failed statements.
-	Passes, Batches, Deleted, Errors int64
+	// Deleted rows deleted; Errors failed statements; DroppedPartitions
+	// partitions dropped (Config.DropPartitions).
+	Passes, Batches, Deleted, Errors, DroppedPartitions int64
 }
 
 // Pass describes one pass.
@@ -142,6 +181,9 @@ type Pass struct {
 	// LargestBatch is the most rows one of its statements deleted (at most
 	// Config.BatchSize).
 	LargestBatch int64
+	// DroppedPartitions names the partitions the pass dropped
+	// (Config.DropPartitions).
+	DroppedPartitions []string
 }
 
 // Cleaner deletes old published rows.
@@ -150,8 +192,13 @@ type Cleaner struct {
 	db        DB
 	log       *zap.Logger
 	deleteSQL string
+	// resolved is set once the first pass has read whether the table is
+	// partitioned; deleteSQL is then the statement for it ("" when
+	// DropPartitions leaves nothing to delete row by row).
+	resolved    bool
+	partitioned bool
 
-	passes, batches, deleted, errors atomic.Int64
+	passes, batches, deleted, errors, dropped atomic.Int64
 }
 
 // New returns a Cleaner on db. logger may be nil; the Cleaner logs to
@@ -175,18 +222,141 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Cleaner, error) {
 	// keeps stable. `published_at < ...` excludes unpublished rows, and so
 	// every dead letter (a dead letter is never published); the explicit
 	// dead_lettered_at test keeps it that way should that ever change.
-	c.deleteSQL = `DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(
+	c.deleteSQL = plainDeleteSQL(t)
+	return c, nil
+}
+
+// plainDeleteSQL is a batch's DELETE on the plain table t (quoted).
+func plainDeleteSQL(t string) string {
+	return `DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(
   SELECT ctid FROM ` + t + `
   WHERE published_at < now() - $1 * interval '1 microsecond'
     AND dead_lettered_at IS NULL
   ORDER BY published_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED))`
-	return c, nil
+}
+
+// partitionedDeleteSQL is a batch's DELETE on the partitioned table t
+// (quoted): a ctid is unique only within a partition, so rows are named by
+// the partition (tableoid) and ctid together.
+func partitionedDeleteSQL(t string) string {
+	return `DELETE FROM ` + t + ` o USING (
+  SELECT tableoid, ctid FROM ` + t + `
+  WHERE published_at < now() - $1 * interval '1 microsecond'
+    AND dead_lettered_at IS NULL
+  ORDER BY published_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED) d
+WHERE o.tableoid = d.tableoid AND o.ctid = d.ctid`
+}
+
+// resolve reads, once, whether the table is partitioned, and writes the
+// DELETE for it: on a partitioned table with DropPartitions, the DELETE of
+// its DEFAULT partition alone ("" when it has none).
+func (c *Cleaner) resolve(ctx context.Context) error {
+	if c.resolved {
+		return nil
+	}
+	var partitioned bool
+	var def *string
+	err := c.db.QueryRow(ctx, `SELECT c.relkind = 'p', (SELECT d.oid::regclass::text FROM pg_partitioned_table pt JOIN pg_class d ON d.oid = pt.partdefid WHERE pt.partrelid = c.oid)
+FROM pg_class c WHERE c.oid = $1::regclass`, sqlname.Quote(c.cfg.Table)).Scan(&partitioned, &def)
+	if err != nil {
+		return err
+	}
+	t := sqlname.Quote(c.cfg.Table)
+	switch {
+	case !partitioned && c.cfg.DropPartitions:
+		return fmt.Errorf("table %s is not partitioned: DropPartitions (--retention-drop-partitions) needs a time-partitioned table (outbox-relay migrate --time-partitioned)", c.cfg.Table)
+	case !partitioned:
+		c.deleteSQL = plainDeleteSQL(t)
+	case c.cfg.DropPartitions && def != nil:
+		c.deleteSQL = plainDeleteSQL(*def)
+	case c.cfg.DropPartitions:
+		c.deleteSQL = ""
+	default:
+		c.deleteSQL = partitionedDeleteSQL(t)
+	}
+	c.partitioned, c.resolved = partitioned, true
+	return nil
+}
+
+// dropPartitions drops the partitions that hold only rows published
+// longer than the retention ago and whose upper bound is that old too
+// (see the package doc), oldest first, each in a transaction of its own.
+// A partition whose lock could not be had in time is left for the next
+// pass; other errors end the pass.
+func (c *Cleaner) dropPartitions(ctx context.Context, p *Pass) error {
+	parts, err := outboxsql.ListTimePartitions(ctx, c.db, c.cfg.Table)
+	if err != nil {
+		return err
+	}
+	var cutoff time.Time
+	if err := c.db.QueryRow(ctx, `SELECT now() - $1 * interval '1 microsecond'`, c.cfg.Retention.Microseconds()).Scan(&cutoff); err != nil {
+		return err
+	}
+	t := sqlname.Quote(c.cfg.Table)
+	for _, part := range parts {
+		if part.Default || part.To.IsZero() || part.To.After(cutoff) {
+			continue
+		}
+		// Outside the lock first: most partitions past the cutoff that
+		// are not droppable stay so for a while (a held dead letter).
+		done, err := c.droppable(ctx, c.db, part)
+		if err != nil {
+			return err
+		}
+		if !done {
+			continue
+		}
+		err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, c.cfg.LockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT `+sqlname.XactLock(sqlname.LockTimePartitions, c.cfg.Table)); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+t+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				return err
+			}
+			ok, err := c.droppable(ctx, tx, part)
+			if err != nil || !ok {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DROP TABLE `+part.Name); err != nil {
+				return err
+			}
+			p.DroppedPartitions = append(p.DroppedPartitions, part.Name)
+			return nil
+		})
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:
+			c.log.Info("retention: the table's lock was not free in time; the partition is dropped at a later pass",
+				zap.String("partition", part.Name), zap.Duration("lock_timeout", c.cfg.LockTimeout))
+		case err != nil:
+			return fmt.Errorf("drop partition %s: %w", part.Name, err)
+		}
+	}
+	return nil
+}
+
+// droppable reports whether every row of part is published, the last of
+// them longer than the retention ago (by the database clock).
+func (c *Cleaner) droppable(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, part outboxsql.TimePartition) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+part.Name+` WHERE published_at IS NULL)
+  AND coalesce((SELECT max(published_at) FROM `+part.Name+`), '-infinity') < now() - $1 * interval '1 microsecond'`,
+		c.cfg.Retention.Microseconds()).Scan(&ok)
+	return ok, err
 }
 
 // DeleteSQL returns the statement of one batch ($1: Config.Retention in
-// microseconds, $2: Config.BatchSize), for EXPLAIN.
+// microseconds, $2: Config.BatchSize), for EXPLAIN: the plain table's
+// until a pass has found the table partitioned.
 func (c *Cleaner) DeleteSQL() string { return c.deleteSQL }
 
 // Config returns the Cleaner's configuration with defaults applied.
@@ -194,7 +364,7 @@ func (c *Cleaner) Config() Config { return c.cfg }
 
 // Stats returns a snapshot of the Cleaner's counters.
 func (c *Cleaner) Stats() Stats {
-	return Stats{Passes: c.passes.Load(), Batches: c.batches.Load(), Deleted: c.deleted.Load(), Errors: c.errors.Load()}
+	return Stats{Passes: c.passes.Load(), Batches: c.batches.Load(), Deleted: c.deleted.Load(), Errors: c.errors.Load(), DroppedPartitions: c.dropped.Load()}
 }
 
 // Clean runs one pass: DELETE statements of at most Config.BatchSize rows,
@@ -204,6 +374,28 @@ func (c *Cleaner) Stats() Stats {
 // stay deleted. A pass cut short by ctx returns ctx's error.
 func (c *Cleaner) Clean(ctx context.Context) (Pass, error) {
 	var p Pass
+	if err := c.resolve(ctx); err != nil {
+		if ctx.Err() != nil {
+			return p, ctx.Err()
+		}
+		c.errors.Add(1)
+		return p, fmt.Errorf("retention: %w", err)
+	}
+	if c.cfg.DropPartitions {
+		err := c.dropPartitions(ctx, &p)
+		c.dropped.Add(int64(len(p.DroppedPartitions)))
+		if err != nil {
+			if ctx.Err() != nil {
+				return p, ctx.Err()
+			}
+			c.errors.Add(1)
+			return p, fmt.Errorf("retention: %w", err)
+		}
+		if c.deleteSQL == "" {
+			c.passes.Add(1)
+			return p, nil
+		}
+	}
 	for {
 		sctx, cancel := context.WithTimeout(ctx, c.cfg.StatementTimeout)
 		tag, err := c.db.Exec(sctx, c.deleteSQL, c.cfg.Retention.Microseconds(), c.cfg.BatchSize)
@@ -264,6 +456,9 @@ func (c *Cleaner) Run(ctx context.Context) error {
 				c.log.Info("retention pass works again")
 			}
 			failing = false
+			if len(p.DroppedPartitions) > 0 {
+				c.log.Info("retention dropped partitions", zap.Strings("partitions", p.DroppedPartitions))
+			}
 			if p.Deleted > 0 {
 				if ce := c.log.Check(zap.DebugLevel, "retention pass"); ce != nil {
 					ce.Write(zap.Int64("deleted", p.Deleted), zap.Int("batches", p.Batches), zap.Duration("took", time.Since(start)))

@@ -153,14 +153,45 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 	idx := func(suffix string) string { return sqlname.Column(name + suffix) }
 	guard := sqlname.OrderGuard(table)
 	agg := sqlname.Column(cols.AggregateID)
+	var partitioned, hasSeq bool
+	if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false),
+  EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'seq' AND NOT attisdropped)`, t).Scan(&partitioned, &hasSeq); err != nil {
+		return fmt.Errorf("adopt %s: %w", table, err)
+	}
+	// Storage parameters first: adding the seq column rewrites the table,
+	// and the rewrite packs the backlog by this fillfactor. A partitioned
+	// table has no storage and refuses them: they go to each of its
+	// partitions (every level) instead; partitions created later need them
+	// too (sql.PartitionStorage).
+	storage := `ALTER TABLE ` + t + ` SET (` + PartitionStorage + `)`
+	if partitioned {
+		storage = `DO $adopt$ DECLARE p regclass; BEGIN
+  FOR p IN SELECT relid FROM pg_partition_tree(` + sqlname.Literal(t) + `::regclass) WHERE isleaf AND level > 0 LOOP
+    EXECUTE format('ALTER TABLE %s SET (` + strings.ReplaceAll(PartitionStorage, "'", "''") + `)', p);
+  END LOOP;
+END $adopt$`
+	}
+	// seq: an identity column, whose sequence the table owns. PostgreSQL
+	// (before 17) refuses to add an identity column to a partitioned table
+	// that has partitions; there seq is a column filled by nextval of a
+	// sequence the column owns (as serial's is), which the claim floor and
+	// the checks find the same way (pg_depend). Its default, unlike
+	// GENERATED ALWAYS, lets an INSERT give a seq of its own: producers
+	// must not.
+	seqCol := `ADD COLUMN IF NOT EXISTS seq bigint GENERATED ALWAYS AS IDENTITY,`
+	seqName := sqlname.Sibling(table, "_seq_seq")
+	ownSeq := partitioned && !hasSeq
 	stmts := []string{
 		`SELECT ` + sqlname.XactLock(sqlname.LockAdopt, table),
-		// Storage parameters first: adding the identity column rewrites
-		// the table, and the rewrite packs the backlog by this fillfactor.
-		`ALTER TABLE ` + t + ` SET (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.01,
-  autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01, vacuum_index_cleanup = on)`,
-		`ALTER TABLE ` + t + `
-  ADD COLUMN IF NOT EXISTS seq bigint GENERATED ALWAYS AS IDENTITY,
+		storage,
+	}
+	if ownSeq {
+		stmts = append(stmts, `CREATE SEQUENCE IF NOT EXISTS `+seqName+` AS bigint`)
+		seqCol = `ADD COLUMN IF NOT EXISTS seq bigint NOT NULL DEFAULT nextval(` + sqlname.Literal(seqName) + `::regclass),`
+	}
+	stmts = append(stmts,
+		`ALTER TABLE `+t+`
+  `+seqCol+`
   ADD COLUMN IF NOT EXISTS headers jsonb,
   ADD COLUMN IF NOT EXISTS topic text,
   ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),
@@ -170,13 +201,17 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
   ADD COLUMN IF NOT EXISTS claim_token uuid,
   ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,
   ADD COLUMN IF NOT EXISTS last_error text,
-  ADD COLUMN IF NOT EXISTS dead_lettered_at timestamptz`,
-		`CREATE INDEX IF NOT EXISTS ` + idx("_unpublished_seq_idx") + ` ON ` + t + ` (seq) WHERE published_at IS NULL`,
-		`CREATE INDEX IF NOT EXISTS ` + idx("_unpublished_aggregate_idx") + ` ON ` + t + ` (` + agg + `, seq) WHERE published_at IS NULL`,
-		`CREATE INDEX IF NOT EXISTS ` + idx("_dead_letters_idx") + ` ON ` + t + ` (seq) WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL`,
-		`CREATE INDEX IF NOT EXISTS ` + idx("_published_at_idx") + ` ON ` + t + ` (published_at) WHERE published_at IS NOT NULL`,
-		`CREATE TABLE IF NOT EXISTS ` + guard + ` (key text PRIMARY KEY, until timestamptz NOT NULL)`,
+  ADD COLUMN IF NOT EXISTS dead_lettered_at timestamptz`)
+	if ownSeq {
+		stmts = append(stmts, `ALTER SEQUENCE `+seqName+` OWNED BY `+t+`.seq`)
 	}
+	stmts = append(stmts,
+		`CREATE INDEX IF NOT EXISTS `+idx("_unpublished_seq_idx")+` ON `+t+` (seq) WHERE published_at IS NULL`,
+		`CREATE INDEX IF NOT EXISTS `+idx("_unpublished_aggregate_idx")+` ON `+t+` (`+agg+`, seq) WHERE published_at IS NULL`,
+		`CREATE INDEX IF NOT EXISTS `+idx("_dead_letters_idx")+` ON `+t+` (seq) WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL`,
+		`CREATE INDEX IF NOT EXISTS `+idx("_published_at_idx")+` ON `+t+` (published_at) WHERE published_at IS NOT NULL`,
+		`CREATE TABLE IF NOT EXISTS `+guard+` (key text PRIMARY KEY, until timestamptz NOT NULL)`,
+	)
 	stmts = append(stmts, keyPartitionStatements(table, cols.AggregateID, cols.Payload, DefaultPartitions, compression)...)
 	// Locked first: adding the columns and constraints below needs the
 	// ACCESS EXCLUSIVE lock in the end, and a weaker lock taken on the way

@@ -41,11 +41,19 @@ type UnloggedError struct {
 	// Sequence is the table's seq sequence when that is what is unlogged
 	// (the table itself is logged then); "" when the table is unlogged.
 	Sequence string
+	// Partition is, on a partitioned table, the first of its partitions
+	// (as regclass prints it) that is unlogged, when that is what is: a
+	// crash empties that partition alone.
+	Partition string
 }
 
 // Error names the table (or sequence) and the statement that makes it
 // durable.
 func (e *UnloggedError) Error() string {
+	if e.Partition != "" {
+		return fmt.Sprintf("partition %s of outbox table %s is UNLOGGED: a crash or an immediate shutdown of PostgreSQL empties it, losing every event in it, published or not, and standbys never see it; make it durable: ALTER TABLE %s SET LOGGED",
+			e.Partition, e.Table, e.Partition)
+	}
 	if e.Sequence != "" {
 		return fmt.Sprintf("the sequence %s of outbox table %s is UNLOGGED: after a crash it starts over and new events get seqs below the published ones; make it durable: ALTER SEQUENCE %s SET LOGGED",
 			e.Sequence, e.Table, e.Sequence)
@@ -124,7 +132,8 @@ func CheckDurability(ctx context.Context, q Querier, table string) error {
 	var unlogged bool
 	var seq *string
 	var seqUnlogged *bool
-	err := q.QueryRow(ctx, durabilitySQL, sqlname.Quote(table)).Scan(&exists, &unlogged, &seq, &seqUnlogged)
+	var partition *string
+	err := q.QueryRow(ctx, durabilitySQL, sqlname.Quote(table)).Scan(&exists, &unlogged, &seq, &seqUnlogged, &partition)
 	if err != nil {
 		return fmt.Errorf("check table %s: %w", table, err)
 	}
@@ -133,6 +142,8 @@ func CheckDurability(ctx context.Context, q Querier, table string) error {
 		return nil
 	case unlogged:
 		return &UnloggedError{Table: table}
+	case partition != nil:
+		return &UnloggedError{Table: table, Partition: *partition}
 	case seq != nil && seqUnlogged != nil && *seqUnlogged:
 		return &UnloggedError{Table: table, Sequence: *seq}
 	}
@@ -145,11 +156,19 @@ func CheckDurability(ctx context.Context, q Querier, table string) error {
 // column's sequence depends on it with deptype 'i', a serial's with 'a'):
 // pg_get_serial_sequence raises an error for a missing table or column,
 // and the planner may evaluate it with constant arguments (estimating a
-// selectivity) even where a CASE would not.
-const durabilitySQL = `SELECT c.oid IS NOT NULL, coalesce(c.relpersistence = 'u', false), s.oid::regclass::text, s.relpersistence = 'u'
+// selectivity) even where a CASE would not. On a partitioned table (whose
+// own relpersistence says nothing about its partitions') the first
+// unlogged partition, at any level, is read too (unloggedPartitionSQL).
+const durabilitySQL = `SELECT c.oid IS NOT NULL, coalesce(c.relpersistence = 'u', false), s.oid::regclass::text, s.relpersistence = 'u',
+  (` + unloggedPartitionSQL + `)
 FROM (SELECT to_regclass($1) AS oid) r
 LEFT JOIN pg_class c ON c.oid = r.oid
 LEFT JOIN pg_class s ON s.oid = (` + seqOfSQL + `)`
+
+// unloggedPartitionSQL names the first unlogged partition of the table c,
+// NULL when it has none (or is not partitioned).
+const unloggedPartitionSQL = `SELECT min(u.oid::regclass::text) FROM pg_partition_tree(c.oid) pt JOIN pg_class u ON u.oid = pt.relid
+  WHERE c.relkind = 'p' AND pt.level > 0 AND u.relpersistence = 'u'`
 
 // SequenceOf returns the sequence of table's seq column as regclass
 // prints it (quoted and schema-qualified as needed), or "" when the
@@ -184,6 +203,13 @@ type TableReport struct {
 	// UNLOGGED (see UnloggedError).
 	Unlogged         bool `json:"unlogged"`
 	UnloggedSequence bool `json:"unlogged_sequence"`
+	// UnloggedPartition is, on a partitioned table, its first UNLOGGED
+	// partition ("" when none is).
+	UnloggedPartition string `json:"unlogged_partition,omitempty"`
+	// Partitioned is true for a partitioned table; Partitions then counts
+	// its leaf partitions.
+	Partitioned bool `json:"partitioned"`
+	Partitions  int  `json:"partitions,omitempty"`
 	// Sequence is the seq identity's sequence ("" if the table has none),
 	// SequenceNext the value its nextval returns next, MaxSeq the table's
 	// highest seq (0 when empty).
@@ -231,6 +257,8 @@ func (r *TableReport) Problems() []error {
 	switch {
 	case r.Unlogged:
 		out = append(out, &UnloggedError{Table: r.Table})
+	case r.UnloggedPartition != "":
+		out = append(out, &UnloggedError{Table: r.Table, Partition: r.UnloggedPartition})
 	case r.UnloggedSequence:
 		out = append(out, &UnloggedError{Table: r.Table, Sequence: r.Sequence})
 	}
@@ -269,9 +297,14 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 	wrap := func(err error) error { return fmt.Errorf("inspect table %s: %w", table, err) }
 	r := &TableReport{Table: table, Publications: []Publication{}, Slots: []Slot{}}
 	quoted := sqlname.Quote(table)
-	var seq *string
-	if err := q.QueryRow(ctx, `SELECT c.relpersistence = 'u', (`+seqOfSQL+`)::regclass::text FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq); err != nil {
+	var seq, part *string
+	if err := q.QueryRow(ctx, `SELECT c.relpersistence = 'u', (`+seqOfSQL+`)::regclass::text, (`+unloggedPartitionSQL+`), c.relkind = 'p',
+  (SELECT count(*) FROM pg_partition_tree(c.oid) pt WHERE c.relkind = 'p' AND pt.isleaf)
+FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq, &part, &r.Partitioned, &r.Partitions); err != nil {
 		return nil, wrap(err)
+	}
+	if part != nil {
+		r.UnloggedPartition = *part
 	}
 	if seq != nil {
 		r.Sequence = *seq

@@ -32,8 +32,15 @@ func backfillKeyPartitions(ctx context.Context, pool *pgxpool.Pool, table, aggre
 	}
 	t := sqlname.Quote(table)
 	fn := sqlname.Beside(table, "_key_partition")
+	var partitioned bool
+	if err := pool.QueryRow(ctx, `SELECT relkind = 'p' FROM pg_class WHERE oid = $1::regclass`, t).Scan(&partitioned); err != nil {
+		return fmt.Errorf("migrate: key partitions: %w", err)
+	}
 	// In seq order from where the last batch ended, through the
-	// unpublished rows' index: each batch reads only its own rows.
+	// unpublished rows' index: each batch reads only its own rows. On a
+	// partitioned table a ctid names a row only within its partition: rows
+	// are named by partition (tableoid) and ctid, and created_at lets the
+	// executor look in the row's partition alone.
 	fill := `WITH batch AS (
   SELECT ctid, seq FROM ` + t + ` WHERE published_at IS NULL AND seq > $1 ORDER BY seq LIMIT ` + fmt.Sprint(backfillBatch) + `
 ), filled AS (
@@ -41,6 +48,15 @@ func backfillKeyPartitions(ctx context.Context, pool *pgxpool.Pool, table, aggre
   WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND key_partition IS NULL
 )
 SELECT max(seq) FROM batch`
+	if partitioned {
+		fill = `WITH batch AS (
+  SELECT tableoid, ctid, created_at, seq FROM ` + t + ` WHERE published_at IS NULL AND seq > $1 ORDER BY seq LIMIT ` + fmt.Sprint(backfillBatch) + `
+), filled AS (
+  UPDATE ` + t + ` o SET key_partition = ` + fn + `(o.` + sqlname.Column(aggregateColumn) + `::text)
+  FROM batch b WHERE o.tableoid = b.tableoid AND o.ctid = b.ctid AND o.created_at = b.created_at AND o.key_partition IS NULL
+)
+SELECT max(seq) FROM batch`
+	}
 	for last := int64(-1); ; {
 		var next *int64
 		if err := pool.QueryRow(ctx, fill, last).Scan(&next); err != nil {
@@ -94,6 +110,9 @@ func keyPartitionStatements(table, aggregateColumn, payloadColumn string, partit
     partitions    integer     NOT NULL CHECK (partitions BETWEEN 1 AND 4096),
     generation    bigint      NOT NULL DEFAULT 0,
     backfilled_at timestamptz)`,
+		// Migration 00011's columns: an adopted table's time partitions
+		// are its owner's (NULL), but the columns are read.
+		`ALTER TABLE ` + meta + ` ADD COLUMN IF NOT EXISTS time_partition_interval interval, ADD COLUMN IF NOT EXISTS time_partitions_ahead integer`,
 		`INSERT INTO ` + meta + ` (partitions) VALUES (` + strconv.Itoa(partitions) + `) ON CONFLICT DO NOTHING`,
 		`CREATE TABLE IF NOT EXISTS ` + relays + ` (
     member     text        PRIMARY KEY,

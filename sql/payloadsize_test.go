@@ -104,8 +104,8 @@ func TestInsertTriggerRecordsThePayloadSize(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := outboxsql.Migrate(ctx, db.Pool)
-		if err != nil || len(res) != 1 || res[0].Version != 10 {
-			t.Fatalf("migrate: %+v, %v; want migration 10 applied", res, err)
+		if err != nil || len(res) != 2 || res[0].Version != 10 || res[1].Version != 11 {
+			t.Fatalf("migrate: %+v, %v; want migrations 10 and 11 applied", res, err)
 		}
 		var old *int
 		if err := db.Pool.QueryRow(ctx, `DELETE FROM outbox WHERE aggregate_id = 'old' RETURNING payload_size`).Scan(&old); err != nil || old != nil {

@@ -22,6 +22,12 @@ type Needs struct {
 	// pg_stat_activity, which hides other roles' transactions from a role
 	// without the privileges of pg_read_all_stats.
 	SnapshotWatch bool
+	// TimePartitions: the relay creates a time-partitioned table's coming
+	// partitions (EnsureTimePartitions) or, with retention's
+	// DropPartitions, drops its old ones. Both need the table's owner role
+	// (ATTACH PARTITION and DROP TABLE are the owner's) and CREATE on its
+	// schema. Checked only on a partitioned table.
+	TimePartitions bool
 }
 
 // Privilege is one privilege the relay's role lacks.
@@ -60,7 +66,8 @@ func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs
 	guard := sqlname.OrderGuard(table)
 	var sel, upd, del, gSel, gIns, gUpd, gDel, seqSel, stats *bool
 	var mSel, mUpd, rSel, rIns, rUpd, rDel, pSel, pUpd *bool
-	var seq *string
+	var owner, create *bool
+	var seq, ownerName *string
 	meta, relays, parts := sqlname.Beside(table, "_partitioning"), sqlname.Beside(table, "_relays"), sqlname.Beside(table, "_partitions")
 	err = q.QueryRow(ctx, `SELECT current_user::text,
   has_table_privilege(c.oid, 'SELECT'), has_table_privilege(c.oid, 'UPDATE'), has_table_privilege(c.oid, 'DELETE'),
@@ -69,11 +76,14 @@ func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs
   pg_has_role('pg_read_all_stats', 'USAGE'),
   has_table_privilege(m.oid, 'SELECT'), has_table_privilege(m.oid, 'UPDATE'),
   has_table_privilege(r.oid, 'SELECT'), has_table_privilege(r.oid, 'INSERT'), has_table_privilege(r.oid, 'UPDATE'), has_table_privilege(r.oid, 'DELETE'),
-  has_table_privilege(p.oid, 'SELECT'), has_table_privilege(p.oid, 'UPDATE')
+  has_table_privilege(p.oid, 'SELECT'), has_table_privilege(p.oid, 'UPDATE'),
+  (SELECT pg_has_role(k.relowner, 'USAGE') FROM pg_class k WHERE k.oid = c.oid AND k.relkind = 'p'),
+  (SELECT has_schema_privilege(k.relnamespace, 'CREATE') FROM pg_class k WHERE k.oid = c.oid AND k.relkind = 'p'),
+  (SELECT pg_get_userbyid(k.relowner)::text FROM pg_class k WHERE k.oid = c.oid)
 FROM (SELECT to_regclass($1) AS oid) c, (SELECT to_regclass($2) AS oid) g,
   (SELECT to_regclass($3) AS oid) m, (SELECT to_regclass($4) AS oid) r, (SELECT to_regclass($5) AS oid) p,
   LATERAL (SELECT (`+seqOfSQL+`) AS oid) s`, t, guard, meta, relays, parts).
-		Scan(&role, &sel, &upd, &del, &gSel, &gIns, &gUpd, &gDel, &seq, &seqSel, &stats, &mSel, &mUpd, &rSel, &rIns, &rUpd, &rDel, &pSel, &pUpd)
+		Scan(&role, &sel, &upd, &del, &gSel, &gIns, &gUpd, &gDel, &seq, &seqSel, &stats, &mSel, &mUpd, &rSel, &rIns, &rUpd, &rDel, &pSel, &pUpd, &owner, &create, &ownerName)
 	if err != nil {
 		return "", nil, fmt.Errorf("check privileges: %w", err)
 	}
@@ -105,6 +115,10 @@ FROM (SELECT to_regclass($1) AS oid) c, (SELECT to_regclass($2) AS oid) g,
 	lack(pUpd, "UPDATE", pn, "acquiring and handing over key partitions")
 	if seq != nil {
 		lack(seqSel, "SELECT", "SEQUENCE "+*seq, "the claims that advance their floor read its last value, and fail without it")
+	}
+	if needs.TimePartitions && ownerName != nil {
+		lack(owner, "MEMBER", "ROLE "+*ownerName, "the table's owner: creating its time partitions and dropping old ones (ATTACH PARTITION, DROP TABLE)")
+		lack(create, "CREATE", "SCHEMA of "+sqlname.Readable(table), "creating its time partitions")
 	}
 	if needs.SnapshotWatch {
 		lack(stats, "MEMBER", "ROLE pg_read_all_stats", "the held-snapshot watch cannot see other roles' transactions in pg_stat_activity")

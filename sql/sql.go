@@ -18,9 +18,11 @@ import (
 	"regexp"
 	"strings"
 	"testing/fstest"
+	"time"
 
 	"github.com/pgoutbox/outbox/internal/sqlname"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -98,6 +100,48 @@ type MigrateOptions struct {
 	// that has it, a different number is an error. Defaults to
 	// DefaultPartitions, far above any number of relays.
 	Partitions int
+	// TimePartitioned creates the table partitioned by RANGE (created_at)
+	// (see migration 00011): primary key (id, created_at), since a
+	// partitioned table's unique keys must hold its partition key; a
+	// DEFAULT partition <table>_default for rows no other partition covers;
+	// and the partitions of the current interval and the
+	// TimePartitionsAhead after it (EnsureTimePartitions), which relays
+	// keep creating. Its old partitions can then be dropped whole once
+	// every row in them is published (retention.Config.DropPartitions). An
+	// existing plain table is an error (it is not converted); on a table
+	// created so, it may be given again or left out.
+	TimePartitioned bool
+	// TimePartitionInterval is each time partition's span, at least
+	// MinTimePartitionInterval, a whole number of minutes. It is fixed
+	// when the table is created: a different value later is an error.
+	// Defaults to DefaultTimePartitionInterval (24h). Only with
+	// TimePartitioned.
+	TimePartitionInterval time.Duration
+	// TimePartitionsAhead is how many intervals after the current one
+	// have their partition created in advance, 1..MaxTimePartitionsAhead;
+	// giving it again changes it. Defaults to DefaultTimePartitionsAhead
+	// (7). Only with TimePartitioned.
+	TimePartitionsAhead int
+}
+
+// validate checks opts, naming the field at fault.
+func (opts MigrateOptions) validate() error {
+	if opts.Partitions < 0 || opts.Partitions > MaxPartitions {
+		return fmt.Errorf("migrate: MigrateOptions.Partitions: must be 1..%d, got %d", MaxPartitions, opts.Partitions)
+	}
+	if !opts.TimePartitioned {
+		if opts.TimePartitionInterval != 0 || opts.TimePartitionsAhead != 0 {
+			return fmt.Errorf("migrate: MigrateOptions.TimePartitionInterval and TimePartitionsAhead need TimePartitioned")
+		}
+		return nil
+	}
+	if iv := opts.TimePartitionInterval; iv != 0 && (iv < MinTimePartitionInterval || iv%time.Minute != 0) {
+		return fmt.Errorf("migrate: MigrateOptions.TimePartitionInterval: must be a whole number of minutes, at least %s, got %s", MinTimePartitionInterval, iv)
+	}
+	if n := opts.TimePartitionsAhead; n < 0 || n > MaxTimePartitionsAhead {
+		return fmt.Errorf("migrate: MigrateOptions.TimePartitionsAhead: must be 1..%d, got %d", MaxTimePartitionsAhead, n)
+	}
+	return nil
 }
 
 // MigrateWith applies every pending migration to opts.Table (see
@@ -109,14 +153,31 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
-	if opts.Partitions < 0 || opts.Partitions > MaxPartitions {
-		return nil, fmt.Errorf("migrate: MigrateOptions.Partitions: must be 1..%d, got %d", MaxPartitions, opts.Partitions)
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.TimePartitioned {
+		if opts.TimePartitionInterval == 0 {
+			opts.TimePartitionInterval = DefaultTimePartitionInterval
+		}
+		if opts.TimePartitionsAhead == 0 {
+			opts.TimePartitionsAhead = DefaultTimePartitionsAhead
+		}
 	}
 	if err := checkSchema(ctx, pool, opts.Table); err != nil {
 		return nil, err
 	}
 	if err := CheckDurability(ctx, pool, opts.Table); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if opts.TimePartitioned {
+		var kind *string
+		if err := pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, sqlname.Quote(opts.Table)).Scan(&kind); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+		if kind != nil && *kind != "p" {
+			return nil, fmt.Errorf("migrate: --time-partitioned: table %s exists and is not partitioned; migrate does not convert a table (create a new one, or leave out --time-partitioned)", opts.Table)
+		}
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
@@ -130,7 +191,53 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 	if err := backfillKeyPartitions(ctx, pool, opts.Table, "aggregate_id"); err != nil {
 		return res, err
 	}
+	if opts.TimePartitioned {
+		if err := setTimePartitioning(ctx, pool, opts); err != nil {
+			return res, err
+		}
+	}
+	if _, err := EnsureTimePartitions(ctx, pool, opts.Table); err != nil {
+		return res, fmt.Errorf("migrate: %w", err)
+	}
 	return res, nil
+}
+
+// setTimePartitioning records opts' time partitioning in the table's
+// <table>_partitioning (the interval only if none is recorded; a
+// different one is an error) and creates its DEFAULT partition. The table
+// must be partitioned by range of created_at.
+func setTimePartitioning(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) error {
+	t := sqlname.Quote(opts.Table)
+	var byCreatedAt bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table p JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
+  WHERE p.partrelid = $1::regclass AND p.partstrat = 'r' AND p.partnatts = 1 AND a.attname = 'created_at')`, t).Scan(&byCreatedAt); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if !byCreatedAt {
+		return fmt.Errorf("migrate: --time-partitioned: table %s is partitioned, but not by RANGE (created_at) alone", opts.Table)
+	}
+	meta := sqlname.Beside(opts.Table, "_partitioning")
+	var secs int64
+	err := pool.QueryRow(ctx, `UPDATE `+meta+` SET time_partition_interval = coalesce(time_partition_interval, $1 * interval '1 second'), time_partitions_ahead = CASE WHEN time_partition_interval IS NULL OR time_partition_interval = $1 * interval '1 second' THEN $2 ELSE time_partitions_ahead END
+RETURNING extract(epoch FROM time_partition_interval)::bigint`, int64(opts.TimePartitionInterval/time.Second), opts.TimePartitionsAhead).Scan(&secs)
+	if err != nil {
+		return fmt.Errorf("migrate: time partitions: %w", err)
+	}
+	if got := time.Duration(secs) * time.Second; got != opts.TimePartitionInterval {
+		return fmt.Errorf("migrate: table %s has time partitions of %s, fixed when it was created; it cannot change to %s", opts.Table, got, opts.TimePartitionInterval)
+	}
+	var hasDefault bool
+	if err := pool.QueryRow(ctx, `SELECT partdefid <> 0 FROM pg_partitioned_table WHERE partrelid = $1::regclass`, t).Scan(&hasDefault); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if !hasDefault {
+		parts := strings.Split(opts.Table, ".")
+		parts[len(parts)-1] = DefaultPartitionName(opts.Table)
+		if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+sqlname.Quote(strings.Join(parts, "."))+` PARTITION OF `+t+` DEFAULT WITH (`+PartitionStorage+`)`); err != nil {
+			return fmt.Errorf("migrate: default partition: %w", err)
+		}
+	}
+	return nil
 }
 
 // MissingSchemaError is MigrateTable's error when the table's schema (or,
@@ -209,8 +316,8 @@ var partitionsRE = regexp.MustCompile(`/\*PARTITIONS\*/256`)
 // replaced by table's (quoted), the "outbox_" prefix of its indexes,
 // constraints and triggers by the table's own name, the tables and
 // functions beside it qualified like the table.
-func tableMigrations(table string, partitions int) (fs.FS, error) {
-	if table == DefaultTable && (partitions == 0 || partitions == DefaultPartitions) {
+func tableMigrations(table string, partitions int, timePartitioned bool) (fs.FS, error) {
+	if table == DefaultTable && (partitions == 0 || partitions == DefaultPartitions) && !timePartitioned {
 		return Migrations(), nil
 	}
 	if partitions == 0 {
@@ -239,6 +346,11 @@ func tableMigrations(table string, partitions int) (fs.FS, error) {
 			return err
 		}
 		s := partitionsRE.ReplaceAllLiteralString(string(b), fmt.Sprintf("/*PARTITIONS*/%d", partitions))
+		if timePartitioned && strings.HasPrefix(path, "00001_") {
+			if s, err = timePartitionedTable(s); err != nil {
+				return err
+			}
+		}
 		if table == DefaultTable {
 			out[path] = &fstest.MapFile{Data: []byte(s)}
 			return nil
@@ -263,6 +375,25 @@ func tableMigrations(table string, partitions int) (fs.FS, error) {
 		return nil
 	})
 	return out, err
+}
+
+// createTableRE is migration 00001's storage clause, which a partitioned
+// table refuses.
+var createTableRE = regexp.MustCompile(`(?s)\n\) WITH \(.*?\n\);`)
+
+// timePartitionedTable rewrites migration 00001 to create the table
+// partitioned by RANGE (created_at) (MigrateOptions.TimePartitioned): the
+// primary key becomes (id, created_at), as a partitioned table's unique
+// keys must contain its partition key, and the storage parameters go to
+// each partition instead (PartitionStorage).
+func timePartitionedTable(s string) (string, error) {
+	const pk = "id           uuid        PRIMARY KEY,"
+	if strings.Count(s, pk) != 1 || len(createTableRE.FindAllStringIndex(s, -1)) != 1 {
+		return "", errors.New("migration 00001 is not in the shape --time-partitioned rewrites")
+	}
+	s = strings.Replace(s, pk, "id           uuid        NOT NULL,", 1)
+	s = strings.Replace(s, "    last_error   text\n", "    last_error   text,\n    PRIMARY KEY (id, created_at)\n", 1)
+	return createTableRE.ReplaceAllLiteralString(s, "\n) PARTITION BY RANGE (created_at);"), nil
 }
 
 // plainName is a table name that can prefix its indexes' and constraints'
@@ -293,7 +424,7 @@ func migrateDB(ctx context.Context, db *sql.DB, opts MigrateOptions) ([]Result, 
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	migrations, err := tableMigrations(table, opts.Partitions)
+	migrations, err := tableMigrations(table, opts.Partitions, opts.TimePartitioned)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}

@@ -296,9 +296,31 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var partitions int
 	fs.IntVar(&partitions, "partitions", outboxsql.DefaultPartitions, fmt.Sprintf(
 		"number of key partitions the relays share (1..%d), fixed when the table first gets them: at least the most relays you will run, far above is fine", outboxsql.MaxPartitions))
+	var timePartitioned bool
+	var timeInterval time.Duration
+	var timeAhead int
+	fs.BoolVar(&timePartitioned, "time-partitioned", false,
+		"create the table partitioned by RANGE (created_at), one partition per --time-partition-interval plus a DEFAULT partition, so that retention can drop whole old partitions (run --retention-drop-partitions) instead of deleting rows; relays keep the coming partitions created. An existing plain table is refused, not converted")
+	fs.DurationVar(&timeInterval, "time-partition-interval", outboxsql.DefaultTimePartitionInterval,
+		fmt.Sprintf("with --time-partitioned: each partition's span, at least %s, whole minutes, aligned to multiples of it since the Unix epoch (UTC); fixed when the table is created", outboxsql.MinTimePartitionInterval))
+	fs.IntVar(&timeAhead, "time-partitions-ahead", outboxsql.DefaultTimePartitionsAhead,
+		fmt.Sprintf("with --time-partitioned: how many intervals after the current one get their partition in advance (1..%d)", outboxsql.MaxTimePartitionsAhead))
 	from, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if !timePartitioned && (from["time-partition-interval"] != "" || from["time-partitions-ahead"] != "") {
+		return usagef("--time-partition-interval and --time-partitions-ahead need --time-partitioned")
+	}
+	if timePartitioned {
+		if timeInterval < outboxsql.MinTimePartitionInterval || timeInterval%time.Minute != 0 {
+			return usagef("--time-partition-interval: must be a whole number of minutes, at least %s, got %s", outboxsql.MinTimePartitionInterval, timeInterval)
+		}
+		if timeAhead < 1 || timeAhead > outboxsql.MaxTimePartitionsAhead {
+			return usagef("--time-partitions-ahead: must be 1..%d, got %d", outboxsql.MaxTimePartitionsAhead, timeAhead)
+		}
+	} else {
+		timeInterval, timeAhead = 0, 0
 	}
 	if partitions < 1 || partitions > outboxsql.MaxPartitions {
 		return usagef("--partitions: must be 1..%d, got %d", outboxsql.MaxPartitions, partitions)
@@ -337,7 +359,8 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("connect to database: %w", err2)
 		}
 	}
-	applied, err := outboxsql.MigrateWith(ctx, pool, outboxsql.MigrateOptions{Table: tbl.table, Partitions: partitions})
+	applied, err := outboxsql.MigrateWith(ctx, pool, outboxsql.MigrateOptions{Table: tbl.table, Partitions: partitions,
+		TimePartitioned: timePartitioned, TimePartitionInterval: timeInterval, TimePartitionsAhead: timeAhead})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/relay"
 	"github.com/pgoutbox/outbox/retention"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // observeFlags are run's flags for the metrics server and the retention
@@ -31,6 +32,7 @@ type observeFlags struct {
 	retention         time.Duration
 	retentionBatch    int
 	retentionInterval time.Duration
+	dropPartitions    bool
 }
 
 func (o *observeFlags) register(fs *flag.FlagSet) {
@@ -48,6 +50,8 @@ func (o *observeFlags) register(fs *flag.FlagSet) {
 		fmt.Sprintf("most rows one retention DELETE removes (1..%d)", retention.MaxBatchSize))
 	fs.DurationVar(&o.retentionInterval, "retention-interval", 0,
 		"time between retention passes (0: 1m, or 1s with --retention=0)")
+	fs.BoolVar(&o.dropPartitions, "retention-drop-partitions", false,
+		"on a time-partitioned table (migrate --time-partitioned): drop each whole partition once every row in it was published longer than --retention ago, instead of deleting rows; a partition holding an unpublished row or a dead letter is kept (the role must own the table)")
 }
 
 // retentionConfig returns the cleaner's configuration; ok is false when
@@ -56,7 +60,8 @@ func (o *observeFlags) retentionConfig(table string) (cfg retention.Config, ok b
 	if o.retention < 0 {
 		return retention.Config{}, false
 	}
-	return retention.Config{Table: table, Retention: o.retention, BatchSize: o.retentionBatch, Interval: o.retentionInterval}, true
+	return retention.Config{Table: table, Retention: o.retention, BatchSize: o.retentionBatch, Interval: o.retentionInterval,
+		DropPartitions: o.dropPartitions}, true
 }
 
 var observeConfigFlags = map[string]string{
@@ -76,6 +81,9 @@ func (o *observeFlags) validate(table string) error {
 	}
 	if o.retentionBatch < 1 {
 		return usagef("--retention-batch: must be 1..%d, got %d", retention.MaxBatchSize, o.retentionBatch)
+	}
+	if o.dropPartitions && o.retention < 0 {
+		return usagef("--retention-drop-partitions: needs retention on (--retention is negative)")
 	}
 	if o.retentionInterval < 0 {
 		return usagef("--retention-interval: must not be negative, got %s", o.retentionInterval)
@@ -180,6 +188,11 @@ func (ob *observer) attach(svc *relay.Service) error {
 		defer ob.wg.Done()
 		_ = ob.m.RunRefresher(ob.ctx)
 	}()
+	ob.wg.Add(1)
+	go func() {
+		defer ob.wg.Done()
+		keepTimePartitions(ob.ctx, ob.pool, ob.table, timePartitionsEvery, ob.log)
+	}()
 	rcfg, ok := ob.flags.retentionConfig(ob.table)
 	if !ok {
 		ob.log.Info("retention off: published rows are kept (--retention negative)")
@@ -207,6 +220,10 @@ func retentionCollectors(stats func() retention.Stats) []prometheus.Collector {
 			Help: "Published rows deleted by the retention cleaner.",
 		}, func() float64 { return float64(stats().Deleted) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "outbox_retention_dropped_partitions_total",
+			Help: "Partitions of a time-partitioned table dropped by the retention cleaner (--retention-drop-partitions).",
+		}, func() float64 { return float64(stats().DroppedPartitions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "outbox_retention_errors_total",
 			Help: "Failed retention DELETE statements.",
 		}, func() float64 { return float64(stats().Errors) }),
@@ -218,4 +235,49 @@ func retentionCollectors(stats func() retention.Stats) []prometheus.Collector {
 func (ob *observer) stop() {
 	ob.cancel()
 	ob.wg.Wait()
+}
+
+// timePartitionsEvery is how often a relay makes sure that the coming
+// partitions of a time-partitioned table exist: far more often than the
+// shortest interval (outboxsql.MinTimePartitionInterval) and the partitions
+// created ahead require, so that a relay restarted or several relays
+// missing a round change nothing.
+const timePartitionsEvery = 10 * time.Minute
+
+// keepTimePartitions runs outboxsql.EnsureTimePartitions at once and then
+// every `every` until ctx ends. A table whose time partitions pgoutbox
+// does not keep (a plain table; a partitioned table without
+// migrate --time-partitioned) costs one query a round. A failure (the
+// role does not own the table, a lock not free within 5s) is logged, at
+// warn level, once until a round succeeds again.
+func keepTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string, every time.Duration, log *zap.Logger) {
+	log = log.Named("partitions")
+	t := time.NewTicker(every)
+	defer t.Stop()
+	failing := false
+	for {
+		created, err := outboxsql.EnsureTimePartitions(ctx, pool, table)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if !failing {
+				log.Warn("could not create the coming time partitions; retrying", zap.Error(err), zap.Duration("retry_in", every))
+			}
+			failing = true
+		default:
+			if failing {
+				log.Info("time partitions are created again")
+			}
+			failing = false
+			if len(created) > 0 {
+				log.Info("created time partitions", zap.Strings("partitions", created))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -290,7 +290,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	scfg := relay.ServiceConfig{
 		Relay: f.relay, Lease: f.lease, Kafka: f.kafka, Notify: f.notify, NoNotify: f.noNotify,
 		ListenConnString: f.listenURL,
-		Privileges:       outboxsql.Needs{Retention: f.observe.retention >= 0, SnapshotWatch: true},
+		Privileges:       outboxsql.Needs{Retention: f.observe.retention >= 0, SnapshotWatch: true, TimePartitions: true},
 	}
 	if tp != nil {
 		scfg.TracerProvider = tp

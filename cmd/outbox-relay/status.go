@@ -55,7 +55,12 @@ type statusReport struct {
 	// leftovers, say).
 	ReplicationSlots []outboxsql.Slot        `json:"replication_slots"`
 	Publications     []outboxsql.Publication `json:"publications"`
-	tableArgs        string                  // the table flags, to repeat in hints
+	// TimePartitions is, on a partitioned table, its partitions in the
+	// order of their ranges (DEFAULT last); TimePartitioning what migrate
+	// --time-partitioned recorded (zero when the relays do not keep them).
+	TimePartitions   []outboxsql.TimePartition  `json:"time_partitions,omitempty"`
+	TimePartitioning outboxsql.TimePartitioning `json:"time_partitioning"`
+	tableArgs        string                     // the table flags, to repeat in hints
 	inspected        *outboxsql.TableReport
 }
 
@@ -159,6 +164,14 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 		if *p != nil {
 			v := (**p).UTC()
 			*p = &v
+		}
+	}
+	if ins.Partitioned {
+		if r.TimePartitions, err = outboxsql.ListTimePartitions(ctx, tx, table); err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+		if r.TimePartitioning, err = outboxsql.ReadTimePartitioning(ctx, tx, table); err != nil {
+			return nil, fmt.Errorf("status: %w", err)
 		}
 	}
 	if r.KeyPartitions, err = lease.ReadOwners(ctx, tx, table); err == nil {
@@ -273,6 +286,7 @@ func (r *statusReport) writeHuman(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "published (kept)\t%d\t%s\n", r.Published, kept)
 	_ = tw.Flush()
+	r.writeTimePartitions(w)
 	fmt.Fprintln(w)
 	defer r.writeOwners(w)
 	if len(r.Relays) == 0 {
@@ -287,6 +301,43 @@ func (r *statusReport) writeHuman(w io.Writer) {
 			fmtSeconds(l.LeaseEndsAt.Sub(r.CheckedAt).Seconds()))
 	}
 	_ = tw.Flush()
+}
+
+// writeTimePartitions prints a partitioned table's partitions in one
+// line: how many, the range they cover, who keeps them.
+func (r *statusReport) writeTimePartitions(w io.Writer) {
+	if len(r.TimePartitions) == 0 {
+		return
+	}
+	var from, to time.Time
+	def := ""
+	n := 0
+	for _, p := range r.TimePartitions {
+		switch {
+		case p.Default:
+			def = ", and a DEFAULT partition"
+			continue
+		case from.IsZero() || p.From.Before(from):
+			from = p.From
+		}
+		if p.To.After(to) {
+			to = p.To
+		}
+		n++
+	}
+	kept := "kept by their owner (not migrate --time-partitioned)"
+	if tp := r.TimePartitioning; tp.Interval > 0 {
+		every := tp.Interval.String()
+		if tp.Interval%time.Hour == 0 {
+			every = fmt.Sprintf("%dh", tp.Interval/time.Hour)
+		}
+		kept = fmt.Sprintf("one per %s, %d ahead kept created by the relays", every, tp.Ahead)
+	}
+	fmt.Fprintf(w, "\ntime partitions: %d", n)
+	if n > 0 {
+		fmt.Fprintf(w, " from %s to %s", from.UTC().Format(timeLayout), to.UTC().Format(timeLayout))
+	}
+	fmt.Fprintf(w, "%s; %s\n", def, kept)
 }
 
 // fmtSeconds prints seconds as a rounded duration, e.g. 2.35s, 4m12s.

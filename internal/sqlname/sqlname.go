@@ -87,6 +87,10 @@ const (
 	LockClaim = 1869574000
 	// LockAdopt serializes adopt on one table.
 	LockAdopt = 1869574001
+	// LockTimePartitions serializes the creation and the dropping of one
+	// table's time partitions (sql.CreateTimePartitions, package
+	// retention), so that several relays keeping them do not collide.
+	LockTimePartitions = 1869574002
 )
 
 // XactLock returns the SQL expression that takes the transaction-level
@@ -131,4 +135,73 @@ func plain(s string) bool {
 		}
 	}
 	return true
+}
+
+// RowAddress writes how a statement that first selects outbox rows in a
+// CTE and then updates exactly those rows names them. On a plain table a
+// row's ctid is unique, and the UPDATE takes the rows by a TID scan of
+// ctid = ANY(...) (lease/statements.go says why the statements are shaped
+// so). On a partitioned table a ctid is only unique within one partition:
+// the same ctid names a row in every partition that has that page. There
+// a row is named by (tableoid, ctid), and the UPDATE joins the CTE on them
+// and on created_at and the event ID: created_at, the partition key, lets
+// the executor prune every partition but the row's own for each joined row
+// (run-time partition pruning), and with the event ID the only index path
+// the planner can take instead of the parameterized TID scan is a lookup
+// of one row in the primary key (id, created_at) that migrate
+// --time-partitioned creates. Without them each row would be looked for in
+// every partition, and a generic plan made while a partition was empty
+// could scan that partition's whole primary key for every row once it has
+// filled.
+type RowAddress struct {
+	partitioned bool
+	table       string // quoted table
+	id          string // quoted event ID column
+}
+
+// NewRowAddress returns the RowAddress of table (optionally
+// schema-qualified), partitioned or not, whose event ID column is idColumn
+// ("" means "id").
+func NewRowAddress(table, idColumn string, partitioned bool) RowAddress {
+	if idColumn == "" {
+		idColumn = "id"
+	}
+	return RowAddress{partitioned: partitioned, table: Quote(table), id: Column(idColumn)}
+}
+
+// Partitioned reports whether r is the address of a partitioned table.
+func (r RowAddress) Partitioned() bool { return r.partitioned }
+
+// Select returns what the CTE selects from the table as alias a ("": the
+// table unaliased) to name its rows: "a.ctid", or on a partitioned table
+// "a.ctid, a.tableoid, a.created_at, a.<id>".
+func (r RowAddress) Select(a string) string {
+	q := ""
+	if a != "" {
+		q = a + "."
+	}
+	if !r.partitioned {
+		return q + "ctid"
+	}
+	return q + "ctid, " + q + "tableoid, " + q + "created_at, " + q + r.id
+}
+
+// Match returns the end of an UPDATE of the table as alias a ("": the
+// table unaliased), after its SET list, that updates exactly the rows the
+// CTE cte selected with Select: "\nWHERE a.ctid = ANY(ARRAY(SELECT ctid
+// FROM cte))", or on a partitioned table "\nFROM cte addr WHERE a.ctid =
+// addr.ctid AND ..." (the CTE is joined as addr, which the SET list must
+// not use as a name). A further condition may follow with AND.
+func (r RowAddress) Match(a, cte string) string {
+	if !r.partitioned {
+		if a != "" {
+			a += "."
+		}
+		return "\nWHERE " + a + "ctid = ANY(ARRAY(SELECT ctid FROM " + cte + "))"
+	}
+	if a == "" {
+		a = r.table
+	}
+	return "\nFROM " + cte + " addr WHERE " + a + ".ctid = addr.ctid AND " + a + ".tableoid = addr.tableoid AND " +
+		a + ".created_at = addr.created_at AND " + a + "." + r.id + " = addr." + r.id
 }

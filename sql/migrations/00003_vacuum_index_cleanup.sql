@@ -7,7 +7,27 @@
 -- at a floor above the published rows (package lease), but a dead letter or
 -- a long backoff holds that floor down; with index cleanup always on, every
 -- autovacuum keeps these indexes small.
-ALTER TABLE outbox SET (vacuum_index_cleanup = on);
+--
+-- A partitioned table (`migrate --time-partitioned`) has no storage of its
+-- own and refuses storage parameters: each of its partitions gets them when
+-- it is created (sql.EnsureTimePartitions).
+-- +goose StatementBegin
+DO $migration$
+BEGIN
+    IF (SELECT relkind FROM pg_class WHERE oid = 'outbox'::regclass) <> 'p' THEN
+        ALTER TABLE outbox SET (vacuum_index_cleanup = on);
+    END IF;
+END
+$migration$;
+-- +goose StatementEnd
 
 -- +goose Down
-ALTER TABLE outbox RESET (vacuum_index_cleanup);
+-- +goose StatementBegin
+DO $migration$
+BEGIN
+    IF (SELECT relkind FROM pg_class WHERE oid = 'outbox'::regclass) <> 'p' THEN
+        ALTER TABLE outbox RESET (vacuum_index_cleanup);
+    END IF;
+END
+$migration$;
+-- +goose StatementEnd
