@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,7 +74,18 @@ type ScaleConfig struct {
 	// for the other scenarios): several relays publish to several
 	// partitions, as they would in production. Defaults to 12.
 	Partitions int32
+	// Rounds is how many times each drain and burst runs per relay count,
+	// the relay counts interleaved (1, 2, 3, 1, 2, 3, ...), so that a
+	// slow moment of a shared machine does not decide a ratio alone; the
+	// run reported for each relay count is its median by events/s, and
+	// the ratios divide medians. Defaults to DefaultScaleRounds.
+	Rounds int
 }
+
+// DefaultScaleRounds is ScaleConfig.Rounds' default: a drain of 100,000
+// events takes 3-6 s on a 2-core machine, where one run's events/s
+// varied by up to 2x between identical runs.
+const DefaultScaleRounds = 3
 
 func (c *ScaleConfig) validate() error {
 	if len(c.Relays) == 0 {
@@ -108,6 +120,12 @@ func (c *ScaleConfig) validate() error {
 	}
 	if c.Partitions == 0 {
 		c.Partitions = 12
+	}
+	if c.Rounds == 0 {
+		c.Rounds = DefaultScaleRounds
+	}
+	if c.Rounds < 0 || c.Rounds > 25 {
+		return fmt.Errorf("bench: ScaleConfig.Rounds: must be 1..25, got %d", c.Rounds)
 	}
 	if c.Partitions < 0 {
 		return fmt.Errorf("bench: ScaleConfig.Partitions: must be positive, got %d", c.Partitions)
@@ -159,6 +177,10 @@ type Scale struct {
 	// ScaleFirstEventS (bursts) is the time from COMMIT to the first event
 	// received, in seconds.
 	ScaleFirstEventS float64 `json:"scale_first_event_s,omitempty"`
+	// RoundsEventsPerS (drains and bursts) is the events/s of every round
+	// of this relay count, in the order they ran; the run reported is the
+	// median of the successful ones (ScaleConfig.Rounds).
+	RoundsEventsPerS []float64 `json:"rounds_events_per_s,omitempty"`
 }
 
 // Scale runs the scale scenario: for each aggregate count and kind, one
@@ -183,34 +205,22 @@ func (e *Env) Scale(ctx context.Context, cfg ScaleConfig) ([]Run, error) {
 				continue
 			}
 			first := len(runs)
-			for _, n := range cfg.Relays {
-				var r Run
-				var err error
-				if kind == ScenarioScaleDrain {
-					r, err = e.Drain(ctx, DrainConfig{
-						Mode: ModeNotifyProc, Relay: cfg.Relay, Relays: n, Events: cfg.Events,
-						Aggregates: aggs, PayloadBytes: cfg.PayloadBytes, SQLPreload: true,
-						Scenario: ScenarioScaleDrain, Timeout: cfg.Timeout,
-					})
-				} else {
-					r, err = e.scaleBurst(ctx, cfg, n, aggs)
-				}
-				if r.Drain == nil {
-					r.Drain = &Drain{Relays: n, Events: int64(cfg.Events)}
-				}
-				r.Scenario, r.Mode = kind, ModeNotifyProc
-				if r.Scale == nil {
-					r.Scale = &Scale{}
-				}
-				r.Scale.Aggregates = aggs
-				if err != nil {
-					if ctx.Err() != nil {
-						return runs, ctx.Err()
+			byRelays := map[int][]Run{}
+			for round := range cfg.Rounds {
+				for _, n := range cfg.Relays {
+					r, err := e.scaleRun(ctx, cfg, kind, n, aggs)
+					if err != nil {
+						return append(runs, r), err
 					}
-					r.Error = err.Error()
-					e.Log.Warn("scale run failed", zap.String("scenario", kind), zap.Int("relays", n), zap.Int("aggregates", aggs), zap.Error(err))
+					if r.Error != "" {
+						e.Log.Warn("scale run failed", zap.String("scenario", kind), zap.Int("relays", n),
+							zap.Int("aggregates", aggs), zap.Int("round", round+1), zap.String("error", r.Error))
+					}
+					byRelays[n] = append(byRelays[n], r)
 				}
-				runs = append(runs, r)
+			}
+			for _, n := range cfg.Relays {
+				runs = append(runs, medianRun(byRelays[n]))
 			}
 			setScaleRatios(runs[first:])
 		}
@@ -248,6 +258,62 @@ func (e *Env) Scale(ctx context.Context, cfg ScaleConfig) ([]Run, error) {
 		}
 	}
 	return runs, nil
+}
+
+// scaleRun is one drain or burst of kind with n relays over aggs
+// aggregates. A failed run comes back with its Error set; the error is
+// that of ctx only.
+func (e *Env) scaleRun(ctx context.Context, cfg ScaleConfig, kind string, n, aggs int) (Run, error) {
+	var r Run
+	var err error
+	if kind == ScenarioScaleDrain {
+		r, err = e.Drain(ctx, DrainConfig{
+			Mode: ModeNotifyProc, Relay: cfg.Relay, Relays: n, Events: cfg.Events,
+			Aggregates: aggs, PayloadBytes: cfg.PayloadBytes, SQLPreload: true,
+			Scenario: ScenarioScaleDrain, Timeout: cfg.Timeout,
+		})
+	} else {
+		r, err = e.scaleBurst(ctx, cfg, n, aggs)
+	}
+	if r.Drain == nil {
+		r.Drain = &Drain{Relays: n, Events: int64(cfg.Events)}
+	}
+	r.Scenario, r.Mode = kind, ModeNotifyProc
+	if r.Scale == nil {
+		r.Scale = &Scale{}
+	}
+	r.Scale.Aggregates = aggs
+	if err != nil {
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+		r.Error = err.Error()
+	}
+	return r, nil
+}
+
+// medianRun is the median by events/s of the successful rounds of one
+// relay count (the lower middle one of an even number), with every
+// round's events/s in RoundsEventsPerS; the first round if none
+// succeeded.
+func medianRun(rounds []Run) Run {
+	var all []float64
+	var ok []Run
+	for _, r := range rounds {
+		all = append(all, r.EventsPerS)
+		if r.Error == "" && r.EventsPerS > 0 {
+			ok = append(ok, r)
+		}
+	}
+	m := rounds[0]
+	if len(ok) > 0 {
+		slices.SortStableFunc(ok, func(a, b Run) int { return cmp.Compare(a.EventsPerS, b.EventsPerS) })
+		m = ok[(len(ok)-1)/2]
+	}
+	if len(rounds) > 1 {
+		m.Scale.RoundsEventsPerS = all
+	}
+	return m
 }
 
 // setScaleRatios sets RatioToOneRelay of runs (one kind and aggregate

@@ -29,7 +29,7 @@ func TestScale(t *testing.T) {
 	}
 	env := &Env{DSN: db.ConnString, Brokers: k.Brokers, Log: testenv.Logger(t), RelayBin: bin}
 	runs, err := env.Scale(ctx, ScaleConfig{Relays: []int{1, 2}, Aggregates: []int{20}, Events: 3000, Timeout: time.Minute,
-		LatencyRate: 200, LatencyDuration: 2 * time.Second, LatencyAggregates: 20, Relay: RelayConfig{ProcDefaults: true}})
+		LatencyRate: 200, LatencyDuration: 2 * time.Second, LatencyAggregates: 20, Relay: RelayConfig{ProcDefaults: true}, Rounds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,5 +89,32 @@ func TestScaleConfigValidate(t *testing.T) {
 	var c ScaleConfig
 	if err := c.validate(); err != nil || len(c.Relays) != 3 || len(c.Aggregates) != 3 || c.Events != 100000 {
 		t.Fatalf("defaults: %v %+v", err, c)
+	}
+}
+
+// TestMedianRun reports the median successful round, with every round's
+// events/s, and the first round when none succeeded.
+func TestMedianRun(t *testing.T) {
+	run := func(evps float64, err string) Run {
+		return Run{Drain: &Drain{EventsPerS: evps}, Scale: &Scale{}, Error: err}
+	}
+	m := medianRun([]Run{run(300, ""), run(100, ""), run(900, "boom"), run(200, "")})
+	if m.EventsPerS != 200 || len(m.RoundsEventsPerS) != 4 || m.RoundsEventsPerS[2] != 900 {
+		t.Errorf("median %v, rounds %v", m.EventsPerS, m.RoundsEventsPerS)
+	}
+	m = medianRun([]Run{run(400, ""), run(100, "")})
+	if m.EventsPerS != 100 {
+		t.Errorf("median of two: %v, want the lower", m.EventsPerS)
+	}
+	m = medianRun([]Run{run(0, "first"), run(0, "second")})
+	if m.Error != "first" {
+		t.Errorf("no success: %q", m.Error)
+	}
+	if m := medianRun([]Run{run(5, "")}); m.RoundsEventsPerS != nil {
+		t.Errorf("one round lists its rounds: %v", m.RoundsEventsPerS)
+	}
+	c := ScaleConfig{Rounds: -1}
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "ScaleConfig.Rounds") {
+		t.Errorf("Rounds -1: %v", err)
 	}
 }

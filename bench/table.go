@@ -195,7 +195,7 @@ func (r *Report) WriteTable(w io.Writer) {
 // ratio to one relay and the cost per event.
 func writeScale(w io.Writer, runs []*Run) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scale (relay processes)	aggregates	relays	events	seconds	events/s	ratio to 1	received	dup	claims	DB CPU ms/ev	DB xact/ev	relay CPU ms/ev	relay peak MiB	")
+	fmt.Fprintln(tw, "scale (relay processes)	aggregates	relays	events	seconds	events/s	ratio to 1	rounds events/s	received	dup	claims	DB CPU ms/ev	DB xact/ev	relay CPU ms/ev	relay peak MiB	")
 	for _, run := range runs {
 		ratio := "-"
 		if run.RatioToOneRelay > 0 {
@@ -206,8 +206,16 @@ func writeScale(w io.Writer, runs []*Run) {
 			dbCPU, relayCPU = optF(c.DBCPUMSPerEvent, "%.4f"), optF(c.RelayCPUMSPerEvent, "%.4f")
 			xacts = fmt.Sprintf("%.4f", c.DBXactsPerEvent)
 		}
-		fmt.Fprintf(tw, "%s	%d	%d	%d	%.2f	%.0f	%s	%d	%d	%d	%s	%s	%s	%.1f	%s\n",
-			run.Scenario, run.Aggregates, run.Relays, run.Events, run.DurationS, run.EventsPerS, ratio,
+		rounds := "-"
+		if run.Scale != nil && len(run.RoundsEventsPerS) > 0 {
+			var parts []string
+			for _, v := range run.RoundsEventsPerS {
+				parts = append(parts, fmt.Sprintf("%.0f", v))
+			}
+			rounds = strings.Join(parts, " ")
+		}
+		fmt.Fprintf(tw, "%s	%d	%d	%d	%.2f	%.0f	%s	%s	%d	%d	%d	%s	%s	%s	%.1f	%s\n",
+			run.Scenario, run.Aggregates, run.Relays, run.Events, run.DurationS, run.EventsPerS, ratio, rounds,
 			run.Received, run.DuplicateReceptions, run.Claims, dbCPU, xacts, relayCPU, run.RelayVmHWMMiB, errNote(run))
 	}
 	tw.Flush()

@@ -250,6 +250,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.Var(ints(&s.Scale.Relays), "scale-relays", "scale: relay counts, e.g. 1,2,3 (default 1,2,3; ratios divide by the 1-relay run)")
 	fs.Var(ints(&s.Scale.Aggregates), "scale-aggregates", "scale: aggregate counts, e.g. 100,1000,100000 (default 100,1000,100000)")
 	fs.IntVar(&s.Scale.Events, "scale-events", 100000, "scale: events of each drain's backlog and each burst's transaction")
+	fs.IntVar(&s.Scale.Rounds, "scale-rounds", bench.DefaultScaleRounds, "scale: runs of each drain and burst per relay count, interleaved; the median counts")
 	fs.Func("scale-partitions", "scale: partitions of the scale runs' topics (default 12)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 1 {
@@ -502,7 +503,7 @@ func flagError(err error) string {
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
 		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",
 		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates", "SuiteConfig.WritersWakeup": "--writers-wakeup", "WritersConfig.WakeupMode": "--writers-wakeup",
-		"ScaleConfig.Relays": "--scale-relays", "ScaleConfig.Aggregates": "--scale-aggregates", "ScaleConfig.Events": "--scale-events",
+		"ScaleConfig.Relays": "--scale-relays", "ScaleConfig.Aggregates": "--scale-aggregates", "ScaleConfig.Events": "--scale-events", "ScaleConfig.Rounds": "--scale-rounds",
 		"BurstConfig.Events": "--burst-events", "BurstConfig.IdleSettle": "--idle-settle", "SuiteConfig.Backlog.Events": "--backlog-events",
 		"SuiteConfig.LargePayloads.Events": "--large-events", "SuiteConfig.LargePayloads.PayloadBytes": "--large-payload-bytes",
 	} {
