@@ -59,8 +59,11 @@ func TestOwnedOldestClaimableAge(t *testing.T) {
 			agg[m] = a
 		}
 	}
+	// The 100 s event first: it has the lower seq, so it is also the
+	// table's lowest-seq claimable event.
 	ages := map[string]time.Duration{claimers[0].Member(): 100 * time.Second, claimers[1].Member(): 10 * time.Second}
-	for member, age := range ages {
+	for _, member := range []string{claimers[0].Member(), claimers[1].Member()} {
+		age := ages[member]
 		if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
 VALUES (gen_random_uuid(), $1, 't', '{}', now() - $2 * interval '1 second')`, agg[member], age.Seconds()); err != nil {
 			t.Fatal(err)

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -243,7 +244,17 @@ func DB(t testing.TB) *TestDB {
 		pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 		defer cancel()
-		if err := execOnce(ctx, base, "SET lock_timeout = '30s'; DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		// A session a test left behind (a relay's backend behind a frozen
+		// proxy, finishing its statement as the proxy closes) may take
+		// locks on the schema's objects while the DROP takes them in
+		// another order: the deadlock detector then cancels the DROP.
+		// It succeeds once that session is done.
+		drop := "SET lock_timeout = '30s'; DROP SCHEMA IF EXISTS " + pgx.Identifier{schema}.Sanitize() + " CASCADE"
+		err := execOnce(ctx, base, drop)
+		for i := 0; i < 3 && isDeadlock(err); i++ {
+			err = execOnce(ctx, base, drop)
+		}
+		if err != nil {
 			t.Errorf("testenv: drop schema %s: %v", schema, err)
 		}
 	})
@@ -278,6 +289,13 @@ func MigratedDB(t testing.TB) *TestDB {
 		t.Fatalf("testenv: %v", err)
 	}
 	return db
+}
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected
+// (40P01).
+func isDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
 }
 
 func execOnce(ctx context.Context, dsn, sql string) error {
