@@ -221,7 +221,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 		// ended or is among them), the snapshot after both.
 		q.batch.Queue(c.advanceSeqSQL)
 		q.batch.Queue(c.advanceVXIDSQL)
-		q.batch.Queue(c.advanceSQL, c.floor)
+		q.batch.Queue(c.advanceSQL, c.floor, c.own.ownedMask())
 	}
 	return q
 }

@@ -204,6 +204,22 @@ func (o *owner) guardKeys(now time.Time) []string {
 	return keys
 }
 
+// ownedMask is the floor's view of the partitions owned (advanceSQL): one
+// bool per key partition, true for those owned; nil (every row counts)
+// before the first rebalance.
+func (o *owner) ownedMask() []bool {
+	if o.partitions == 0 {
+		return nil
+	}
+	m := make([]bool, o.partitions)
+	for p := range o.owned {
+		if p >= 0 && p < len(m) {
+			m[p] = true
+		}
+	}
+	return m
+}
+
 // releasingList returns the partitions being given back.
 func (o *owner) releasingList() []int32 {
 	out := make([]int32, 0, len(o.releasing))
@@ -377,6 +393,10 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		var got, gave []int32
 		var bumped *int64
 		if err := c.pool.QueryRow(ctx, c.moveSQL, o.member, acquire, release).Scan(&got, &gave, &bumped); err != nil {
+			// The database may have given this relay partitions all the
+			// same (an answer lost): its claims may take their rows,
+			// which the floor did not cover.
+			c.floor = 0
 			return fmt.Errorf("rebalance: acquire and release: %w", err)
 		}
 		var takenOver int64
@@ -398,6 +418,14 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 	}
 	if len(owned) != len(o.owned) {
 		o.since = now
+	}
+	for p := range owned {
+		if !o.owned[p] {
+			// The floor covered only the partitions owned so far: rows
+			// of this one below it may be unpublished.
+			c.floor = 0
+			break
+		}
 	}
 	o.owned = owned
 	clear(o.releasing)

@@ -228,7 +228,15 @@ FROM pg_locks l
 WHERE l.locktype = 'relation' AND l.relation = ` + seqName + `
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()`
-	c.advanceSQL = `SELECT (SELECT min(seq) FROM ` + t + ` WHERE published_at IS NULL AND seq >= $1)`
+	// The lowest unpublished row counts only in the partitions this relay
+	// owns ($2, indexed by key partition; NULL: every row), the ones its
+	// claims take: with several relays, another relay's backlog would
+	// otherwise hold this relay's floor back, and each of its claims would
+	// walk every row the two relays published since (their index entries
+	// stay until VACUUM) and every row of the other's partitions. The
+	// floor drops when the relay acquires partitions (Claimer.rebalance).
+	c.advanceSQL = `SELECT (SELECT min(o.seq) FROM ` + t + ` o WHERE o.published_at IS NULL AND o.seq >= $1
+  AND ($2::bool[] IS NULL OR coalesce(($2::bool[])[` + c.keyPartition + ` + 1], true)))`
 }
 
 // prepareSettle writes the statements that end a lease: mark, extend,
