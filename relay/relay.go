@@ -108,6 +108,10 @@ type Relay struct {
 	// lastOwned and lastMembers are what the claimer owned at the last
 	// claim (watchOwnership); claimer goroutine only.
 	lastOwned, lastMembers int
+	// ownedShare is the part of the key partitions the claimer owned at
+	// the last claim (0 until it owns some): the claim schedule's busy
+	// threshold is the table's rate (busy). Claimer goroutine only.
+	ownedShare float64
 	// sleep waits between release retries, now reads the clock that lease
 	// deadlines are measured on (tests replace both).
 	sleep func(time.Duration)
@@ -207,6 +211,10 @@ func (r *Relay) watchOwnership(now time.Time) {
 			zap.Int("relays", o.Members), zap.Int64("acquired_total", o.Acquired), zap.Int64("released_total", o.Released),
 			zap.Int64("handovers_total", o.TakenOver), zap.String("member", o.Member))
 		r.lastOwned, r.lastMembers = o.Owned, o.Members
+	}
+	r.ownedShare = 0
+	if o.Partitions > 0 && o.Owned > 0 {
+		r.ownedShare = float64(o.Owned) / float64(o.Partitions)
 	}
 	r.progress.ownership(now, o)
 }
