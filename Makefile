@@ -86,7 +86,7 @@ check-deploy: $(HELM)
 run:
 	$(GO) run ./cmd/outbox-dev $(ARGS)
 
-# A short benchmark suite (about 12 minutes) on a throwaway Postgres (fsync
+# A benchmark suite (about 17 minutes) on a throwaway Postgres (fsync
 # on) and an in-process kfake broker, unless DATABASE_URL / OUTBOX_BROKERS
 # are set. Writes bench/results/latest.json, latest.png (latency CDF) and
 # latest-cost.png (latency against DB CPU per event), and prints the tables
