@@ -2,11 +2,10 @@ package lease_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/leasetest"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -25,37 +24,8 @@ func TestFloorCountsOnlyOwnedPartitions(t *testing.T) {
 	// b's membership outlasts the test: b claims nothing after settling,
 	// and its partitions must not move to a before b leaves.
 	b := newClaimer(t, db.Pool, lease.Config{RelayID: "b", BatchSize: 1000, Lease: time.Minute})
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		for _, c := range []*lease.Claimer{a, b} {
-			bt, err := c.Claim(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Settled(bt.Token, time.Time{})
-		}
-		o, err := lease.ReadOwners(ctx, db.Pool, "outbox")
-		return err == nil && len(o.Relays) == 2 && o.Settled()
-	}, "the two claimers did not settle")
-	owners, err := lease.ReadOwners(ctx, db.Pool, "outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ownerOf := make([]string, owners.Partitions)
-	for _, m := range owners.Relays {
-		for _, p := range m.Owned {
-			ownerOf[p] = m.Member
-		}
-	}
-	var aggsA, aggsB []string
-	for i := 0; len(aggsA) < 20 || len(aggsB) < 20; i++ {
-		g := fmt.Sprint("agg-", i)
-		switch ownerOf[outbox.KeyPartition(g, owners.Partitions)] {
-		case a.Member():
-			aggsA = append(aggsA, g)
-		case b.Member():
-			aggsB = append(aggsB, g)
-		}
-	}
+	aggs := leasetest.Aggregates(leasetest.Settle(t, db.Pool, "outbox", a, b), 20)
+	aggsA, aggsB := aggs[a.Member()], aggs[b.Member()]
 	publish := func(c *lease.Claimer) int {
 		t.Helper()
 		bt, err := c.Claim(ctx)

@@ -2,11 +2,10 @@ package metrics_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/leasetest"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/metrics"
@@ -30,34 +29,10 @@ func TestOwnedOldestClaimableAge(t *testing.T) {
 		}
 		claimers = append(claimers, c)
 	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		for _, c := range claimers {
-			b, err := c.Claim(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Settled(b.Token, time.Time{})
-		}
-		o, err := lease.ReadOwners(ctx, db.Pool, "outbox")
-		return err == nil && len(o.Relays) == 2 && o.Settled()
-	}, "two claimers did not settle their ownership")
-	owners, err := lease.ReadOwners(ctx, db.Pool, "outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ownerOf := make([]string, owners.Partitions)
-	for _, m := range owners.Relays {
-		for _, p := range m.Owned {
-			ownerOf[p] = m.Member
-		}
-	}
-	// An aggregate in each claimer's partitions.
+	aggs := leasetest.Aggregates(leasetest.Settle(t, db.Pool, "outbox", claimers...), 1)
 	agg := map[string]string{}
-	for i := 0; len(agg) < 2; i++ {
-		a := fmt.Sprintf("agg-%d", i)
-		if m := ownerOf[outbox.KeyPartition(a, owners.Partitions)]; agg[m] == "" {
-			agg[m] = a
-		}
+	for m, a := range aggs {
+		agg[m] = a[0]
 	}
 	// The 100 s event first: it has the lower seq, so it is also the
 	// table's lowest-seq claimable event.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/outbox/internal/leasetest"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -350,17 +351,7 @@ func TestStatusShowsKeyPartitionOwners(t *testing.T) {
 		claimers = append(claimers, c)
 		members = append(members, c.Member())
 	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		for _, c := range claimers {
-			b, err := c.Claim(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Settled(b.Token, time.Time{})
-		}
-		o, err := lease.ReadOwners(ctx, db.Pool, "outbox")
-		return err == nil && o.Settled()
-	}, "the claimers did not settle")
+	leasetest.Settle(t, db.Pool, "outbox", claimers...)
 	code, out, stderr := runMain(t, ctx, "status", "--database-url", db.ConnString)
 	if code != 0 {
 		t.Fatalf("status: exit %d %s", code, stderr)
