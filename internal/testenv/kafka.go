@@ -410,15 +410,22 @@ func (k *TestKafka) EndOffsets(t testing.TB, topic string) map[int32]int64 {
 	return out
 }
 
-// ConsumeFrom is Consume from the given offsets (EndOffsets) instead of
-// the start of every partition.
-func (k *TestKafka) ConsumeFrom(t testing.TB, topic string, from map[int32]int64, want int, timeout time.Duration) []Record {
+// clientFrom is a client reading topic from the given offsets, one per
+// partition (EndOffsets).
+func (k *TestKafka) clientFrom(t testing.TB, topic string, from map[int32]int64) *kgo.Client {
 	t.Helper()
 	offsets := map[int32]kgo.Offset{}
 	for p, o := range from {
 		offsets[p] = kgo.NewOffset().At(o)
 	}
-	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}), kgo.FetchMaxWait(250*time.Millisecond))
+	return k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}), kgo.FetchMaxWait(250*time.Millisecond))
+}
+
+// ConsumeFrom is Consume from the given offsets (EndOffsets) instead of
+// the start of every partition.
+func (k *TestKafka) ConsumeFrom(t testing.TB, topic string, from map[int32]int64, want int, timeout time.Duration) []Record {
+	t.Helper()
+	cl := k.clientFrom(t, topic, from)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var out []Record
@@ -433,11 +440,7 @@ func (k *TestKafka) ConsumeFrom(t testing.TB, topic string, from map[int32]int64
 // sharing the topic on a real broker) are skipped.
 func (k *TestKafka) FindFrom(t testing.TB, topic string, from map[int32]int64, timeout time.Duration, match func(Record) bool) (Record, bool) {
 	t.Helper()
-	offsets := map[int32]kgo.Offset{}
-	for p, o := range from {
-		offsets[p] = kgo.NewOffset().At(o)
-	}
-	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}), kgo.FetchMaxWait(250*time.Millisecond))
+	cl := k.clientFrom(t, topic, from)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for ctx.Err() == nil {
