@@ -3,12 +3,14 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -109,16 +111,33 @@ func scrape(ctx context.Context, addr string) ([]promSample, error) {
 // freeAddr returns a 127.0.0.1 address with a port free right now, for a
 // relay process's --metrics-addr.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("bench: free port: %w", err)
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
+	// The kernel may hand a port just closed here out again before the
+	// relay given it has bound it: relays started back to back then got
+	// the same address, and the second exited "address already in use".
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("bench: free port: %w", err)
+		}
+		addr := ln.Addr().String()
+		if err := ln.Close(); err != nil {
+			return "", fmt.Errorf("bench: free port: %w", err)
+		}
+		if !handedOut[addr] {
+			handedOut[addr] = true
+			return addr, nil
+		}
 	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		return "", fmt.Errorf("bench: free port: %w", err)
-	}
-	return addr, nil
+	return "", errors.New("bench: free port: the kernel kept handing out ports given out before")
 }
+
+// handedOut are the addresses freeAddr returned; guarded by handedOutMu.
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[string]bool{}
+)
 
 // relayTimings are the raw histogram sums (seconds) and counts of a relay
 // process's /metrics that RelayTimings is computed from.
