@@ -170,12 +170,15 @@ func processCPUSeconds(pid int) (float64, error) {
 	return float64(st.utime+st.stime) / clockTicks(), nil
 }
 
-// processGone reports whether pid no longer runs: not in /proc, or a
-// zombie waiting to be reaped (it has run its exit code already).
+// processGone reports whether pid is gone and reaped: not in /proc (or
+// dead, 'X').
 func processGone(pid int) bool {
 	st, err := readProcStat(pid)
 	if err != nil {
 		return errors.Is(err, os.ErrNotExist)
 	}
-	return st.state == 'Z' || st.state == 'X'
+	// A zombie is not gone: its CPU time reaches the postmaster's
+	// cutime (what the cost probe counts for exited backends) only once
+	// the postmaster reaps it.
+	return st.state == 'X'
 }
