@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
@@ -80,33 +81,9 @@ func TestGuardProbesStartAtTheLowestUnpublishedRow(t *testing.T) {
 	}
 	// 60,000 rows of 20 aggregates, claimed and marked published as a
 	// relay does (their old row versions and index entries stay: the
-	// snapshot is held).
-	pub, err := New(db.Pool, Config{RelayID: "pub", BatchSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for round := 0; round < 60; round++ {
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
-SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 1000) g`); err != nil {
-			t.Fatal(err)
-		}
-		b, err := pub.Claim(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs := make([]int64, len(b.Rows))
-		for i, r := range b.Rows {
-			seqs[i] = r.Seq
-		}
-		if _, err := pub.MarkPublished(ctx, b.Token, seqs); err != nil {
-			t.Fatal(err)
-		}
-		pub.Settled(b.Token, time.Time{})
-	}
-	// It leaves: the new relay below owns every partition.
-	if err := pub.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// snapshot is held). That relay leaves: the new relay below owns
+	// every partition.
+	publishRounds(t, db.Pool, 60)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
 SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 500) g`); err != nil {
 		t.Fatal(err)
@@ -151,6 +128,39 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	t.Logf("a mark of 200 rows touched %d buffers", mark)
 	if mark > 5000 {
 		t.Errorf("a mark of 200 rows touched %d buffers: it walks an index instead of probing outbox_unpublished_seq_idx", mark)
+	}
+}
+
+// publishRounds inserts rounds times 1,000 rows of 20 aggregates, each
+// round claimed and marked published by a relay as a relay does, which
+// then leaves (a relay started afterwards owns every partition).
+func publishRounds(t *testing.T, pool *pgxpool.Pool, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	pub, err := New(pool, Config{RelayID: "pub", BatchSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < rounds; round++ {
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 1000) g`); err != nil {
+			t.Fatal(err)
+		}
+		b, err := pub.Claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs := make([]int64, len(b.Rows))
+		for i, r := range b.Rows {
+			seqs[i] = r.Seq
+		}
+		if _, err := pub.MarkPublished(ctx, b.Token, seqs); err != nil {
+			t.Fatal(err)
+		}
+		pub.Settled(b.Token, time.Time{})
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
