@@ -132,11 +132,10 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 
 // claimQueue is one claim's statements and what they do besides claiming.
 type claimQueue struct {
-	steps   steps
-	batch   *Batch // filled in by the claim's step
-	beat    bool   // the relay's order-guard registration is written
-	advance bool   // the floor's statements follow the claim
-	floor   int64  // the seq the claim scans from
+	steps steps
+	batch *Batch // filled in by the claim's step
+	beat  bool   // the relay's order-guard registration is written
+	floor int64  // the seq the claim scans from
 }
 
 // queueClaim queues one claim's statements: the plan settings (and the
@@ -188,8 +187,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 		return err
 	})
 	q.steps.scan(st.generation.sql, nil, "claim batch: ownership", &c.own.seenGen, &c.own.expired)
-	q.advance = time.Since(c.lastAdvance) >= advanceEvery
-	if q.advance {
+	if time.Since(c.lastAdvance) >= advanceEvery {
 		c.queueAdvance(&q.steps)
 	}
 	return q
