@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -116,44 +117,13 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	token := uuid.Must(uuid.NewV7())
 	began := time.Now()
 	q := c.queueClaim(began, token, marks)
-	// The statements run in one implicit transaction, in one round trip;
-	// it commits when the batch completes.
-	br := c.pool.SendBatch(ctx, q.batch)
-	defer br.Close()
-	n := 1
-	if q.beat {
-		n = 3
-	}
-	for i := 0; i < n; i++ {
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("claim batch: %w", err)
-		}
-	}
-	for _, m := range marks {
-		tag, err := br.Exec()
-		if err != nil {
-			return nil, fmt.Errorf("claim batch: mark published: %w", err)
-		}
-		m.Marked = tag.RowsAffected()
-	}
-	batch, err := readClaimed(br, token, c.cfg.MaxBatchBytes)
-	if err != nil {
+	if err := q.steps.send(ctx, c.pool, "claim batch: commit"); err != nil {
 		return nil, err
-	}
-	if err := br.QueryRow().Scan(&c.own.seenGen, &c.own.expired); err != nil {
-		return nil, fmt.Errorf("claim batch: ownership: %w", err)
-	}
-	if q.advance {
-		if err := c.readAdvance(br); err != nil {
-			return nil, err
-		}
-	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("claim batch: commit: %w", err)
 	}
 	if q.beat {
 		c.lastBeat = began
 	}
+	batch := q.batch
 	batch.Claimed = time.Now()
 	// RETURNING is not ordered; the relay needs seq order.
 	slices.SortFunc(batch.Rows, func(a, b Row) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -162,28 +132,34 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 
 // claimQueue is one claim's statements and what they do besides claiming.
 type claimQueue struct {
-	batch   *pgx.Batch
-	beat    bool  // the relay's order-guard registration is written
-	advance bool  // the floor's statements follow the claim
-	floor   int64 // the seq the claim scans from
+	steps steps
+	batch *Batch // filled in by the claim's step
+	beat  bool   // the relay's order-guard registration is written
+	floor int64  // the seq the claim scans from
 }
 
-// queueClaim queues one claim's statements: the lock (and the order-guard
-// registration every half lease), the marks, the claim, and the floor's
-// reads every advanceEvery.
-func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) claimQueue {
-	q := claimQueue{batch: &pgx.Batch{}, floor: c.floor}
+// queueClaim queues one claim's statements: the plan settings (and the
+// order-guard registration every half lease), the marks, the claim, the
+// generation, and the floor's reads every advanceEvery. Claims of relays
+// on one table do not wait for each other (no lock): each takes rows of
+// the key partitions it owns only (owner.go), so no two claims can split
+// one aggregate's consecutive events.
+func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *claimQueue {
+	q := &claimQueue{floor: c.floor}
+	st, rows := c.st, c.rows
 	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
 	if q.beat {
-		q.batch.Queue(c.lockSyncSQL)
-		q.batch.Queue(c.beatSQL, c.holder.Load(), c.cfg.Lease.Milliseconds())
+		// A claim that registers the relay commits synchronously (plan.sql).
+		q.steps.exec(st.plan.sql, nil, "claim batch", nil)
+		q.steps.exec(st.beat.sql, st.beat.args(beatArgs{Holder: c.holder.Load(), LeaseMS: c.cfg.Lease.Milliseconds()}), "claim batch", nil)
 		// Dead relays' entries are swept as rarely as this relay beats.
-		q.batch.Queue(c.sweepSQL)
+		q.steps.exec(st.sweep.sql, nil, "claim batch", nil)
 	} else {
-		q.batch.Queue(c.lockSQL)
+		q.steps.exec(st.asyncCommit.sql, nil, "claim batch", nil)
 	}
 	for _, m := range marks {
-		q.batch.Queue(c.markSQL, m.Seqs, m.Token)
+		q.steps.exec(rows.mark.sql, rows.mark.args(settleArgs{Seqs: m.Seqs, Token: m.Token}), "claim batch: mark published",
+			func(tag pgconn.CommandTag) { m.Marked = tag.RowsAffected() })
 	}
 	// Now and then a claim scans from the start instead of the floor, so a
 	// row the floor passed by mistake waits at most rescanEvery (see
@@ -196,32 +172,23 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 		c.lastRescan = began
 	}
 	// The order guard looks for blocking rows from the floor up, even in a
-	// rescan: below the floor every row is published (a row the floor
-	// passed by mistake is claimed by the rescan itself, before the later
-	// rows of its batch). From seq 0 each probe would walk its aggregate's
-	// whole history of dead index entries while a long transaction keeps
-	// VACUUM from removing them: with two relays and a snapshot held for 6
-	// minutes at 1,000 events/s (make soak) such claims took seconds,
-	// passed the statement timeout and were retried as rescans, and the
-	// relays stalled.
-	if c.own.legacy != "" {
-		// A relay of an older version claims on this table: claim
-		// nothing (the rebalances watch for it to go).
-		q.batch.Queue(c.claimSQL, 0, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor, c.own.member, []int32{}, true,
-			int32(c.cfg.MaxBatchBytes))
-	} else {
-		q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor,
-			c.own.member, c.own.releasingList(), len(c.own.guardKeys(began)) > 0, int32(c.cfg.MaxBatchBytes))
+	// rescan (claim_guard_from.sql): below the floor every row is
+	// published (a row the floor passed by mistake is claimed by the
+	// rescan itself, before the later rows of its batch).
+	// A relay of an older version that claims on this table makes this
+	// claim take nothing (the rebalances watch for it to go).
+	a := claimArgs{LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: token, ScanFrom: q.floor, Floor: c.floor,
+		Member: c.own.member, Releasing: []int32{}, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)}
+	if c.own.legacy == "" {
+		a.BatchSize, a.Releasing, a.ForceGuard = c.cfg.BatchSize, c.own.releasingList(), len(c.own.guardKeys(began)) > 0
 	}
-	q.batch.Queue(c.ownerSQL)
-	q.advance = time.Since(c.lastAdvance) >= advanceEvery
-	if q.advance {
-		// In this order: the sequence before the transactions running
-		// (a transaction that took a seq before the first read has
-		// ended or is among them), the snapshot after both.
-		q.batch.Queue(c.advanceSeqSQL)
-		q.batch.Queue(c.advanceVXIDSQL)
-		q.batch.Queue(c.advanceSQL, c.floor, c.own.ownedMask())
+	q.steps.add(rows.claim.sql, rows.claim.args(a), func(br pgx.BatchResults) (err error) {
+		q.batch, err = readClaimed(br, token, c.cfg.MaxBatchBytes)
+		return err
+	})
+	q.steps.scan(st.generation.sql, nil, "claim batch: ownership", &c.own.seenGen, &c.own.expired)
+	if time.Since(c.lastAdvance) >= advanceEvery {
+		c.queueAdvance(&q.steps)
 	}
 	return q
 }
@@ -300,30 +267,31 @@ func timestamptzText(t pgtype.Timestamptz) string {
 	return t.Time.String()
 }
 
-// readAdvance reads the floor's statements and moves the floor.
-func (c *Claimer) readAdvance(br pgx.BatchResults) error {
+// queueAdvance queues the floor's statements, in this order: the
+// sequence before the transactions running (a transaction that took a
+// seq before the first read has ended or is among them), the snapshot
+// after both; the last one's read moves the floor.
+func (c *Claimer) queueAdvance(s *steps) {
 	var seq int64
 	var cache *int64
 	var holders []string
 	var minUnpublished *int64
-	if err := br.QueryRow().Scan(&seq, &cache); err != nil {
-		return fmt.Errorf("claim batch: advance floor: sequence: %w", err)
-	}
-	if err := br.QueryRow().Scan(&holders); err != nil {
-		return fmt.Errorf("claim batch: advance floor: transactions: %w", err)
-	}
-	if err := br.QueryRow().Scan(&minUnpublished); err != nil {
-		return fmt.Errorf("claim batch: advance floor: %w", err)
-	}
-	if seq < c.lastSeq {
-		c.restarted()
-	}
-	c.lastSeq = seq
-	if cache == nil || *cache == 1 {
-		c.advance(seq, holders, minUnpublished)
-	}
-	c.lastAdvance = time.Now()
-	return nil
+	s.scan(c.st.advanceSeq.sql, nil, "claim batch: advance floor: sequence", &seq, &cache)
+	s.scan(c.st.advanceVXID.sql, nil, "claim batch: advance floor: transactions", &holders)
+	s.add(c.st.advance.sql, c.st.advance.args(advanceArgs{Floor: c.floor, OwnedMask: c.own.ownedMask()}), func(br pgx.BatchResults) error {
+		if err := br.QueryRow().Scan(&minUnpublished); err != nil {
+			return fmt.Errorf("claim batch: advance floor: %w", err)
+		}
+		if seq < c.lastSeq {
+			c.restarted()
+		}
+		c.lastSeq = seq
+		if cache == nil || *cache == 1 {
+			c.advance(seq, holders, minUnpublished)
+		}
+		c.lastAdvance = time.Now()
+		return nil
+	})
 }
 
 // restarted drops the floor to 0 and every pending marker, after the
@@ -339,7 +307,7 @@ func (c *Claimer) readAdvance(br pgx.BatchResults) error {
 // unpublished row, whichever is lower. Until this runs (at most
 // advanceEvery after the restart, at the next claim), the claims
 // themselves scan from seq 0 when the sequence is below the floor (see
-// prepareClaim). metrics.SequenceBehindError reports the restart itself
+// sql/claim.sql). metrics.SequenceBehindError reports the restart itself
 // (readiness, one log line).
 func (c *Claimer) restarted() {
 	c.floor = 0

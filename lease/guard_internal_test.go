@@ -10,12 +10,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
 // planTx begins a transaction on c's pool, with the Claimer's plan
-// settings (planSettings) when withSettings; the caller rolls it back.
+// settings (sql/plan_settings.sql) when withSettings; the caller rolls it back.
 func planTx(t *testing.T, c *Claimer, withSettings bool) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
@@ -24,7 +25,7 @@ func planTx(t *testing.T, c *Claimer, withSettings bool) pgx.Tx {
 		t.Fatal(err)
 	}
 	if withSettings {
-		if _, err := tx.Exec(ctx, "SELECT "+planSettings); err != nil {
+		if _, err := tx.Exec(ctx, c.st.plan.sql); err != nil {
 			_ = tx.Rollback(ctx)
 			t.Fatal(err)
 		}
@@ -80,33 +81,9 @@ func TestGuardProbesStartAtTheLowestUnpublishedRow(t *testing.T) {
 	}
 	// 60,000 rows of 20 aggregates, claimed and marked published as a
 	// relay does (their old row versions and index entries stay: the
-	// snapshot is held).
-	pub, err := New(db.Pool, Config{RelayID: "pub", BatchSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for round := 0; round < 60; round++ {
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
-SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 1000) g`); err != nil {
-			t.Fatal(err)
-		}
-		b, err := pub.Claim(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs := make([]int64, len(b.Rows))
-		for i, r := range b.Rows {
-			seqs[i] = r.Seq
-		}
-		if _, err := pub.MarkPublished(ctx, b.Token, seqs); err != nil {
-			t.Fatal(err)
-		}
-		pub.Settled(b.Token, time.Time{})
-	}
-	// It leaves: the new relay below owns every partition.
-	if err := pub.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// snapshot is held). That relay leaves: the new relay below owns
+	// every partition.
+	publishRounds(t, db.Pool, 60)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
 SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 500) g`); err != nil {
 		t.Fatal(err)
@@ -120,8 +97,9 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	if err := c.rebalance(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	fresh := explainBuffers(t, c, c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), uuid.New(), int64(0), int64(0),
-		c.own.member, []int32{}, true, int32(c.cfg.MaxBatchBytes))
+	claim := c.rows.claim
+	fresh := explainBuffers(t, c, claim.sql, claim.args(claimArgs{BatchSize: c.cfg.BatchSize, LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(),
+		Token: uuid.New(), ScanFrom: 0, Floor: 0, Member: c.own.member, Releasing: []int32{}, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)})...)
 	t.Logf("a new relay's claim (floor 0) touched %d buffers", fresh)
 	// Measured: 884,348 buffers with the probes bounded by the scan's
 	// start (each walks its aggregate's 3,000 dead entries), 10,444 now
@@ -146,10 +124,43 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	for i := range seqs {
 		seqs[i] = b.Rows[i].Seq
 	}
-	mark := explainBuffers(t, c, c.markSQL, seqs, b.Token)
+	mark := explainBuffers(t, c, c.rows.mark.sql, c.rows.mark.args(settleArgs{Seqs: seqs, Token: b.Token})...)
 	t.Logf("a mark of 200 rows touched %d buffers", mark)
 	if mark > 5000 {
 		t.Errorf("a mark of 200 rows touched %d buffers: it walks an index instead of probing outbox_unpublished_seq_idx", mark)
+	}
+}
+
+// publishRounds inserts rounds times 1,000 rows of 20 aggregates, each
+// round claimed and marked published by a relay as a relay does, which
+// then leaves (a relay started afterwards owns every partition).
+func publishRounds(t *testing.T, pool *pgxpool.Pool, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	pub, err := New(pool, Config{RelayID: "pub", BatchSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < rounds; round++ {
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 1000) g`); err != nil {
+			t.Fatal(err)
+		}
+		b, err := pub.Claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs := make([]int64, len(b.Rows))
+		for i, r := range b.Rows {
+			seqs[i] = r.Seq
+		}
+		if _, err := pub.MarkPublished(ctx, b.Token, seqs); err != nil {
+			t.Fatal(err)
+		}
+		pub.Settled(b.Token, time.Time{})
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -166,7 +177,7 @@ func genericClaimPlan(t *testing.T, c *Claimer, withSettings bool) string {
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, int[], bool, int) AS "+c.claimSQL); err != nil {
+	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, int[], bool, int) AS "+c.rows.claim.sql); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_generic(500, 30000, 'h', '"+uuid.NewString()+"', 0, 0, 'h', '{}', true, 16777216)")
@@ -190,7 +201,7 @@ func genericClaimPlan(t *testing.T, c *Claimer, withSettings bool) string {
 // outbox_unpublished_seq_idx in order, with no sequential scan and no sort
 // of the table: a relay idle for 30 s then drained a burst of 100,000
 // events at 0.28x the rate of a fresh relay (issue 11) because its cached
-// claim kept such a plan. The plan settings (planSettings) are what keeps
+// claim kept such a plan. The plan settings (sql/plan_settings.sql) are what keeps
 // it on the index; without them the same statement plans a sequential scan.
 func TestClaimGenericPlanUsesTheIndex(t *testing.T) {
 	t.Parallel()

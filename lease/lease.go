@@ -244,34 +244,16 @@ func (b *Batch) Deadline(lease time.Duration) time.Time {
 
 // Claimer claims, marks and releases outbox rows through a pool.
 type Claimer struct {
-	cfg        Config
-	pool       *pgxpool.Pool
-	holder     atomicString // locked_by of this Claimer's claims; changes after a failed claim
-	guard      string       // quoted name of the order-guard table
-	beatSQL    string
-	holdSQL    string
-	sweepSQL   string
-	advanceSQL string
-	// advanceSeqSQL and advanceVXIDSQL read the identity's last value and
-	// the running transactions for a floor marker.
-	advanceSeqSQL, advanceVXIDSQL string
-	claimSQL                      string
-	markSQL                       string
-	extendSQL                     string
-	releaseSQL                    string
-	deadSQL                       string
-	requeueSQL                    string
-	lockSQL                       string
-	lockSyncSQL                   string
-	ownerSQL                      string // reads the generation after a claim
-	keyPartition                  string // the row's key partition, as SQL on alias o
-	// addr names rows in the statements that select them in a CTE and
-	// update them (claim, mark, extend, release, dead-letter); written for
-	// a plain table by New, for a partitioned one by prepared.
-	addr                                                         sqlname.RowAddress
-	addrKnown                                                    atomic.Bool // prepared found out whether the table is partitioned
-	prepMu                                                       sync.Mutex  // serializes prepared
-	joinSQL, membersSQL, ownersSQL, legacySQL, moveSQL, leaveSQL string
+	cfg    Config
+	pool   *pgxpool.Pool
+	holder atomicString // locked_by of this Claimer's claims; changes after a failed claim
+	// st are the Claimer's statements, rendered by New; rows are those
+	// naming rows by address for the table as it is: st.plainRows from
+	// New, st.partitionedRows once prepared finds the table partitioned.
+	st        *statements
+	rows      *rowStatements
+	addrKnown atomic.Bool // prepared found out whether the table is partitioned
+	prepMu    sync.Mutex  // serializes prepared
 
 	// The floor (see advance) is used and moved only by Claim.
 	mu          sync.Mutex
@@ -285,29 +267,29 @@ type Claimer struct {
 	own         *owner    // key partitions owned (owner.go)
 }
 
-// New returns a Claimer on pool. It returns cfg's validation error.
+// New returns a Claimer on pool. It returns cfg's validation error, or an
+// error rendering its statements (a defect of the package, which its
+// tests catch).
 func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Claimer{cfg: cfg, pool: pool, guard: sqlname.OrderGuard(cfg.Table), addr: sqlname.NewRowAddress(cfg.Table, cfg.Columns.ID, false)}
+	st, err := newStatements(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Claimer{cfg: cfg, pool: pool, st: st, rows: st.plainRows}
 	c.own = newOwner(cfg.RelayID + "/" + randomHex(4))
 	c.holder.Store(c.own.member)
-	c.prepareOwner()
-	c.prepareGuard()
-	c.prepareClaim()
-	c.prepareFloor()
-	c.prepareSettle()
-	c.prepareRequeue()
 	return c, nil
 }
 
 // prepared makes sure that the statements naming rows by address are
-// written for the table as it is: New writes them for a plain table; the
+// those for the table as it is: New takes those of a plain table; the
 // first call asks the database, once per Claimer, whether the table is
 // partitioned (PARTITION BY, e.g. sql.MigrateOptions.TimePartitions), and
-// if so writes them again for (tableoid, ctid) addresses (see
+// if so takes those naming rows by (tableoid, ctid) (see
 // sqlname.RowAddress). Claim and every statement that settles rows call it
 // first; until it succeeds (a missing table: an error IsMissingTable
 // reports) it asks again at the next call. A table changed between plain
@@ -322,21 +304,15 @@ func (c *Claimer) prepared(ctx context.Context) error {
 		return nil
 	}
 	var partitioned bool
-	if err := c.pool.QueryRow(ctx, `SELECT relkind = 'p' FROM pg_class WHERE oid = $1::regclass`, c.table()).Scan(&partitioned); err != nil {
+	q := c.st.partitioned
+	if err := c.pool.QueryRow(ctx, q.sql, q.args(tableArgs{Table: sqlname.Quote(c.cfg.Table)})...).Scan(&partitioned); err != nil {
 		return err
 	}
 	if partitioned {
-		c.addr = sqlname.NewRowAddress(c.cfg.Table, c.cfg.Columns.ID, true)
-		c.prepareClaim()
-		c.prepareSettle()
+		c.rows = c.st.partitionedRows
 	}
 	c.addrKnown.Store(true)
 	return nil
-}
-
-// table returns the quoted outbox table name.
-func (c *Claimer) table() string {
-	return sqlname.Quote(c.cfg.Table)
 }
 
 // Holder is the value this Claimer writes to locked_by: its Member, and
@@ -370,9 +346,8 @@ func (c *Claimer) Close(ctx context.Context) error {
 	if err := c.leave(ctx); err != nil {
 		return fmt.Errorf("close claimer: %w", err)
 	}
-	_, err := c.pool.Exec(ctx, `DELETE FROM `+c.guard+` WHERE key = 'relay:' || $1
-AND NOT EXISTS (SELECT 1 FROM `+c.table()+` WHERE locked_by = $1 AND published_at IS NULL AND locked_until > now())`, c.holder.Load())
-	if err != nil {
+	q := c.st.unregister
+	if _, err := c.pool.Exec(ctx, q.sql, q.args(holderArgs{Holder: c.holder.Load()})...); err != nil {
 		return fmt.Errorf("close claimer: %w", err)
 	}
 	return nil

@@ -415,6 +415,25 @@ func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
 	}
 }
 
+// holdSnapshot holds a REPEATABLE READ snapshot on a connection of pool,
+// idle in its transaction, until the test ends.
+func holdSnapshot(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(holder.Release)
+	if _, err := holder.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Exec(ctx, "ROLLBACK") }) //nolint:errcheck
+	if _, err := holder.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A transaction that holds a snapshot and inserts nothing (an idle
 // REPEATABLE READ session, a long report) does not hold the floor back:
 // only a transaction that took seqs from the outbox's sequence can commit
@@ -442,18 +461,7 @@ func TestFloorIgnoresSnapshotHoldersButNotPreparedWriters(t *testing.T) {
 		aggs[i] = fmt.Sprint("agg-", i)
 	}
 	// The idle snapshot holder, opened before any event.
-	holder, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release()
-	if _, err := holder.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := holder.Exec(ctx, "SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Exec(ctx, "ROLLBACK") //nolint:errcheck
+	holdSnapshot(t, db.Pool)
 	for round := 0; round < 3; round++ {
 		addEvents(t, db.Pool, aggs...)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Mark names rows to mark published that a claim carries (Claim).
@@ -57,13 +58,13 @@ func (c *Claimer) DeadLetter(ctx context.Context, s Settle) (int64, error) {
 	if err := c.prepared(ctx); err != nil {
 		return 0, fmt.Errorf("dead-letter: %w", err)
 	}
-	b := &pgx.Batch{}
-	b.Queue(c.deadSQL, s.Seqs, s.Token, s.Hold, attemptInc(s.CountAttempt), s.LastError)
+	var n int64
+	q := c.rows.dead
+	b := c.settleSteps(q.sql, q.args(deadArgs{Seqs: s.Seqs, Token: s.Token, Hold: s.Hold, AttemptInc: attemptInc(s.CountAttempt), LastError: s.LastError}), &n)
 	if s.Hold {
-		b.Queue(c.holdSQL, nil)
+		b.exec(c.st.hold.sql, c.st.hold.args(holdArgs{}), "", nil)
 	}
-	n, err := c.execBatch(ctx, b)
-	if err != nil {
+	if err := b.send(ctx, c.pool, ""); err != nil {
 		return 0, fmt.Errorf("dead-letter: %w", err)
 	}
 	return n, nil
@@ -88,24 +89,21 @@ func attemptInc(count bool) int {
 func (c *Claimer) Requeue(ctx context.Context, ids []string) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, planSQL); err != nil {
+		if _, err := tx.Exec(ctx, c.st.plan.sql); err != nil {
 			return err
 		}
 		// Serialize with releases and dead-letterings, which extend
 		// 'holds' in their own transactions.
-		if _, err := tx.Exec(ctx, c.holdSQL, nil); err != nil {
+		if _, err := tx.Exec(ctx, c.st.hold.sql, c.st.hold.args(holdArgs{})...); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, c.requeueSQL, ids)
+		tag, err := tx.Exec(ctx, c.st.requeue.sql, c.st.requeue.args(requeueArgs{IDs: ids})...)
 		if err != nil {
 			return err
 		}
 		n = tag.RowsAffected()
 		// 'holds' now only needs to cover what still backs off or is held.
-		_, err = tx.Exec(ctx, `UPDATE `+c.guard+` SET until = coalesce((
-  SELECT max(locked_until) FROM `+c.table()+`
-  WHERE published_at IS NULL AND locked_by IS NULL AND locked_until > now()), '-infinity')
-WHERE key = 'holds'`)
+		_, err = tx.Exec(ctx, c.st.holdsReset.sql)
 		return err
 	})
 	if err != nil {
@@ -122,31 +120,13 @@ WHERE key = 'holds'`)
 	return n, nil
 }
 
-// execBatch runs the plan settings and then b's statements in one
-// implicit transaction, and returns the rows affected by b's first
-// statement.
-func (c *Claimer) execBatch(ctx context.Context, b *pgx.Batch) (int64, error) {
-	withPlan := &pgx.Batch{}
-	withPlan.Queue(planSQL)
-	withPlan.QueuedQueries = append(withPlan.QueuedQueries, b.QueuedQueries...)
-	br := c.pool.SendBatch(ctx, withPlan)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return 0, err
-	}
-	tag, err := br.Exec()
-	if err != nil {
-		return 0, err
-	}
-	for i := 1; i < b.Len(); i++ {
-		if _, err := br.Exec(); err != nil {
-			return 0, err
-		}
-	}
-	if err := br.Close(); err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+// settleSteps returns the steps of a release or dead-letter: the plan
+// settings (plan.sql), then sql with args, whose rows affected go to n.
+func (c *Claimer) settleSteps(sql string, args []any, n *int64) steps {
+	var b steps
+	b.exec(c.st.plan.sql, nil, "", nil)
+	b.exec(sql, args, "", func(tag pgconn.CommandTag) { *n = tag.RowsAffected() })
+	return b
 }
 
 // MarkPublished sets published_at on the rows seqs that are still held by
@@ -161,22 +141,15 @@ func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int
 	if err := c.prepared(ctx); err != nil {
 		return 0, fmt.Errorf("mark published: %w", err)
 	}
-	b := &pgx.Batch{}
-	b.Queue(asyncCommitSQL)
-	b.Queue(c.markSQL, seqs, token)
-	br := c.pool.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return 0, fmt.Errorf("mark published: %w", err)
+	var n int64
+	var b steps
+	b.exec(c.st.asyncCommit.sql, nil, "mark published", nil)
+	q := c.rows.mark
+	b.exec(q.sql, q.args(settleArgs{Seqs: seqs, Token: token}), "mark published", func(tag pgconn.CommandTag) { n = tag.RowsAffected() })
+	if err := b.send(ctx, c.pool, "mark published: commit"); err != nil {
+		return 0, err
 	}
-	tag, err := br.Exec()
-	if err != nil {
-		return 0, fmt.Errorf("mark published: %w", err)
-	}
-	if err := br.Close(); err != nil {
-		return 0, fmt.Errorf("mark published: commit: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Extend renews the lease of the rows seqs still held by token to
@@ -194,51 +167,32 @@ func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]
 	if err := c.prepared(ctx); err != nil {
 		return nil, 0, fmt.Errorf("extend lease: %w", err)
 	}
-	b := &pgx.Batch{}
-	b.Queue(asyncCommitSQL)
-	b.Queue(c.extendSQL, seqs, token, c.cfg.Lease.Milliseconds(), c.own.member)
-	br := c.pool.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, 0, fmt.Errorf("extend lease: %w", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, 0, fmt.Errorf("extend lease: %w", err)
-	}
 	var kept []int64
 	lease := c.cfg.Lease
-	for rows.Next() {
-		var seq, ms int64
-		if err := rows.Scan(&seq, &ms); err != nil {
-			rows.Close()
-			return nil, 0, fmt.Errorf("extend lease: %w", err)
+	var b steps
+	b.exec(c.st.asyncCommit.sql, nil, "extend lease", nil)
+	q := c.rows.extend
+	b.add(q.sql, q.args(extendArgs{Seqs: seqs, Token: token, LeaseMS: c.cfg.Lease.Milliseconds(), Member: c.own.member}), func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("extend lease: %w", err)
 		}
-		kept = append(kept, seq)
-		lease = min(lease, time.Duration(ms)*time.Millisecond)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("extend lease: %w", err)
-	}
-	if err := br.Close(); err != nil {
-		return nil, 0, fmt.Errorf("extend lease: commit: %w", err)
+		defer rows.Close()
+		for rows.Next() {
+			var seq, ms int64
+			if err := rows.Scan(&seq, &ms); err != nil {
+				return fmt.Errorf("extend lease: %w", err)
+			}
+			kept = append(kept, seq)
+			lease = min(lease, time.Duration(ms)*time.Millisecond)
+		}
+		return wrapErr("extend lease", rows.Err())
+	})
+	if err := b.send(ctx, c.pool, "extend lease: commit"); err != nil {
+		return nil, 0, err
 	}
 	return kept, lease, nil
 }
-
-// asyncCommitSQL turns off synchronous_commit for the rest of the
-// (implicit) transaction. Claims and marks commit without waiting for
-// their WAL flush: they become visible at once, and a database crash can
-// only lose the last few hundred milliseconds of them, which returns those
-// rows to "unclaimed" or "unpublished" — they are published again, which
-// at-least-once delivery allows. It takes a WAL flush (about 1ms here) off
-// every claim, which is on the path of every event's commit-to-publish
-// latency. The writer's transactions are untouched: they commit with the
-// application's own setting.
-const asyncCommitSQL = "SELECT set_config('synchronous_commit', 'off', true), " + planSettings
-
-// planSQL sets planSettings for the rest of the (implicit) transaction.
-const planSQL = "SELECT " + planSettings
 
 // Release gives the rows of s still held by s.Token back: claimable at
 // once, or after s.RetryIn, during which every later event of their
@@ -256,13 +210,14 @@ func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
 	if s.LastError != "" {
 		le = &s.LastError
 	}
-	b := &pgx.Batch{}
-	b.Queue(c.releaseSQL, s.Seqs, s.Token, s.RetryIn.Milliseconds(), attemptInc(s.CountAttempt), le)
+	var n int64
+	q := c.rows.release
+	b := c.settleSteps(q.sql, q.args(releaseArgs{Seqs: s.Seqs, Token: s.Token, RetryMS: s.RetryIn.Milliseconds(), AttemptInc: attemptInc(s.CountAttempt), LastError: le}), &n)
 	if s.RetryIn > 0 {
-		b.Queue(c.holdSQL, s.RetryIn.Milliseconds())
+		delay := s.RetryIn.Milliseconds()
+		b.exec(c.st.hold.sql, c.st.hold.args(holdArgs{DelayMS: &delay}), "", nil)
 	}
-	n, err := c.execBatch(ctx, b)
-	if err != nil {
+	if err := b.send(ctx, c.pool, ""); err != nil {
 		return 0, fmt.Errorf("release: %w", err)
 	}
 	return n, nil

@@ -1,0 +1,172 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotMigrated is wrapped by claims on a table that migration 00009
+// (key partitions) has not reached or whose backfill has not finished:
+// run `outbox-relay migrate`.
+var ErrNotMigrated = fmt.Errorf("the outbox table has no key partitions yet: run `outbox-relay migrate` (it adds them and fills them in)")
+
+// CheckPartitions returns an error wrapping ErrNotMigrated when table
+// (optionally schema-qualified) has no key partitions yet (migration 00009
+// has not run) or their backfill has not finished; nil when it is ready.
+// Other errors are the database's, wrapped as "check key partitions: ...".
+func CheckPartitions(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, table string) error {
+	q, err := renderTableStmt("check_partitions", table)
+	if err != nil {
+		return err
+	}
+	var done bool
+	err = db.QueryRow(ctx, q).Scan(&done)
+	switch {
+	case IsMissingTable(err), err == nil && !done, errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("table %s: %w", table, ErrNotMigrated)
+	case err != nil:
+		return fmt.Errorf("check key partitions: %w", err)
+	}
+	return nil
+}
+
+// Owners is who owns the table's key partitions, as `outbox-relay status`
+// shows it.
+type Owners struct {
+	// Partitions is the table's number of key partitions.
+	Partitions int `json:"partitions"`
+	// Relays are the members, live or whose membership ran out (they are
+	// removed at the next rebalance), by member name.
+	Relays []MemberOwnership `json:"relays"`
+	// Free lists the partitions nobody owns.
+	Free []int `json:"free"`
+}
+
+// MemberOwnership is one member of Owners.
+type MemberOwnership struct {
+	Member    string    `json:"member"`
+	RelayID   string    `json:"relay_id"`
+	StartedAt time.Time `json:"started_at"`
+	RenewedAt time.Time `json:"renewed_at"`
+	// Until is when its membership ends unless renewed; Live whether that
+	// is still ahead (by the database clock).
+	Until time.Time `json:"until"`
+	Live  bool      `json:"live"`
+	// Owned are the partitions it owns, since the earliest of Since.
+	Owned []int     `json:"owned"`
+	Since time.Time `json:"since,omitzero"`
+}
+
+// ReadOwners reads who owns table's key partitions (optionally
+// schema-qualified). It returns an error wrapping ErrNotMigrated for a
+// table without key partitions.
+func ReadOwners(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, table string) (*Owners, error) {
+	if err := CheckPartitions(ctx, db, table); err != nil {
+		return nil, err
+	}
+	var count, members, owners string
+	for _, r := range []struct {
+		sql  *string
+		name string
+	}{{&count, "read_partition_count"}, {&members, "read_members"}, {&owners, "read_owners"}} {
+		var err error
+		if *r.sql, err = renderTableStmt(r.name, table); err != nil {
+			return nil, err
+		}
+	}
+	o := &Owners{Relays: []MemberOwnership{}, Free: []int{}}
+	if err := db.QueryRow(ctx, count).Scan(&o.Partitions); err != nil {
+		return nil, fmt.Errorf("read owners: %w", err)
+	}
+	rows, err := db.Query(ctx, members)
+	if err != nil {
+		return nil, fmt.Errorf("read owners: %w", err)
+	}
+	index := map[string]int{}
+	for rows.Next() {
+		var m MemberOwnership
+		if err := rows.Scan(&m.Member, &m.RelayID, &m.StartedAt, &m.RenewedAt, &m.Until, &m.Live); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read owners: %w", err)
+		}
+		m.Owned = []int{}
+		index[m.Member] = len(o.Relays)
+		o.Relays = append(o.Relays, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read owners: %w", err)
+	}
+	rows, err = db.Query(ctx, owners)
+	if err != nil {
+		return nil, fmt.Errorf("read owners: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p int
+		var who string
+		var since *time.Time
+		if err := rows.Scan(&p, &who, &since); err != nil {
+			return nil, fmt.Errorf("read owners: %w", err)
+		}
+		i, ok := index[who]
+		if !ok {
+			o.Free = append(o.Free, p)
+			continue
+		}
+		m := &o.Relays[i]
+		m.Owned = append(m.Owned, p)
+		if since != nil && (m.Since.IsZero() || since.Before(m.Since)) {
+			m.Since = *since
+		}
+	}
+	return o, rows.Err()
+}
+
+// Settled reports whether ownership is at rest: at least one member is
+// live, and every partition is owned by the live member that Assign gives
+// it among the live members, so no handover is pending. Relays that
+// joined or left a moment ago make it false until the rebalances they
+// cause are done (a few heartbeats; see Config.Lease).
+func (o *Owners) Settled() bool {
+	var live []string
+	for _, m := range o.Relays {
+		if m.Live {
+			live = append(live, m.Member)
+		}
+	}
+	want := Assign(live, o.Partitions)
+	if want == nil {
+		return false
+	}
+	have := make([]string, o.Partitions)
+	for _, m := range o.Relays {
+		for _, p := range m.Owned {
+			if p >= 0 && p < len(have) {
+				have[p] = m.Member
+			}
+		}
+	}
+	return slices.Equal(want, have)
+}
+
+// renderTableStmt renders sql/<name>.sql, a statement without arguments
+// whose only slots are tableSlots, for table: for the functions that take
+// the table per call, off the claim's path.
+func renderTableStmt(name, table string) (string, error) {
+	s, err := renderStmt[noArgs](name, tableSlots(table))
+	if err != nil {
+		return "", fmt.Errorf("lease: render statement: %w", err)
+	}
+	return s.sql, nil
+}

@@ -1,0 +1,11 @@
+-- Turns off synchronous_commit for the rest of the (implicit)
+-- transaction, and sets the plan settings (plan_settings.sql).
+--
+-- Claims and marks commit without waiting for their WAL flush: they
+-- become visible at once, and a database crash can only lose the last few
+-- hundred milliseconds of them, which returns those rows to "unclaimed" or
+-- "unpublished": they are published again, which at-least-once delivery
+-- allows. It takes a WAL flush off every claim, which is on the path of
+-- every event's commit-to-publish latency. The writer's transactions are
+-- untouched: they commit with the application's own setting.
+SELECT set_config('synchronous_commit', 'off', true), /* TEMPLATE: plan_settings */

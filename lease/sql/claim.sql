@@ -1,0 +1,123 @@
+-- The claim: leases up to @batch_size claimable rows of the partitions
+-- this relay (@member) owns, in seq order, for @lease_ms milliseconds
+-- under holder @holder and claim token @token, and returns them.
+--
+-- One statement: a CTE (referenced twice, so materialized: evaluated
+-- once) picks the candidates, and the UPDATE leases exactly those, found
+-- by ctid (a TID scan, no index lookup; on a partitioned table by
+-- tableoid and ctid, joined: the row_address and match_candidates slots,
+-- sqlname.RowAddress). Never `UPDATE ... WHERE id IN (SELECT ... LIMIT n)`:
+-- the planner may run that subquery more than once and lease more than n
+-- rows (PostgreSQL bug #15715).
+--
+-- The candidates are not row-locked (FOR UPDATE SKIP LOCKED): no other
+-- relay claims rows of this relay's partitions, its own claims are
+-- serialized by Claimer.mu, and the only other writer of a claimable row
+-- is the relay whose lease on it ended, settling it late; the UPDATE then
+-- waits for that transaction and skips the row, whose ctid changed. A row
+-- lock would be a WAL record of its own per row.
+--
+-- Slots: the tables (table, relays, partitions, guard), the configured
+-- columns (id, aggregate_id, event_type, payload; aggregate_type_o is
+-- NULL::text without that column), key_partition_o (a row's key
+-- partition), and the row-state predicates of lease.States (live_o,
+-- lease_free_o, waiting_o), shared with the gauges and the status
+-- commands so that they never disagree.
+WITH lo AS MATERIALIZED (
+  -- The floor (@floor; @scan_from is where this claim scans from: the
+  -- floor, or 0 for a rescan) holds only while the sequence moves forward.
+  -- Normally its last value is at least the floor minus one (the floor
+  -- never passes a value the sequence handed out). Below that, the
+  -- sequence went back (ALTER SEQUENCE ... RESTART, a logical-replication
+  -- cutover) and new rows have seqs below the floor, where only the
+  -- once-a-minute rescan would find them: the claim scans, and its guard
+  -- probes, from seq 0 (one InitPlan: a sequence read) until the Claimer's
+  -- next advance drops its floor (Claimer.restarted).
+  SELECT CASE WHEN s.last < @floor - 1 THEN 0 ELSE @scan_from END AS scan, CASE WHEN s.last < @floor - 1 THEN 0 ELSE @floor END AS guard
+  FROM (SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence(/* TEMPLATE: table_literal */, 'seq')::regclass), 0) AS last) s
+), me AS MATERIALIZED (
+  -- Ownership: the member must be live, its lease on a row ends no later
+  -- than its membership, and only rows of the partitions it owns, less
+  -- those it is giving back (@releasing), are candidates. Both CTEs are
+  -- evaluated once; with no partition owned the scan does not run at all.
+  SELECT r.until FROM /* TEMPLATE: relays */ r WHERE r.member = @member AND r.until > now()
+), owned AS MATERIALIZED (
+  -- owned is a mask indexed by partition, so testing a row is one array
+  -- subscript. Written as key_partition IN (SELECT partition FROM owned),
+  -- the planner makes it a nested-loop semi-join that walks the list of
+  -- owned partitions for every candidate.
+  SELECT array_agg(p.owner IS NOT DISTINCT FROM @member AND p.partition <> ALL(@releasing::int[]) ORDER BY p.partition) AS mask,
+    bool_or(p.owner IS NOT DISTINCT FROM @member AND p.partition <> ALL(@releasing::int[])) AS owns_any
+  FROM /* TEMPLATE: partitions */ p WHERE EXISTS (SELECT 1 FROM me)
+), scan AS (
+  -- The order guard keeps per-aggregate order across retries: a row is
+  -- not claimable while an earlier unpublished row of its aggregate is
+  -- backing off after a failed publish (locked_by NULL, locked_until in
+  -- the future), held as a dead letter, or leased under another holder.
+  -- This relay's own leases (@holder) do not block it: it publishes its
+  -- batches one after the other, in seq order. The guard (waiting_o) is a
+  -- scalar subquery on purpose: written as NOT EXISTS the planner turns it
+  -- into an anti-join that reads the whole table once per claim; as a
+  -- correlated SubPlan it is one probe of outbox_unpublished_aggregate_idx
+  -- per candidate, which stops at the first blocking row. Its probes start
+  -- at claim_guard_from.sql. JIT is off for the claim (plan_settings.sql):
+  -- the SubPlan's pessimistic cost estimate would otherwise trigger JIT
+  -- compilation.
+  --
+  -- The guard is needed only while a row could block a later event of
+  -- its aggregate: a row backing off or a held dead letter ('holds' in the
+  -- order guard), or a claim of this relay's whose answer was lost and
+  -- that may have leased rows under an earlier holder (@force_guard).
+  -- Other relays' leases cannot: they own other partitions, and a
+  -- partition changes hands only once nothing of it is leased.
+  SELECT /* TEMPLATE: row_address_o */, o.seq, o.locked_by IS NOT NULL AS taken_over, coalesce(o.payload_size, @max_bytes) AS size
+  FROM /* TEMPLATE: table */ o
+  WHERE (SELECT owns_any FROM owned)
+    AND /* TEMPLATE: live_o */
+    AND o.seq >= (SELECT scan FROM lo)
+    AND /* TEMPLATE: lease_free_o */
+    AND (SELECT mask FROM owned)[/* TEMPLATE: key_partition_o */ + 1]
+    AND (NOT (@force_guard::bool OR (SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: guard */ g WHERE g.key = 'holds' AND g.until > now())))
+      OR NOT /* TEMPLATE: waiting_o */)
+  ORDER BY o.seq
+  LIMIT @batch_size
+), candidates AS (
+  -- The byte bound (@max_bytes, Config.MaxBatchBytes): the scan's rows
+  -- are taken in seq order while the payload bytes before each stay under
+  -- it, so a claim always takes its first row, whatever its size. The
+  -- sizes are payload_size (migration 00010: the uncompressed size,
+  -- recorded at insert), read from the heap tuple the scan visits anyway;
+  -- no payload is read to size it (pg_column_size of a stored value is its
+  -- compressed size, and detoasting each candidate would read every
+  -- payload twice). A row without one (written before the migration, or
+  -- with triggers off) counts as the whole bound: at most one such row per
+  -- claim, after what fits.
+  --
+  -- The running sum is computed only when the scan's rows (at most
+  -- @batch_size of them) come to the bound or more: a One-Time Filter on
+  -- their total gates the branch with the window and its sort of those
+  -- rows, so a claim of small payloads costs one aggregate over its own
+  -- rows more, not a window over every row it scans.
+  SELECT /* TEMPLATE: row_address */, taken_over FROM scan WHERE (SELECT sum(size) FROM scan) < @max_bytes
+  UNION ALL
+  SELECT /* TEMPLATE: row_address */, taken_over FROM (
+    SELECT /* TEMPLATE: row_address */, taken_over, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - size AS before
+    FROM scan WHERE (SELECT sum(size) FROM scan) >= @max_bytes
+  ) w WHERE before < @max_bytes
+), claimed AS (
+-- A lease never outlives the membership (me.until). A payload larger than
+-- the bound itself is not read at all (the CASE): its row comes back
+-- without it, the Claimer sets its DecodeErr and the relay dead-letters
+-- it, so that one huge row cannot take the relay past its memory bound.
+UPDATE /* TEMPLATE: table */ o
+SET locked_until = least(now() + @lease_ms * interval '1 millisecond', (SELECT until FROM me)), locked_by = @holder, claim_token = @token
+/* TEMPLATE: match_candidates */
+RETURNING o.seq, o./* TEMPLATE: id */::text, o./* TEMPLATE: aggregate_id */::text, o./* TEMPLATE: event_type */::text, CASE WHEN o.payload_size > @max_bytes THEN NULL ELSE o./* TEMPLATE: payload */ END,
+  o.headers, o.topic, o.created_at, o.attempts, o.locked_until, /* TEMPLATE: aggregate_type_o */,
+  /* TEMPLATE: key_partition_o */, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint, o.payload_size
+)
+-- The last two columns: the rows taken over (whose previous lease had
+-- ended unsettled), and whether the byte bound left claimable rows behind,
+-- so that the relay claims again at once as after a full batch
+-- (Batch.More).
+SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over), (SELECT count(*) FROM scan) > (SELECT count(*) FROM candidates) FROM claimed

@@ -1,0 +1,11 @@
+-- A fragment of claim.sql (the lower bound of the order guard's probes),
+-- not a statement; it names claim.sql's CTE lo.
+--
+-- The guard's probes start at the lowest unpublished seq at or above the
+-- floor (lo.guard: @floor, or 0 after a restart of the sequence), computed
+-- once per claim (an InitPlan): no row below it is leased or backing off.
+-- Every probe walks its aggregate's index entries from there, dead ones
+-- included; from seq 0 (a new relay, or a rescan) each probe would walk
+-- its aggregate's whole history while a long transaction keeps VACUUM
+-- from removing it.
+(SELECT coalesce(min(m.seq), (SELECT guard FROM lo)) FROM /* TEMPLATE: table */ m WHERE m.published_at IS NULL AND m.seq >= (SELECT guard FROM lo))

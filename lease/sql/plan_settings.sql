@@ -1,0 +1,20 @@
+-- A fragment, not a statement: the plan settings every statement batch
+-- of a Claimer sets for its own transaction (plan.sql, async_commit.sql),
+-- so that each hot statement stays on its index whatever the table's
+-- statistics say.
+--
+-- pgx prepares statements, and after five executions PostgreSQL may
+-- switch one to a generic plan, chosen with the statistics of that
+-- moment. Planned while the table was empty (as autovacuum's ANALYZE
+-- finds it between bursts), the claim becomes a sequential scan and a
+-- sort of the whole table, and the mark a sequential scan
+-- (relay.TestBurstAfterIdleDrainsAsFast). Forcing custom plans would
+-- re-plan the claim at every execution, many times the CPU of running the
+-- cached plan; disabling the plans that read the whole table keeps the
+-- cached plan and makes it the index's: outbox_unpublished_seq_idx in seq
+-- order for the claim and the floor, the seq index for mark, release and
+-- extend.
+--
+-- JIT is off: the claim's SubPlan (and any plan the disabled nodes
+-- inflate) would otherwise be compiled, some 20 ms a claim for nothing.
+set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)

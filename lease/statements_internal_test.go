@@ -1,0 +1,57 @@
+package lease
+
+import (
+	"io/fs"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Every statement renders for every kind of table: no slot or argument is
+// left in the SQL, and every file of sql/ renders with a Claimer's slots.
+func TestStatementsRender(t *testing.T) {
+	t.Parallel()
+	leftover := regexp.MustCompile(`TEMPLATE|@[A-Za-z_]|--`)
+	for _, cfg := range []Config{{}, {Table: `app.Out"box`, Columns: DebeziumColumns}, {Table: strings.Repeat("x", 60)}} {
+		c, err := New(nil, cfg)
+		if err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+		var check func(name string, v reflect.Value)
+		check = func(name string, v reflect.Value) {
+			switch {
+			case v.Kind() == reflect.Pointer:
+				check(name, v.Elem())
+			case v.Type().Name() == "statements" || v.Type().Name() == "rowStatements":
+				for i := 0; i < v.NumField(); i++ {
+					check(name+"."+v.Type().Field(i).Name, v.Field(i))
+				}
+			default:
+				sql := v.FieldByName("sql").String()
+				// Quoted identifiers and literals may hold anything.
+				bare := regexp.MustCompile(`'[^']*'|"[^"]*"`).ReplaceAllString(sql, "")
+				if sql == "" || leftover.MatchString(bare) {
+					t.Errorf("%s: %s rendered as %q", cfg.Table, name, sql)
+				}
+			}
+		}
+		check("statements", reflect.ValueOf(c.st))
+	}
+	slots, err := claimerSlots(Config{}.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"row_address", "row_address_o", "match_candidates", "match_settled", "match_settled_o"} {
+		slots[k] = "x"
+	}
+	files, err := fs.Glob(sqlFiles, "sql/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatal(files, err)
+	}
+	for _, f := range files {
+		if _, err := renderFile(strings.TrimSuffix(strings.TrimPrefix(f, "sql/"), ".sql"), slots); err != nil {
+			t.Error(err)
+		}
+	}
+}
