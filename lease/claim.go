@@ -85,6 +85,8 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	}
 	now := time.Now()
 	if c.own.rebalanceDue(now, c.cfg.Lease) {
+		// Partitions acquired bring rows below any resume point.
+		c.resume.reset()
 		if err := c.rebalance(ctx, now); err != nil {
 			return nil, err
 		}
@@ -109,6 +111,7 @@ func (c *Claimer) newHolder(now time.Time) {
 	c.own.holders++
 	c.holder.Store(c.own.member + "." + strconv.Itoa(c.own.holders))
 	c.lastBeat = time.Time{}
+	c.resume.reset()
 }
 
 // claim is Claim with c.mu held.
@@ -120,13 +123,15 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	// it commits when the batch completes.
 	br := c.pool.SendBatch(ctx, q.batch)
 	defer br.Close()
-	n := 1
-	if q.beat {
-		n = 3
+	holds, err := readHolds(br)
+	if err != nil {
+		return nil, err
 	}
-	for i := 0; i < n; i++ {
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("claim batch: %w", err)
+	if q.beat {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return nil, fmt.Errorf("claim batch: %w", err)
+			}
 		}
 	}
 	for _, m := range marks {
@@ -157,7 +162,37 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	batch.Claimed = time.Now()
 	// RETURNING is not ordered; the relay needs seq order.
 	slices.SortFunc(batch.Rows, func(a, b Row) int { return cmp.Compare(a.Seq, b.Seq) })
+	var last int64
+	if len(batch.Rows) > 0 {
+		last = batch.Rows[len(batch.Rows)-1].Seq
+	}
+	full := len(batch.Rows) >= c.cfg.BatchSize || batch.More
+	c.resume.claimed(last, full, q.quiet && !holds, q.final)
 	return batch, nil
+}
+
+// readHolds reads the claim's first statement (lockSQL, lockSyncSQL):
+// whether a row backs off or is held as a dead letter.
+func readHolds(br pgx.BatchResults) (bool, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return false, fmt.Errorf("claim batch: %w", err)
+	}
+	defer rows.Close()
+	var holds bool
+	if rows.Next() {
+		v, err := rows.Values()
+		if err != nil {
+			return false, fmt.Errorf("claim batch: %w", err)
+		}
+		h, ok := v[0].(bool)
+		holds = h || !ok
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("claim batch: %w", err)
+	}
+	return holds, nil
 }
 
 // claimQueue is one claim's statements and what they do besides claiming.
@@ -166,13 +201,24 @@ type claimQueue struct {
 	beat    bool  // the relay's order-guard registration is written
 	advance bool  // the floor's statements follow the claim
 	floor   int64 // the seq the claim scans from
+	// quiet: no lease of an earlier holder or of rows not given back may
+	// still run (see resume); final: the highest seq known final before
+	// the claim (Claimer.final).
+	quiet bool
+	final int64
 }
 
 // queueClaim queues one claim's statements: the lock (and the order-guard
 // registration every half lease), the marks, the claim, and the floor's
 // reads every advanceEvery.
 func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) claimQueue {
-	q := claimQueue{batch: &pgx.Batch{}, floor: c.floor}
+	guardKeys := c.own.guardKeys(began)
+	q := claimQueue{batch: &pgx.Batch{}, final: c.final, quiet: len(guardKeys) == 0 && !began.Before(c.stuckUntil)}
+	if c.rewind.Swap(false) || !q.quiet {
+		c.resume.reset()
+	}
+	q.floor = c.resume.from(c.floor)
+	defer func() { c.scanFrom = q.floor }()
 	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
 	if q.beat {
 		q.batch.Queue(c.lockSyncSQL)
@@ -190,6 +236,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 	// advance for how that can happen).
 	if began.Sub(c.lastRescan) >= rescanEvery {
 		q.floor = 0
+		c.resume.reset()
 		// Counted when tried, not when it succeeds: a rescan that fails
 		// (it walks every dead index entry below the floor, and may pass
 		// the statement timeout) must not turn every claim into one.
@@ -211,7 +258,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) cl
 			int32(c.cfg.MaxBatchBytes))
 	} else {
 		q.batch.Queue(c.claimSQL, c.cfg.BatchSize, c.cfg.Lease.Milliseconds(), c.holder.Load(), token, q.floor, c.floor,
-			c.own.member, c.own.releasingList(), len(c.own.guardKeys(began)) > 0, int32(c.cfg.MaxBatchBytes))
+			c.own.member, c.own.releasingList(), len(guardKeys) > 0, int32(c.cfg.MaxBatchBytes))
 	}
 	q.batch.Queue(c.ownerSQL)
 	q.advance = time.Since(c.lastAdvance) >= advanceEvery
@@ -343,6 +390,8 @@ func (c *Claimer) readAdvance(br pgx.BatchResults) error {
 // (readiness, one log line).
 func (c *Claimer) restarted() {
 	c.floor = 0
+	c.final = -1
+	c.resume.reset()
 	c.markers = nil
 	c.restarts++
 }
@@ -382,6 +431,7 @@ markers:
 	if settled < 0 {
 		return
 	}
+	c.final = max(c.final, settled)
 	next := settled + 1
 	if minUnpublished != nil && *minUnpublished < next {
 		next = *minUnpublished

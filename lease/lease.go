@@ -283,6 +283,17 @@ type Claimer struct {
 	lastBeat    time.Time // when the last registry write was sent
 	lastRescan  time.Time // when a claim last scanned from seq 0
 	own         *owner    // key partitions owned (owner.go)
+	// resume is where a claim draining a backlog scans from (resume.go);
+	// final the highest seq every transaction that could commit it has
+	// ended by (the floor's settled marker; -1: none yet).
+	resume   resume
+	final    int64
+	scanFrom int64 // where the last claim scanned from
+	// rewind, set by every statement that gives rows back, makes the next
+	// claim scan from the floor; stuckUntil is when the leases of rows the
+	// relay could not give back end at the latest (Settled).
+	rewind     atomic.Bool
+	stuckUntil time.Time
 }
 
 // New returns a Claimer on pool. It returns cfg's validation error.
@@ -291,7 +302,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Claimer{cfg: cfg, pool: pool, guard: sqlname.OrderGuard(cfg.Table), addr: sqlname.NewRowAddress(cfg.Table, cfg.Columns.ID, false)}
+	c := &Claimer{cfg: cfg, pool: pool, guard: sqlname.OrderGuard(cfg.Table), addr: sqlname.NewRowAddress(cfg.Table, cfg.Columns.ID, false), final: -1}
 	c.own = newOwner(cfg.RelayID + "/" + randomHex(4))
 	c.holder.Store(c.own.member)
 	c.prepareOwner()

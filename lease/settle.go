@@ -57,6 +57,7 @@ func (c *Claimer) DeadLetter(ctx context.Context, s Settle) (int64, error) {
 	if err := c.prepared(ctx); err != nil {
 		return 0, fmt.Errorf("dead-letter: %w", err)
 	}
+	c.rewind.Store(true) // as in Release
 	b := &pgx.Batch{}
 	b.Queue(c.deadSQL, s.Seqs, s.Token, s.Hold, attemptInc(s.CountAttempt), s.LastError)
 	if s.Hold {
@@ -256,6 +257,9 @@ func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
 	if s.LastError != "" {
 		le = &s.LastError
 	}
+	// Before the statement: a claim that starts after it committed must
+	// scan from the floor, where these rows are (resume).
+	c.rewind.Store(true)
 	b := &pgx.Batch{}
 	b.Queue(c.releaseSQL, s.Seqs, s.Token, s.RetryIn.Milliseconds(), attemptInc(s.CountAttempt), le)
 	if s.RetryIn > 0 {

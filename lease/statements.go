@@ -45,12 +45,17 @@ ON CONFLICT (key) DO UPDATE SET until = greatest(` + guard + `.until, EXCLUDED.u
 	// Claims of relays on one table do not wait for each other: each
 	// takes rows of the key partitions it owns only (owner.go), so no two
 	// claims can split one aggregate's consecutive events.
-	c.lockSQL = `SELECT ` + planSettings + `, set_config('synchronous_commit', 'off', true)`
+	//
+	// Both also say, first, whether a row backs off or is held as a dead
+	// letter ('holds'): read before the claim's snapshot, false means that
+	// no such row lies below the claim's resume point (resume).
+	holds := `EXISTS (SELECT 1 FROM ` + guard + ` g WHERE g.key = 'holds' AND g.until > now())`
+	c.lockSQL = `SELECT ` + holds + `, ` + planSettings + `, set_config('synchronous_commit', 'off', true)`
 	// A claim that registers the relay in the order guard commits
 	// synchronously: relays of older versions skip their guard on the
 	// strength of that row, so a database crash must not lose it while its
 	// leases survive.
-	c.lockSyncSQL = `SELECT ` + planSettings
+	c.lockSyncSQL = `SELECT ` + holds + `, ` + planSettings
 }
 
 // prepareClaim writes the claim statement.
