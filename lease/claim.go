@@ -214,7 +214,7 @@ type claimQueue struct {
 func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) claimQueue {
 	guardKeys := c.own.guardKeys(began)
 	q := claimQueue{batch: &pgx.Batch{}, final: c.final, quiet: len(guardKeys) == 0 && !began.Before(c.stuckUntil)}
-	if c.rewind.Swap(false) || !q.quiet {
+	if c.rewind.Swap(false) || !q.quiet || c.noResume {
 		c.resume.reset()
 	}
 	q.floor = c.resume.from(c.floor)

@@ -289,6 +289,7 @@ type Claimer struct {
 	resume   resume
 	final    int64
 	scanFrom int64 // where the last claim scanned from
+	noResume bool  // every claim scans from the floor (tests)
 	// rewind, set by every statement that gives rows back, makes the next
 	// claim scan from the floor; stuckUntil is when the leases of rows the
 	// relay could not give back end at the latest (Settled).
