@@ -52,6 +52,7 @@ func warmBroker(ctx context.Context, brokers []string, d time.Duration, log *zap
 	}()
 	body := payload(100)
 	var sent atomic.Int64
+	var lastErr atomic.Value // the last retriable publish error
 	// Calls are not cut at d: each loop stops between calls once d has
 	// passed and something was acknowledged (a cold broker on a busy
 	// machine may take longer than a short d for its first answer), within
@@ -78,10 +79,22 @@ func warmBroker(ctx context.Context, brokers []string, d time.Duration, log *zap
 					msgs[j] = kafka.Message{Key: fmt.Appendf(nil, "warm-%d", (i*per+j)%200), Value: body}
 				}
 				if err := pub.Publish(wctx, msgs); err != nil {
-					if wctx.Err() == nil {
-						errs <- fmt.Errorf("bench: broker warm-up: %w", err)
+					// A new topic's leaders may take a while on a cold,
+					// busy broker (NOT_LEADER_OR_FOLLOWER): what the
+					// warm-up is for. It fails only if nothing was ever
+					// acknowledged (below).
+					if !kafka.IsRetriable(err) && !kafka.IsOutage(err) {
+						if wctx.Err() == nil {
+							errs <- fmt.Errorf("bench: broker warm-up: %w", err)
+						}
+						return
 					}
-					return
+					lastErr.Store(err)
+					select {
+					case <-wctx.Done():
+					case <-time.After(50 * time.Millisecond):
+					}
+					continue
 				}
 				sent.Add(int64(per))
 			}
@@ -101,7 +114,8 @@ func warmBroker(ctx context.Context, brokers []string, d time.Duration, log *zap
 	default:
 	}
 	if sent.Load() == 0 || read.Load() == 0 {
-		return "", fmt.Errorf("bench: broker warm-up: %d records acknowledged, %d read back in %s", sent.Load(), read.Load(), time.Since(began).Round(time.Millisecond))
+		last, _ := lastErr.Load().(error)
+		return "", fmt.Errorf("bench: broker warm-up: %d records acknowledged, %d read back in %s (last publish error: %v)", sent.Load(), read.Load(), time.Since(began).Round(time.Millisecond), last)
 	}
 	s := fmt.Sprintf("%s: %d records acknowledged on %d partitions (kafka.Publisher, acks=all, 1 and 50 per call), %d read back (franz-go)",
 		time.Since(began).Round(100*time.Millisecond), sent.Load(), warmupPartitions, read.Load())

@@ -86,6 +86,8 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	}
 	now := time.Now()
 	if c.own.rebalanceDue(now, c.cfg.Lease) {
+		// Partitions acquired bring rows below any resume point.
+		c.resume.reset()
 		if err := c.rebalance(ctx, now); err != nil {
 			return nil, err
 		}
@@ -110,6 +112,7 @@ func (c *Claimer) newHolder(now time.Time) {
 	c.own.holders++
 	c.holder.Store(c.own.member + "." + strconv.Itoa(c.own.holders))
 	c.lastBeat = time.Time{}
+	c.resume.reset()
 }
 
 // claim is Claim with c.mu held.
@@ -127,6 +130,12 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	batch.Claimed = time.Now()
 	// RETURNING is not ordered; the relay needs seq order.
 	slices.SortFunc(batch.Rows, func(a, b Row) int { return cmp.Compare(a.Seq, b.Seq) })
+	var last int64
+	if len(batch.Rows) > 0 {
+		last = batch.Rows[len(batch.Rows)-1].Seq
+	}
+	full := len(batch.Rows) >= c.cfg.BatchSize || batch.More
+	c.resume.claimed(last, full, q.quiet && !q.holds, q.final)
 	return batch, nil
 }
 
@@ -136,6 +145,12 @@ type claimQueue struct {
 	batch *Batch // filled in by the claim's step
 	beat  bool   // the relay's order-guard registration is written
 	floor int64  // the seq the claim scans from
+	// quiet: no lease of an earlier holder or of rows not given back may
+	// still run; holds: a row backs off or is held (holds.sql); final:
+	// the highest seq known final before the claim (Claimer.final). See
+	// resume.
+	quiet, holds bool
+	final        int64
 }
 
 // queueClaim queues one claim's statements: the plan settings (and the
@@ -145,7 +160,13 @@ type claimQueue struct {
 // the key partitions it owns only (owner.go), so no two claims can split
 // one aggregate's consecutive events.
 func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *claimQueue {
-	q := &claimQueue{floor: c.floor}
+	guardKeys := c.own.guardKeys(began)
+	q := &claimQueue{final: c.final, quiet: len(guardKeys) == 0 && !began.Before(c.stuckUntil)}
+	if c.rewind.Swap(false) || !q.quiet || c.noResume {
+		c.resume.reset()
+	}
+	q.floor = c.resume.from(c.floor)
+	defer func() { c.scanFrom = q.floor }()
 	st, rows := c.st, c.rows
 	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
 	if q.beat {
@@ -166,6 +187,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	// advance for how that can happen).
 	if began.Sub(c.lastRescan) >= rescanEvery {
 		q.floor = 0
+		c.resume.reset()
 		// Counted when tried, not when it succeeds: a rescan that fails
 		// (it walks every dead index entry below the floor, and may pass
 		// the statement timeout) must not turn every claim into one.
@@ -180,8 +202,9 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	a := claimArgs{LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: token, ScanFrom: q.floor, Floor: c.floor,
 		Member: c.own.member, Releasing: []int32{}, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)}
 	if c.own.legacy == "" {
-		a.BatchSize, a.Releasing, a.ForceGuard = c.cfg.BatchSize, c.own.releasingList(), len(c.own.guardKeys(began)) > 0
+		a.BatchSize, a.Releasing, a.ForceGuard = c.cfg.BatchSize, c.own.releasingList(), len(guardKeys) > 0
 	}
+	q.steps.scan(st.holds.sql, nil, "claim batch: holds", &q.holds)
 	q.steps.add(rows.claim.sql, rows.claim.args(a), func(br pgx.BatchResults) (err error) {
 		q.batch, err = readClaimed(br, token, c.cfg.MaxBatchBytes)
 		return err
@@ -311,6 +334,8 @@ func (c *Claimer) queueAdvance(s *steps) {
 // (readiness, one log line).
 func (c *Claimer) restarted() {
 	c.floor = 0
+	c.final = -1
+	c.resume.reset()
 	c.markers = nil
 	c.restarts++
 }
@@ -350,6 +375,7 @@ markers:
 	if settled < 0 {
 		return
 	}
+	c.final = max(c.final, settled)
 	next := settled + 1
 	if minUnpublished != nil && *minUnpublished < next {
 		next = *minUnpublished

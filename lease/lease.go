@@ -265,6 +265,18 @@ type Claimer struct {
 	lastBeat    time.Time // when the last registry write was sent
 	lastRescan  time.Time // when a claim last scanned from seq 0
 	own         *owner    // key partitions owned (owner.go)
+	// resume is where a claim draining a backlog scans from (resume.go);
+	// final the highest seq every transaction that could commit it has
+	// ended by (the floor's settled marker; -1: none yet).
+	resume   resume
+	final    int64
+	scanFrom int64 // where the last claim scanned from
+	noResume bool  // every claim scans from the floor (tests)
+	// rewind, set by every statement that gives rows back, makes the next
+	// claim scan from the floor; stuckUntil is when the leases of rows the
+	// relay could not give back end at the latest (Settled).
+	rewind     atomic.Bool
+	stuckUntil time.Time
 }
 
 // New returns a Claimer on pool. It returns cfg's validation error, or an
@@ -279,7 +291,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Claimer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Claimer{cfg: cfg, pool: pool, st: st, rows: st.plainRows}
+	c := &Claimer{cfg: cfg, pool: pool, st: st, rows: st.plainRows, final: -1}
 	c.own = newOwner(cfg.RelayID + "/" + randomHex(4))
 	c.holder.Store(c.own.member)
 	return c, nil

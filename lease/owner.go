@@ -129,6 +129,9 @@ func (c *Claimer) Settled(token uuid.UUID, busyUntil time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.own
+	if busyUntil.After(c.stuckUntil) {
+		c.stuckUntil = busyUntil
+	}
 	for _, p := range o.batches[token] {
 		if o.busy[p]--; o.busy[p] <= 0 {
 			delete(o.busy, p)

@@ -58,6 +58,7 @@ func (c *Claimer) DeadLetter(ctx context.Context, s Settle) (int64, error) {
 	if err := c.prepared(ctx); err != nil {
 		return 0, fmt.Errorf("dead-letter: %w", err)
 	}
+	c.rewind.Store(true) // as in Release
 	var n int64
 	q := c.rows.dead
 	b := c.settleSteps(q.sql, q.args(deadArgs{Seqs: s.Seqs, Token: s.Token, Hold: s.Hold, AttemptInc: attemptInc(s.CountAttempt), LastError: s.LastError}), &n)
@@ -210,6 +211,9 @@ func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
 	if s.LastError != "" {
 		le = &s.LastError
 	}
+	// Before the statement: a claim that starts after it committed must
+	// scan from the floor, where these rows are (resume).
+	c.rewind.Store(true)
 	var n int64
 	q := c.rows.release
 	b := c.settleSteps(q.sql, q.args(releaseArgs{Seqs: s.Seqs, Token: s.Token, RetryMS: s.RetryIn.Milliseconds(), AttemptInc: attemptInc(s.CountAttempt), LastError: le}), &n)

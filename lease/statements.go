@@ -25,6 +25,7 @@ type statements struct {
 	requeue     stmt[requeueArgs]
 	partitioned stmt[tableArgs] // whether the table is partitioned
 	generation  stmt[noArgs]    // read after each claim
+	holds       stmt[noArgs]    // read before each claim
 	advanceSeq  stmt[noArgs]
 	advanceVXID stmt[noArgs]
 	advance     stmt[advanceArgs]
@@ -78,8 +79,9 @@ type (
 		LeaseMS   int64     `arg:"lease_ms"`
 		Holder    string    `arg:"holder"`
 		Token     uuid.UUID `arg:"token"`
-		// ScanFrom is where this claim scans from: the floor, or 0 for a
-		// rescan.
+		// ScanFrom is where this claim scans from: the floor, the resume
+		// point after the last claim while draining (resume.go), or 0 for
+		// a rescan.
 		ScanFrom   int64   `arg:"scan_from"`
 		Floor      int64   `arg:"floor"`
 		Member     string  `arg:"member"`
@@ -192,6 +194,7 @@ func newStatements(cfg Config) (*statements, error) {
 	render(&r, &st.requeue, "requeue")
 	render(&r, &st.partitioned, "partitioned")
 	render(&r, &st.generation, "generation")
+	render(&r, &st.holds, "holds")
 	render(&r, &st.advanceSeq, "advance_seq")
 	render(&r, &st.advanceVXID, "advance_vxid")
 	render(&r, &st.advance, "advance")
