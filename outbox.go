@@ -196,10 +196,11 @@ func (m WakeupMode) String() string {
 
 // FieldError says which field of which component's Config is invalid and
 // why: every Config's Validate in this module (WriterConfig here,
-// relay.Config, lease.Config, kafka.Config, notify.Config, metrics.Config,
-// retention.Config) returns one, so callers can name the bad field
-// without parsing the message. Its Error is "<component>: Config.<Field>:
-// <reason>" ("outbox: WriterConfig.<Field>: ..." here).
+// relay.Config, lease.Config, kafka.Config, notify.Config, and the
+// outbox-relay command's metrics and retention Configs) returns one, so
+// callers can name the bad field without parsing the message. Its Error is
+// "<component>: Config.<Field>: <reason>" ("outbox: WriterConfig.<Field>:
+// ..." here).
 type FieldError = config.FieldError
 
 // WithDefaults returns a copy of c with every zero field set to its

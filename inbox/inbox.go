@@ -22,6 +22,10 @@
 // application's own migrations. Rows are never deleted by this package;
 // delete old ones (processed_at) once redeliveries that old can no longer
 // happen, e.g. after the topic's retention.
+//
+// The package is public because applications' consumers call it: the
+// consumer side of at-least-once delivery is the application's code, not
+// the relay's.
 package inbox
 
 import (

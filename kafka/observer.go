@@ -10,7 +10,7 @@ import (
 )
 
 // Observer is told what the Publisher sees of the cluster, for metrics
-// (metrics.Metrics implements it). Its methods are called on the
+// (outbox-relay's Prometheus metrics implement it). Its methods are called on the
 // publishing path and must return quickly.
 type Observer interface {
 	// Produced reports one produce request to a broker: how long it took

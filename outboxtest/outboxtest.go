@@ -27,6 +27,9 @@
 //
 // Everything here is for tests: failures are reported through the
 // testing.TB given.
+//
+// The package is public because applications' own tests import it, as
+// rivertest is public in River.
 package outboxtest
 
 import (

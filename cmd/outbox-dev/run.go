@@ -26,10 +26,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgoutbox/outbox/internal/kafkatemp"
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/relay"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )

@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/retention"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/metrics"
-	"github.com/pgoutbox/outbox/retention"
 )
 
 // relayMetric is one metric outbox-relay run registers: its label names

@@ -16,9 +16,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/metrics"
+	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/retention"
 	"github.com/pgoutbox/outbox/relay"
-	"github.com/pgoutbox/outbox/retention"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 

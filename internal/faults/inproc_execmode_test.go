@@ -23,10 +23,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/retention"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/relay"
-	"github.com/pgoutbox/outbox/retention"
 )
 
 // withExecMode returns dsn with default_query_exec_mode=mode.

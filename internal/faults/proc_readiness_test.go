@@ -20,8 +20,8 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/faultnet"
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/metrics"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 

@@ -17,9 +17,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/metrics"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 

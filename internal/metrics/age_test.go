@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/relay"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/outbox/internal/retention"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/retention"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -31,13 +31,16 @@
 // listening or the relay runs poll-only, and the broker answers a ping; 503
 // with a JSON body naming what failed otherwise; each check is bounded by
 // Config.CheckTimeout and results are cached for Config.ReadyCacheTTL).
+//
+// The package is internal: cmd/outbox-relay (and cmd/outbox-dev) wire it, so
+// its API can follow the command's flags; an embedding service gets the same
+// events through relay.Observer and relay.Relay.Stats.
 package metrics
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgoutbox/outbox/internal/sqlname"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +53,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"

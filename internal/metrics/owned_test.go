@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/leasetest"
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/relay"
 )
 

@@ -27,6 +27,9 @@
 // be dropped is tried again at the next pass. The DEFAULT partition is
 // never dropped: its old published rows are deleted in batches as on a
 // plain table.
+//
+// The package is internal: cmd/outbox-relay runs the cleaner beside the
+// relay (its --retention flags), so its API can follow the command.
 package retention
 
 import (

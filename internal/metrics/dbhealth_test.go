@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/metrics"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/retention"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/retention"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 

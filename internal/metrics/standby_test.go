@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/notify"
 )
 

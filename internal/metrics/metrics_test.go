@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/metrics"
 	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
 	"go.uber.org/zap"
