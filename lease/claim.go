@@ -330,7 +330,7 @@ func (c *Claimer) queueAdvance(s *steps) {
 // unpublished row, whichever is lower. Until this runs (at most
 // advanceEvery after the restart, at the next claim), the claims
 // themselves scan from seq 0 when the sequence is below the floor (see
-// sql/claim.sql). metrics.SequenceBehindError reports the restart itself
+// sql/claim.sql). outbox-relay's metrics (internal/metrics, SequenceBehindError) report the restart itself
 // (readiness, one log line).
 func (c *Claimer) restarted() {
 	c.floor = 0

@@ -107,7 +107,7 @@ type MigrateOptions struct {
 	// and the partitions of the current interval and the
 	// TimePartitionsAhead after it (EnsureTimePartitions), which relays
 	// keep creating. Its old partitions can then be dropped whole once
-	// every row in them is published (retention.Config.DropPartitions). An
+	// every row in them is published (outbox-relay --retention-drop-partitions). An
 	// existing plain table is an error (it is not converted); on a table
 	// created so, it may be given again or left out.
 	TimePartitioned bool
