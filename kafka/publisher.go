@@ -5,6 +5,11 @@
 // as published (at-least-once delivery). Messages are partitioned like the
 // Java client's default partitioner (murmur2 of the key), so every message of
 // one aggregate (key = aggregate ID) lands on one partition, in Publish order.
+//
+// The package is public for what relay.ServiceConfig exposes: Config (the
+// brokers, security, topic and retry settings), and Message and the error
+// classification (Classify, IsOutage, IsRecordRejected) that a
+// ServiceConfig.WrapPublisher wrapper sees.
 package kafka
 
 import (

@@ -2,14 +2,22 @@
 // published and releases them, with all lease arithmetic done by the
 // database clock.
 //
-// A claim is one short transaction: it takes the lowest-seq unpublished rows
-// whose lease is free (locked_until NULL or past), skipping rows locked by a
-// concurrent claimer (FOR UPDATE SKIP LOCKED) and rows whose aggregate has an
-// earlier event that another relay holds or that is backing off, sets
-// locked_until = now() + lease and a fresh claim token, and commits at once.
-// Kafka is never called inside it. MarkPublished and Release are fenced by the
-// claim token: once a lease expired and another relay re-claimed the rows, the
-// first holder's late mark or release changes nothing.
+// A claim is one short transaction: it takes the lowest-seq claimable rows
+// of the key partitions this relay owns (owner.go: several relays on one
+// table share the partitions, as Kafka consumers share a topic's), skipping
+// rows whose aggregate has an earlier event that is backing off, held as a
+// dead letter, or leased under an earlier holder, sets locked_until = now()
+// + lease and a fresh claim token, and commits at once. Kafka is never
+// called inside it. MarkPublished and Release are fenced by the claim token:
+// once a lease expired and another relay re-claimed the rows, the first
+// holder's late mark or release changes nothing. The statements are
+// lease/sql/*.sql, rendered once per Claimer (render.go).
+//
+// The package is public for what relay.ServiceConfig exposes: Config and
+// Columns (the table, its columns, the lease and batch bounds), and the
+// types of the relay.Claimer interface (Batch, Row, Mark, Settle,
+// Ownership) that ServiceConfig.WrapClaimer wraps for instrumentation.
+// Applications never need a Claimer of their own.
 package lease
 
 import (

@@ -27,6 +27,10 @@
 //     changes between statements), or after Config.DeafAfter such
 //     connections in a row otherwise, and then tries a new connection every
 //     Config.DeafRetry. The relay finds events by polling meanwhile.
+//
+// The package is public for relay.ServiceConfig.Notify (Config: the
+// channel, reconnect and deafness settings; DefaultChannel, the channel
+// the writers notify).
 package notify
 
 import (

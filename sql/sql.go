@@ -6,6 +6,12 @@
 // migrate` at once apply each migration exactly once; running it twice is a
 // no-op. Objects are created unqualified, in the first schema of the
 // connection's search_path, and goose's version table lives beside them.
+//
+// The package is public so that applications can migrate or adopt their
+// outbox table from their own start-up code or tests (Migrate, Adopt,
+// MigrateOptions, AdoptTable), as `outbox-relay migrate` and `adopt` do,
+// check it (CheckDurability, CheckReplicaIdentity) and print its grants
+// (GrantScript).
 package sql
 
 import (
