@@ -78,6 +78,7 @@ const maxMarkers = 1024
 func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.applySettled()
 	if err := c.prepared(ctx); err != nil {
 		if IsMissingTable(err) {
 			return nil, fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)

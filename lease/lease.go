@@ -285,6 +285,10 @@ type Claimer struct {
 	// relay could not give back end at the latest (Settled).
 	rewind     atomic.Bool
 	stuckUntil time.Time
+	// settledQ are the calls of Settled not applied yet (applySettled),
+	// guarded by settleMu, not mu: a claim holds mu for its round trip.
+	settleMu sync.Mutex
+	settledQ []settledBatch
 }
 
 // New returns a Claimer on pool. It returns cfg's validation error, or an
@@ -362,6 +366,7 @@ func (a *atomicString) Store(s string) { a.v.Store(&s) }
 func (c *Claimer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.applySettled()
 	c.lastBeat = time.Time{} // a later claim registers again
 	if err := c.leave(ctx); err != nil {
 		return fmt.Errorf("close claimer: %w", err)

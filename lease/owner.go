@@ -124,23 +124,44 @@ func (c *Claimer) Ownership() Ownership {
 // token: every row published (its mark queued), given back or
 // dead-lettered. Rows it could not give back stay leased until busyUntil
 // (zero: none). A partition is given back to its new owner only once no
-// unsettled batch holds rows of it.
+// unsettled batch holds rows of it. Settled does not wait for a claim in
+// progress: it queues the news, which the next claim (or Close) applies
+// before it rebalances, so the relay's publisher never waits for its
+// claimer's round trip.
 func (c *Claimer) Settled(token uuid.UUID, busyUntil time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.settleMu.Lock()
+	c.settledQ = append(c.settledQ, settledBatch{token: token, busyUntil: busyUntil})
+	c.settleMu.Unlock()
+}
+
+// settledBatch is a call of Settled not applied yet.
+type settledBatch struct {
+	token     uuid.UUID
+	busyUntil time.Time
+}
+
+// applySettled applies the calls of Settled queued since the last time.
+// Called with c.mu held.
+func (c *Claimer) applySettled() {
+	c.settleMu.Lock()
+	q := c.settledQ
+	c.settledQ = nil
+	c.settleMu.Unlock()
 	o := c.own
-	if busyUntil.After(c.stuckUntil) {
-		c.stuckUntil = busyUntil
-	}
-	for _, p := range o.batches[token] {
-		if o.busy[p]--; o.busy[p] <= 0 {
-			delete(o.busy, p)
+	for _, s := range q {
+		if s.busyUntil.After(c.stuckUntil) {
+			c.stuckUntil = s.busyUntil
 		}
-		if busyUntil.After(o.busyUntil[p]) {
-			o.busyUntil[p] = busyUntil
+		for _, p := range o.batches[s.token] {
+			if o.busy[p]--; o.busy[p] <= 0 {
+				delete(o.busy, p)
+			}
+			if s.busyUntil.After(o.busyUntil[p]) {
+				o.busyUntil[p] = s.busyUntil
+			}
 		}
+		delete(o.batches, s.token)
 	}
-	delete(o.batches, token)
 }
 
 // track records the partitions of a claimed batch as busy.
