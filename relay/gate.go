@@ -28,10 +28,10 @@ type claimGate struct {
 	sent      atomic.Uint64 // batches handed to the publisher
 	done      atomic.Uint64 // batches the publisher settled
 	flushWant atomic.Bool   // a batch gave rows back: drain before claiming
-	wake      chan struct{} // a batch was settled (one slot)
+	wake      signal        // a batch was settled
 }
 
-func newClaimGate() *claimGate { return &claimGate{wake: make(chan struct{}, 1)} }
+func newClaimGate() *claimGate { return &claimGate{wake: newSignal()} }
 
 // next returns the number of the claim about to start: 1, 2, ...
 func (g *claimGate) next() uint64 { return g.started.Add(1) }
@@ -50,10 +50,7 @@ func (g *claimGate) flush() { g.flushWant.Store(true) }
 // (queued), given back or dead-lettered.
 func (g *claimGate) settled() {
 	g.done.Add(1)
-	select {
-	case g.wake <- struct{}{}:
-	default:
-	}
+	g.wake.raise()
 }
 
 // pass reports whether a claim may start now: no flush is pending, or every
@@ -77,7 +74,7 @@ func (g *claimGate) wait(ctx context.Context) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-g.wake:
+		case <-g.wake.C():
 		}
 	}
 	return true
