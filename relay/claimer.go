@@ -49,9 +49,9 @@ func (t *claimTimer) apply(e schedEvent) schedDecision {
 }
 
 // wait blocks until it is time to claim: a wake-up (at once on a backlog),
-// then the debounce of a notification, the pause after an outage
-// (Relay.pauseUntil) and the claim gate. It returns false when ctx is
-// done.
+// then the debounce of a notification, and the claim gate (the pause
+// after an outage, the wait after a give-back). It returns false when ctx
+// is done.
 func (t *claimTimer) wait(ctx context.Context) bool {
 	r := t.r
 	cause := causeBacklog
@@ -73,10 +73,7 @@ func (t *claimTimer) wait(ctx context.Context) bool {
 			return false
 		}
 	}
-	if !sleepCtx(ctx, r.clock, time.Unix(0, r.pauseUntil.Load()).Sub(r.clock.Now())) {
-		return false
-	}
-	if !r.gate.wait(ctx) {
+	if !r.gate.wait(ctx, r.clock) {
 		return false
 	}
 	t.apply(schedEvent{kind: schedBegin, at: r.clock.Now(), drained: drain(r.wake)})

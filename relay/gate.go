@@ -3,10 +3,13 @@ package relay
 import (
 	"context"
 	"sync/atomic"
+	"time"
 )
 
-// claimGate numbers claims and, after the publisher gave rows back, holds
-// the claimer until every batch it had claimed so far is settled.
+// claimGate is how the publisher holds the claimer back: after it gave
+// rows back, until every batch claimed so far is settled (flush), and
+// after a publish that found the broker down, for a while (pause). It also
+// numbers the claims.
 //
 // Why: rows given back make the batches claimed before the give-back
 // committed hold back their aggregates' later rows (see holdback), and those
@@ -19,16 +22,22 @@ import (
 // give-back committed and takes the rows in seq order. The wait costs one
 // pipeline drain per batch that gave rows back, and nothing otherwise.
 //
-// The claimer calls next before each claim, sent after handing a batch to
-// the publisher, and pass before starting a claim; the publisher calls
-// settled after each batch and flush when a batch gave rows back (before
-// settled).
+// The claimer calls next before each claim (Relay.claim), batchSent after
+// handing a batch to the publisher (runClaimer), and wait before starting
+// a claim (claimTimer.wait); the publisher calls settled after each batch
+// (publishBatch, runPublisher), flush when a batch gave rows back (before
+// settled: Relay.settle, Relay.keepLease), and pause after an outage
+// (runPublisher).
 type claimGate struct {
 	started   atomic.Uint64 // claims started (the last claim's number)
 	sent      atomic.Uint64 // batches handed to the publisher
 	done      atomic.Uint64 // batches the publisher settled
 	flushWant atomic.Bool   // a batch gave rows back: drain before claiming
 	wake      signal        // a batch was settled
+	// pauseUntil (unix nanos) holds the claimer back after a publish
+	// failed for a whole batch: the broker is down, claiming more only
+	// churns rows.
+	pauseUntil atomic.Int64
 }
 
 func newClaimGate() *claimGate { return &claimGate{wake: newSignal()} }
@@ -68,8 +77,15 @@ func (g *claimGate) pass() bool {
 	return true
 }
 
-// wait blocks until pass, or ctx is done (it returns false then).
-func (g *claimGate) wait(ctx context.Context) bool {
+// pause holds the claimer back until until.
+func (g *claimGate) pause(until time.Time) { g.pauseUntil.Store(until.UnixNano()) }
+
+// wait blocks, on clock c, until the pause is over and then until pass, or
+// until ctx is done (it returns false then).
+func (g *claimGate) wait(ctx context.Context, c clock) bool {
+	if !sleepCtx(ctx, c, time.Unix(0, g.pauseUntil.Load()).Sub(c.Now())) {
+		return false
+	}
 	for !g.pass() {
 		select {
 		case <-ctx.Done():

@@ -20,20 +20,21 @@
 //     events and when it moves again (health.go).
 //
 // Between them: a channel of one batch from the claimer to the publisher;
-// the mark queue (markQueue) from the publisher to the claimer and the
-// marker; and, back from the publisher to the claimer, the claim gate
-// (claimGate, gate.go: wait after a give-back until every batch claimed so
-// far is settled) and the pause after an outage (Relay.pauseUntil). Every
-// outcome is recorded once (Relay.record, record.go) into the Stats
-// counters, the Observer and the health progress, which any goroutine may
-// update; every time reading, timer and sleep goes through the Relay's
-// clock (clock.go).
+// the mark queue (markQueue, marks.go) from the publisher to the marker
+// and to the claimer, whose claims carry the marks waiting; and, back from
+// the publisher to the claimer, the claim gate (claimGate, gate.go: the
+// wait after a give-back until every batch claimed so far is settled, and
+// the pause after an outage). Every outcome is recorded once
+// (Relay.record, record.go) into the Stats counters, the Observer and the
+// health progress, which any goroutine may update; every time reading,
+// timer and sleep goes through the Relay's clock (clock.go).
 //
-// At most three batches are in the pipeline, each of at most
+// Memory is bounded by about three batches, each of at most
 // lease.Config.BatchSize rows and lease.Config.MaxBatchBytes of payloads:
-// the claimer claims batch N+1 while the publisher publishes batch N, and
-// batch N-1 waits in the channel; delivered rows wait in the mark queue
-// (at most maxPendingMarks chunks).
+// the one the publisher publishes, one waiting in the channel, and one the
+// claimer holds until the channel takes it. The mark queue holds only the
+// seqs of delivered chunks, at most maxPendingMarks of them (the publisher
+// waits for room).
 //
 // Guarantees: at-least-once delivery (a row is marked only after Kafka
 // acknowledged it with acks=all; a crash in between publishes it again, with
@@ -53,15 +54,16 @@ import (
 
 // The pipeline, as Run starts it:
 //
-//	           wake-ups (notify), poll and claim-window timers
-//	                              |
-//	                              v
-//	  +---------+  batches (chan, 1)  +-----------+  markQueue   +--------+
-//	  | claimer | ------------------> | publisher | -----------> | marker |
-//	  +---------+                     +-----------+              +--------+
-//	     ^   ^   claimGate, pauseUntil     |                         |
-//	     |   +-----------------------------+                         |
-//	     +-- takes the waiting marks into its claim (markQueue) -----+
+//	  wake-ups (notify), the poll timer, the claim-window timer
+//	       |
+//	       v
+//	  +---------+  batches (chan, 1 slot)  +-----------+
+//	  | claimer | -----------------------> | publisher |
+//	  +---------+                          +-----------+
+//	    ^    ^     claimGate: flush, pause      |   |
+//	    |    +----------------------------------+   | delivered chunks
+//	    |                                           v
+//	    +--- a claim takes all that waits ---- markQueue ---- what is due ---> marker
 //
 // The claimer's loop is runClaimer, the publisher's runPublisher, the
 // marker's runMarker, below; the health watcher is progress.watch.
@@ -193,7 +195,7 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed) {
 			// Nothing got through: hold the claimer back, growing with
 			// each outage in a row; the broker is likely down.
 			pause := backoff(r.cfg.RetryMin, min(r.cfg.RetryMax, maxOutagePause), outages)
-			r.pauseUntil.Store(r.clock.Now().Add(pause).UnixNano())
+			r.gate.pause(r.clock.Now().Add(pause))
 		} else {
 			outages = 0
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,7 +86,7 @@ type Relay struct {
 	partitionOf func(topic string, key []byte) int
 
 	// gate numbers claims and holds the claimer back after a give-back
-	// until the pipeline settled (see claimGate).
+	// until the pipeline settled, and after an outage (see claimGate).
 	gate *claimGate
 	// hb is the hold-back state; the publisher goroutine owns it.
 	hb *holdback
@@ -100,10 +99,6 @@ type Relay struct {
 	stop *shutdown
 	// progress says whether events are moving (Health).
 	progress progress
-	// pauseUntil (unix nanos) holds the claimer back after a publish
-	// failed for a whole batch: the broker is down, claiming more only
-	// churns rows.
-	pauseUntil atomic.Int64
 	// lastOwned and lastMembers are what the claimer owned at the last
 	// claim (watchOwnership); claimer goroutine only.
 	lastOwned, lastMembers int
