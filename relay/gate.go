@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 )
 
@@ -29,69 +28,91 @@ import (
 // settled: Relay.settle, Relay.keepLease), and pause after an outage
 // (runPublisher).
 type claimGate struct {
-	started   atomic.Uint64 // claims started (the last claim's number)
-	sent      atomic.Uint64 // batches handed to the publisher
-	done      atomic.Uint64 // batches the publisher settled
-	flushWant atomic.Bool   // a batch gave rows back: drain before claiming
-	wake      signal        // a batch was settled
-	// pauseUntil (unix nanos) holds the claimer back after a publish
-	// failed for a whole batch: the broker is down, claiming more only
-	// churns rows.
-	pauseUntil atomic.Int64
+	s *shared[gateState]
 }
 
-func newClaimGate() *claimGate { return &claimGate{wake: newSignal()} }
+// gateState is the claim gate's state, one shared value (shared.go).
+type gateState struct {
+	started   uint64 // claims started (the last claim's number)
+	sent      uint64 // batches handed to the publisher
+	done      uint64 // batches the publisher settled
+	flushWant bool   // a batch gave rows back: drain before claiming
+	// pauseUntil holds the claimer back after a publish failed for a
+	// whole batch: the broker is down, claiming more only churns rows.
+	pauseUntil time.Time
+}
+
+func newClaimGate() *claimGate { return &claimGate{s: newShared(gateState{})} }
 
 // next returns the number of the claim about to start: 1, 2, ...
-func (g *claimGate) next() uint64 { return g.started.Add(1) }
+func (g *claimGate) next() (no uint64) {
+	g.s.update(func(s *gateState) bool { s.started++; no = s.started; return false })
+	return no
+}
 
 // lastStarted returns the number of the last claim started.
-func (g *claimGate) lastStarted() uint64 { return g.started.Load() }
+func (g *claimGate) lastStarted() (no uint64) {
+	g.s.update(func(s *gateState) bool { no = s.started; return false })
+	return no
+}
 
 // batchSent records a batch handed to the publisher.
-func (g *claimGate) batchSent() { g.sent.Add(1) }
+func (g *claimGate) batchSent() {
+	g.s.update(func(s *gateState) bool { s.sent++; return false })
+}
 
 // flush asks the claimer to wait for every batch it claimed to be settled
 // before it claims again.
-func (g *claimGate) flush() { g.flushWant.Store(true) }
+func (g *claimGate) flush() {
+	g.s.update(func(s *gateState) bool { s.flushWant = true; return false })
+}
 
 // settled records that the publisher finished a batch: published, marked
-// (queued), given back or dead-lettered.
+// (queued), given back or dead-lettered. It wakes a waiting claimer.
 func (g *claimGate) settled() {
-	g.done.Add(1)
-	g.wake.raise()
+	g.s.update(func(s *gateState) bool { s.done++; return true })
+}
+
+// pause holds the claimer back until until.
+func (g *claimGate) pause(until time.Time) {
+	g.s.update(func(s *gateState) bool { s.pauseUntil = until; return false })
 }
 
 // pass reports whether a claim may start now: no flush is pending, or every
 // batch sent is settled (then the flush is over).
 func (g *claimGate) pass() bool {
-	if !g.flushWant.Load() {
-		return true
-	}
-	if g.done.Load() != g.sent.Load() {
-		return false
-	}
-	// Nothing is in flight, so no batch can ask for another flush between
-	// the check above and this store.
-	g.flushWant.Store(false)
-	return true
+	ok, _ := g.check()
+	return ok
 }
 
-// pause holds the claimer back until until.
-func (g *claimGate) pause(until time.Time) { g.pauseUntil.Store(until.UnixNano()) }
+// check is pass, and returns the channel closed at the gate's next change
+// too.
+func (g *claimGate) check() (ok bool, changed <-chan struct{}) {
+	changed = g.s.update(func(s *gateState) bool {
+		ok = !s.flushWant || s.done == s.sent
+		s.flushWant = s.flushWant && !ok
+		return false
+	})
+	return ok, changed
+}
 
 // wait blocks, on clock c, until the pause is over and then until pass, or
 // until ctx is done (it returns false then).
 func (g *claimGate) wait(ctx context.Context, c clock) bool {
-	if !sleepCtx(ctx, c, time.Unix(0, g.pauseUntil.Load()).Sub(c.Now())) {
+	var until time.Time
+	g.s.update(func(s *gateState) bool { until = s.pauseUntil; return false })
+	if !sleepCtx(ctx, c, until.Sub(c.Now())) {
 		return false
 	}
-	for !g.pass() {
+	for {
+		ok, changed := g.check()
+		if ok {
+			return true
+		}
 		select {
 		case <-ctx.Done():
 			return false
-		case <-g.wake.C():
+		case <-changed:
 		}
 	}
-	return true
 }

@@ -52,117 +52,100 @@ type markJob struct {
 
 // markQueue holds the delivered chunks waiting for their mark: the
 // publisher puts them, a claim takes all of them into its transaction (and
-// puts them back if it failed), the marker takes those due.
-//
-// Its one synchronisation is a channel: state holds the queue's contents
-// while no goroutine uses them (receiving them locks the queue, sending
-// them back unlocks it), and every change closes the contents' changed
-// channel, on which a goroutine waiting for room (the publisher) or for a
-// job to come due (the marker) waits, next to its timer or context.
+// puts them back if it failed), the marker takes those due. Its contents
+// are one shared value (shared.go): the publisher waiting for room and the
+// marker waiting for a job to come due wait on its changes.
 type markQueue struct {
 	limit int // maxPendingMarks; tests that drive the publisher alone raise it
 	clock clock
-	state chan *markState // one slot
+	s     *shared[markState]
 }
 
 // markState is the contents of a markQueue.
 type markState struct {
-	jobs    []markJob
-	closed  bool
-	changed chan struct{} // closed at the next change of jobs or closed
+	jobs   []markJob
+	closed bool
 }
 
 func newMarkQueue(c clock) *markQueue {
-	q := &markQueue{limit: maxPendingMarks, clock: c, state: make(chan *markState, 1)}
-	q.state <- &markState{changed: make(chan struct{})}
-	return q
-}
-
-// lock takes the contents; unlock gives them back.
-func (q *markQueue) lock() *markState { return <-q.state }
-
-// unlock gives s back; changed says it changed, which wakes whoever waits
-// for a change. It returns the channel closed at the next change.
-func (q *markQueue) unlock(s *markState, changed bool) <-chan struct{} {
-	if changed {
-		close(s.changed)
-		s.changed = make(chan struct{})
-	}
-	next := s.changed
-	q.state <- s
-	return next
+	return &markQueue{limit: maxPendingMarks, clock: c, s: newShared(markState{})}
 }
 
 // put adds a delivered chunk, due after delay, waiting while
 // maxPendingMarks chunks wait (they are due at once then: the marker takes
 // them without waiting for a claim).
 func (q *markQueue) put(token uuid.UUID, seqs []int64, delay time.Duration) {
-	s := q.lock()
-	for len(s.jobs) >= q.limit && !s.closed {
-		now := q.clock.Now()
-		for i := range s.jobs {
-			s.jobs[i].due = now
+	for {
+		full := false
+		changed := q.s.update(func(s *markState) bool {
+			now := q.clock.Now()
+			if full = len(s.jobs) >= q.limit && !s.closed; full {
+				for i := range s.jobs {
+					s.jobs[i].due = now
+				}
+				return true
+			}
+			s.jobs = append(s.jobs, markJob{token: token, seqs: seqs, due: now.Add(delay)})
+			return true
+		})
+		if !full {
+			return
 		}
-		<-q.unlock(s, true)
-		s = q.lock()
+		<-changed
 	}
-	s.jobs = append(s.jobs, markJob{token: token, seqs: seqs, due: q.clock.Now().Add(delay)})
-	q.unlock(s, true)
 }
 
 // putBack returns jobs a claim could not mark (its transaction failed), at
 // the front, due at once.
 func (q *markQueue) putBack(jobs []markJob) {
-	s := q.lock()
-	now := q.clock.Now()
-	for i := range jobs {
-		jobs[i].due = now
-	}
-	s.jobs = append(jobs, s.jobs...)
-	q.unlock(s, true)
+	q.s.update(func(s *markState) bool {
+		now := q.clock.Now()
+		for i := range jobs {
+			jobs[i].due = now
+		}
+		s.jobs = append(jobs, s.jobs...)
+		return true
+	})
 }
 
 // take removes and returns the jobs waiting, all of them (a claim carries
 // them) or, with due set, those due by then (the marker).
-func (q *markQueue) take(due time.Time) []markJob {
-	s := q.lock()
-	i := 0
-	for i < len(s.jobs) && (due.IsZero() || !s.jobs[i].due.After(due)) {
-		i++
-	}
-	if i == 0 {
-		q.unlock(s, false)
-		return nil
-	}
-	out := append([]markJob(nil), s.jobs[:i]...)
-	s.jobs = s.jobs[i:]
-	q.unlock(s, true)
+func (q *markQueue) take(due time.Time) (out []markJob) {
+	q.s.update(func(s *markState) bool {
+		i := 0
+		for i < len(s.jobs) && (due.IsZero() || !s.jobs[i].due.After(due)) {
+			i++
+		}
+		if i == 0 {
+			return false
+		}
+		out = append([]markJob(nil), s.jobs[:i]...)
+		s.jobs = s.jobs[i:]
+		return true
+	})
 	return out
 }
 
 // next returns when the oldest job is due (false when none waits) and the
 // channel closed at the queue's next change.
-func (q *markQueue) next() (time.Time, bool, <-chan struct{}) {
-	s := q.lock()
-	var due time.Time
-	waiting := len(s.jobs) > 0
-	if waiting {
-		due = s.jobs[0].due
-	}
-	return due, waiting, q.unlock(s, false)
+func (q *markQueue) next() (due time.Time, waiting bool, changed <-chan struct{}) {
+	changed = q.s.update(func(s *markState) bool {
+		if waiting = len(s.jobs) > 0; waiting {
+			due = s.jobs[0].due
+		}
+		return false
+	})
+	return due, waiting, changed
 }
 
 // close wakes the marker for its last round; put no longer waits.
 func (q *markQueue) close() {
-	s := q.lock()
-	s.closed = true
-	q.unlock(s, true)
+	q.s.update(func(s *markState) bool { s.closed = true; return true })
 }
 
-func (q *markQueue) isClosed() bool {
-	s := q.lock()
-	defer q.unlock(s, false)
-	return s.closed
+func (q *markQueue) isClosed() (closed bool) {
+	q.s.update(func(s *markState) bool { closed = s.closed; return false })
+	return closed
 }
 
 // toLease turns jobs into the marks a claim carries.

@@ -24,7 +24,9 @@
 // and to the claimer, whose claims carry the marks waiting; and, back from
 // the publisher to the claimer, the claim gate (claimGate, gate.go: the
 // wait after a give-back until every batch claimed so far is settled, and
-// the pause after an outage). Every outcome is recorded once
+// the pause after an outage). The mark queue and the claim gate are each
+// one shared value (shared.go): one lock, and waiters wait on its changes.
+// Every outcome is recorded once
 // (Relay.record, record.go) into the Stats counters, the Observer and the
 // health progress, which any goroutine may update; every time reading,
 // timer and sleep goes through the Relay's clock (clock.go).
