@@ -238,12 +238,12 @@ func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []ka
 	// and publishes them again.
 	pctx, cancel := context.WithDeadline(work, deadline.Add(-r.lease.Lease/10))
 	defer cancel()
-	began := time.Now()
+	began := r.clock.Now()
 	r.progress.inFlight.Store(began.UnixNano())
 	defer r.progress.inFlight.Store(0)
 	err := r.pub.Publish(pctx, msgs)
 	errs := make([]error, len(msgs))
-	defer func() { r.progress.publishAnswered(began, errs) }()
+	defer func() { r.record(report{kind: reportPublishCall, began: began, errs: errs, err: err}) }()
 	var perr *kafka.PublishError
 	switch {
 	case err == nil:
@@ -291,10 +291,10 @@ func (r *Relay) retryRejected(ctx context.Context, msgs []kafka.Message, rows []
 // its rows over while they are published. Rows whose lease passed to
 // another claim meanwhile are dropped from the batch.
 func (r *Relay) keepLease(br *batchRun) {
-	if br.deadline.Sub(r.now()) >= r.lease.Lease/2 {
+	if br.deadline.Sub(r.clock.Now()) >= r.lease.Lease/2 {
 		return
 	}
-	began := r.now()
+	began := r.clock.Now()
 	ctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
 	kept, leased, err := r.claimer.Extend(ctx, br.b.Token, seqsOf(br.rows[br.next:]))
 	cancel()

@@ -11,219 +11,89 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 )
 
-// schedule decides when the claimer claims next: at once while claims come
-// back full (a backlog), on a wake-up, on the jittered poll ticker, or while
-// lingering after a claim that found events.
-type schedule struct {
+// claimTimer runs the claim schedule (schedule.go) for the claimer
+// goroutine, which owns it: it feeds the schedule the claimer's events and
+// carries out its decisions with the poll and claim-window timers.
+type claimTimer struct {
 	r      *Relay
-	poll   *time.Timer
-	linger *time.Timer
-	// Lingering: after a claim found events, claim again every gap until
-	// activeUntil (see Config.ClaimWindow).
-	activeUntil, lastClaim time.Time
-	gap                    time.Duration
-	rate                   float64    // events per second found by recent claims, smoothed
-	backlog                bool       // claim at once
-	failures               int        // claims failed in a row
-	cause                  wakeCause  // why the current claim runs
-	mode                   windowMode // dense or sparse claim window
-	lastHit                time.Time  // when a claim last found events
-	drained                bool       // a notification was pending when the current claim began
+	cfg    schedConfig
+	st     schedState
+	poll   timer // the fallback poll (Config.PollInterval, jittered)
+	linger timer // the next claim inside the claim window
 }
 
-func newSchedule(r *Relay) *schedule {
-	s := &schedule{r: r, poll: time.NewTimer(jitter(r.cfg.PollInterval, 0.1)), linger: time.NewTimer(time.Hour),
-		gap: r.cfg.ClaimWindowPoll, backlog: true} // claim at once on start
-	s.linger.Stop()
-	return s
+func newClaimTimer(r *Relay) *claimTimer {
+	cfg := schedConfig{batchSize: r.lease.BatchSize, window: r.cfg.ClaimWindow, windowPoll: r.cfg.ClaimWindowPoll, busyGap: r.cfg.BusyClaimInterval}
+	t := &claimTimer{r: r, cfg: cfg, st: cfg.start(),
+		poll: r.clock.NewTimer(jitter(r.cfg.PollInterval, 0.1)), linger: r.clock.NewTimer(time.Hour)}
+	t.linger.Stop()
+	return t
 }
 
-func (s *schedule) stop() {
-	s.poll.Stop()
-	s.linger.Stop()
+func (t *claimTimer) stop() {
+	t.poll.Stop()
+	t.linger.Stop()
 }
 
-// wait blocks until it is time to claim, and returns false when ctx is done.
-func (s *schedule) wait(ctx context.Context) bool {
-	st := &s.r.stats
-	if s.backlog {
-		st.wakeBacklog.Add(1)
-		s.backlog = false
-		s.cause = causeBacklog
-	} else {
+// apply runs the schedule on e and restarts the timers it asks for.
+func (t *claimTimer) apply(e schedEvent) schedDecision {
+	var d schedDecision
+	t.st, d = t.cfg.next(t.st, e)
+	if d.linger {
+		resetTimer(t.linger, d.lingerIn)
+	}
+	if d.poll {
+		resetTimer(t.poll, jitter(t.r.cfg.PollInterval, 0.1))
+	}
+	return d
+}
+
+// wait blocks until it is time to claim: a wake-up (at once on a backlog),
+// then the debounce of a notification, and the claim gate (the pause
+// after an outage, the wait after a give-back). It returns false when ctx
+// is done.
+func (t *claimTimer) wait(ctx context.Context) bool {
+	r := t.r
+	cause := causeBacklog
+	if !t.st.backlog {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-s.r.wake:
-			st.wakeNotify.Add(1)
-			s.cause = causeNotify
-			s.mode.notified(time.Now())
-			// Debounce: a notification claims no sooner than
-			// ClaimWindowPoll after the previous claim; the notifications
-			// meanwhile are covered by that one claim.
-			if !sleepCtx(ctx, time.Until(s.lastClaim.Add(s.r.cfg.ClaimWindowPoll))) {
-				return false
-			}
-		case <-s.poll.C:
-			st.wakePoll.Add(1)
-			s.cause = causePoll
-		case <-s.linger.C:
-			st.wakeWindow.Add(1)
-			s.cause = causeWindow
+		case <-r.wake:
+			cause = causeNotify
+		case <-t.poll.C():
+			cause = causePoll
+		case <-t.linger.C():
+			cause = causeWindow
 		}
 	}
-	if !sleepCtx(ctx, time.Until(time.Unix(0, s.r.pauseUntil.Load()))) {
+	r.record(report{kind: reportWoke, cause: cause})
+	if d := t.apply(schedEvent{kind: schedWoke, at: r.clock.Now(), cause: cause}); !d.notBefore.IsZero() {
+		if !sleepCtx(ctx, r.clock, d.notBefore.Sub(r.clock.Now())) {
+			return false
+		}
+	}
+	if !r.gate.wait(ctx, r.clock) {
 		return false
 	}
-	if !s.r.gate.wait(ctx) {
-		return false
-	}
-	// Drain a pending notification: this claim covers it.
-	s.drained = false
-	select {
-	case <-s.r.wake:
-		s.drained = true
-		s.mode.notified(time.Now())
-	default:
-	}
-	resetTimer(s.poll, jitter(s.r.cfg.PollInterval, 0.1))
+	t.apply(schedEvent{kind: schedBegin, at: r.clock.Now(), drained: drain(r.wake)})
 	return true
 }
 
-// sleepCtx waits d (nothing when d <= 0) and returns false when ctx ended
-// first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+// failed waits out the backoff after a failed claim; false when ctx ended.
+func (t *claimTimer) failed(ctx context.Context) bool {
+	d := t.apply(schedEvent{kind: schedFailed, at: t.r.clock.Now()})
+	return sleepCtx(ctx, t.r.clock, backoff(t.r.cfg.RetryMin, t.r.cfg.RetryMax/4, d.retry))
 }
 
-// claimFailed waits out the backoff after a failed claim; false when ctx
-// ended.
-func (s *schedule) claimFailed(ctx context.Context) bool {
-	s.failures++
-	d := backoff(s.r.cfg.RetryMin, s.r.cfg.RetryMax/4, s.failures)
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-	}
-	s.backlog = true
-	return true
-}
-
-// claimedEmpty schedules after an empty claim that started at began.
-func (s *schedule) claimedEmpty(sinceLast time.Duration) {
-	s.failures = 0
-	s.rate = arrivalRate(s.rate, 0, sinceLast)
-	now := time.Now()
-	switch {
-	case s.mode.dense(now):
-		if now.Before(s.activeUntil) {
-			s.gap = min(2*s.gap, 4*s.r.cfg.ClaimWindowPoll)
-			resetTimer(s.linger, min(s.gap, s.activeUntil.Sub(now)))
-		}
-	case s.cause == causeWindow:
-		// The sparse window's claim came back empty: the hits since the
-		// window opened get their own claim, ClaimWindow after the last
-		// one, for the events their writers committed without a
-		// notification.
-		if end := s.lastHit.Add(s.r.cfg.ClaimWindow); end.After(now) {
-			s.activeUntil = end
-			resetTimer(s.linger, end.Sub(now))
-		}
-	}
-}
-
-// claimedRows schedules after a claim that found n rows; more says it
-// stopped at its byte bound with claimable rows left (lease.Batch.More).
-func (s *schedule) claimedRows(n int, more bool, sinceLast time.Duration) {
-	s.failures = 0
-	cfg := &s.r.cfg
-	switch {
-	case n >= s.r.lease.BatchSize || more:
-		// A full batch, by rows or by bytes: a backlog.
-		s.backlog = true
-	case cfg.ClaimWindow > 0:
-		now := time.Now()
-		s.lastHit = now
-		s.rate = arrivalRate(s.rate, n, sinceLast)
-		s.mode.found((s.cause == causeWindow || s.cause == causePoll) && !s.drained, now)
-		if !s.mode.dense(now) {
-			// Every recent event came with its own notification: one
-			// claim ClaimWindow after the first hit instead of one per
-			// ClaimWindowPoll (windowMode). Later hits do not push it
-			// back, so that notifications arriving more often than the
-			// window cannot hide events that came without one; if that
-			// claim comes back empty, the next one follows ClaimWindow
-			// after the last hit (claimedEmpty).
-			if now.Before(s.activeUntil) {
-				return
-			}
-			s.activeUntil = now.Add(cfg.ClaimWindow)
-			s.gap = cfg.ClaimWindow
-			resetTimer(s.linger, cfg.ClaimWindow)
-			return
-		}
-		s.activeUntil = now.Add(cfg.ClaimWindow)
-		// Below busyRate a claim follows every ClaimWindowPoll, for
-		// latency. Above it the relay is busy and claims every
-		// BusyClaimInterval (20ms by default) instead, taking bigger
-		// batches rather than a round trip per few events, which on a
-		// small machine takes CPU from the writers (see
-		// DefaultBusyClaimInterval).
-		s.gap = cfg.ClaimWindowPoll
-		if busy(s.rate, s.r.ownedShare) {
-			s.gap = max(cfg.BusyClaimInterval, cfg.ClaimWindowPoll)
-		}
-		resetTimer(s.linger, s.gap)
-	}
-}
-
-// runClaimer waits for a reason to claim, claims, and hands batches over.
-func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
-	s := newSchedule(r)
-	defer s.stop()
-	for {
-		if !s.wait(ctx) {
-			return
-		}
-		began := time.Now()
-		sinceLast := began.Sub(s.lastClaim)
-		s.lastClaim = began
-		b, no, err := r.claim(ctx)
-		if err != nil {
-			if ctx.Err() != nil || !s.claimFailed(ctx) {
-				return
-			}
-			continue
-		}
-		if len(b.Rows) == 0 {
-			s.claimedEmpty(sinceLast)
-			continue
-		}
-		select {
-		case out <- claimed{Batch: b, no: no}:
-			r.gate.batchSent()
-		case <-ctx.Done():
-			// Shutting down with a batch nobody will publish: give it back.
-			r.releaseBatch(b)
-			return
-		}
-		s.claimedRows(len(b.Rows), b.More, sinceLast)
-	}
+// claimed schedules after a claim that found rows (0: empty); more says
+// it stopped at its byte bound with claimable rows left (lease.Batch.More).
+func (t *claimTimer) claimed(rows int, more bool) {
+	t.apply(schedEvent{kind: schedClaimed, at: t.r.clock.Now(), rows: rows, more: more, share: t.r.ownedShare})
 }
 
 // claim runs one claim, carrying the marks waiting (marks.go), and records
-// it (stats, observer, progress, logs).
+// it (record, logs).
 func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 	no := r.gate.next()
 	jobs := r.marks.take(time.Time{})
@@ -234,36 +104,31 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 	// DBTimeout, and by ShutdownGrace after the shutdown timeout; a batch
 	// claimed during shutdown is released by the caller.
 	cctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
-	began := time.Now()
+	began := r.clock.Now()
 	b, err := r.claimer.Claim(cctx, marks...)
 	cancel()
-	d := time.Since(began)
-	r.stats.claims.Add(1)
+	d := r.clock.Now().Sub(began)
 	if err != nil && len(jobs) > 0 {
 		r.marks.putBack(jobs) // the marker marks them alone
 	} else {
 		for _, m := range marks {
-			r.marked(d, len(m.Seqs), m.Marked, nil)
+			r.record(report{kind: reportMark, took: d, n: len(m.Seqs), marked: m.Marked})
 		}
 	}
 	if err != nil {
-		r.obs.Claimed(d, 0, 0, err)
+		r.record(report{kind: reportClaim, took: d, err: err, stopping: ctx.Err() != nil})
 		if ctx.Err() == nil {
-			r.progress.claims.fail(time.Now(), err)
 			r.logClaimError(err)
 		} else {
 			r.stop.failedClaim(err)
 		}
 		return nil, no, err
 	}
-	r.progress.claims.ok()
-	r.watchOwnership(time.Now())
-	r.obs.Claimed(d, len(b.Rows), b.TakenOver, nil)
+	r.watchOwnership(r.clock.Now())
+	r.record(report{kind: reportClaim, took: d, n: len(b.Rows), takenOver: b.TakenOver})
 	if len(b.Rows) == 0 {
-		r.stats.emptyClaims.Add(1)
 		return b, no, nil
 	}
-	r.progress.claimedRows(time.Now())
 	if b.TakenOver > 0 {
 		r.log.Warn("lease takeover: took events whose lease had expired; a relay died or stalled, they may be published again",
 			zap.Int("events", b.TakenOver))
@@ -326,11 +191,6 @@ func busy(rate, share float64) bool {
 
 // rateWindow is arrivalRate's averaging window.
 const rateWindow = 50 * time.Millisecond
-
-func resetTimer(t *time.Timer, d time.Duration) {
-	t.Stop()
-	t.Reset(d)
-}
 
 // jitter returns d ± frac·d, uniformly.
 func jitter(d time.Duration, frac float64) time.Duration {

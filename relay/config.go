@@ -1,24 +1,3 @@
-// Package relay is the outbox relay's engine: woken by a notification
-// (package notify), by a jittered poll ticker, or at once while claims come
-// back full, it claims a batch of outbox rows (package lease), publishes
-// them to Kafka (package kafka) outside any database transaction, and marks
-// the delivered rows published.
-//
-// Three goroutines form a pipeline, each holding at most one batch, so
-// memory is bounded by about three batches, each of at most
-// lease.Config.BatchSize rows and lease.Config.MaxBatchBytes of payloads:
-// the claimer claims batch N+1 while the publisher publishes batch N and
-// the marker marks batch N-1.
-// Which rows of a batch may be published, and which must wait behind an
-// earlier event of their aggregate, is decided by the hold-back state
-// (holdback.go, where the ordering invariant is stated).
-//
-// Guarantees: at-least-once delivery (a row is marked only after Kafka
-// acknowledged it with acks=all; a crash in between publishes it again, with
-// the same event_id), and per-aggregate order: an event is never published
-// before an earlier event (by seq) of its aggregate. If an event fails, the
-// later events of its aggregate are neither published nor marked until it
-// succeeds, while other aggregates go on.
 package relay
 
 import (

@@ -2,11 +2,13 @@ package relay
 
 import (
 	"context"
-	"sync/atomic"
+	"time"
 )
 
-// claimGate numbers claims and, after the publisher gave rows back, holds
-// the claimer until every batch it had claimed so far is settled.
+// claimGate is how the publisher holds the claimer back: after it gave
+// rows back, until every batch claimed so far is settled (flush), and
+// after a publish that found the broker down, for a while (pause). It also
+// numbers the claims.
 //
 // Why: rows given back make the batches claimed before the give-back
 // committed hold back their aggregates' later rows (see holdback), and those
@@ -19,66 +21,98 @@ import (
 // give-back committed and takes the rows in seq order. The wait costs one
 // pipeline drain per batch that gave rows back, and nothing otherwise.
 //
-// The claimer calls next before each claim, sent after handing a batch to
-// the publisher, and pass before starting a claim; the publisher calls
-// settled after each batch and flush when a batch gave rows back (before
-// settled).
+// The claimer calls next before each claim (Relay.claim), batchSent after
+// handing a batch to the publisher (runClaimer), and wait before starting
+// a claim (claimTimer.wait); the publisher calls settled after each batch
+// (publishBatch, runPublisher), flush when a batch gave rows back (before
+// settled: Relay.settle, Relay.keepLease), and pause after an outage
+// (runPublisher).
 type claimGate struct {
-	started   atomic.Uint64 // claims started (the last claim's number)
-	sent      atomic.Uint64 // batches handed to the publisher
-	done      atomic.Uint64 // batches the publisher settled
-	flushWant atomic.Bool   // a batch gave rows back: drain before claiming
-	wake      chan struct{} // a batch was settled (one slot)
+	s *shared[gateState]
 }
 
-func newClaimGate() *claimGate { return &claimGate{wake: make(chan struct{}, 1)} }
+// gateState is the claim gate's state, one shared value (shared.go).
+type gateState struct {
+	started   uint64 // claims started (the last claim's number)
+	sent      uint64 // batches handed to the publisher
+	done      uint64 // batches the publisher settled
+	flushWant bool   // a batch gave rows back: drain before claiming
+	// pauseUntil holds the claimer back after a publish failed for a
+	// whole batch: the broker is down, claiming more only churns rows.
+	pauseUntil time.Time
+}
+
+func newClaimGate() *claimGate { return &claimGate{s: newShared(gateState{})} }
 
 // next returns the number of the claim about to start: 1, 2, ...
-func (g *claimGate) next() uint64 { return g.started.Add(1) }
+func (g *claimGate) next() (no uint64) {
+	g.s.update(func(s *gateState) bool { s.started++; no = s.started; return false })
+	return no
+}
 
 // lastStarted returns the number of the last claim started.
-func (g *claimGate) lastStarted() uint64 { return g.started.Load() }
+func (g *claimGate) lastStarted() (no uint64) {
+	g.s.update(func(s *gateState) bool { no = s.started; return false })
+	return no
+}
 
 // batchSent records a batch handed to the publisher.
-func (g *claimGate) batchSent() { g.sent.Add(1) }
+func (g *claimGate) batchSent() {
+	g.s.update(func(s *gateState) bool { s.sent++; return false })
+}
 
 // flush asks the claimer to wait for every batch it claimed to be settled
 // before it claims again.
-func (g *claimGate) flush() { g.flushWant.Store(true) }
+func (g *claimGate) flush() {
+	g.s.update(func(s *gateState) bool { s.flushWant = true; return false })
+}
 
 // settled records that the publisher finished a batch: published, marked
-// (queued), given back or dead-lettered.
+// (queued), given back or dead-lettered. It wakes a waiting claimer.
 func (g *claimGate) settled() {
-	g.done.Add(1)
-	select {
-	case g.wake <- struct{}{}:
-	default:
-	}
+	g.s.update(func(s *gateState) bool { s.done++; return true })
+}
+
+// pause holds the claimer back until until.
+func (g *claimGate) pause(until time.Time) {
+	g.s.update(func(s *gateState) bool { s.pauseUntil = until; return false })
 }
 
 // pass reports whether a claim may start now: no flush is pending, or every
 // batch sent is settled (then the flush is over).
 func (g *claimGate) pass() bool {
-	if !g.flushWant.Load() {
-		return true
-	}
-	if g.done.Load() != g.sent.Load() {
-		return false
-	}
-	// Nothing is in flight, so no batch can ask for another flush between
-	// the check above and this store.
-	g.flushWant.Store(false)
-	return true
+	ok, _ := g.check()
+	return ok
 }
 
-// wait blocks until pass, or ctx is done (it returns false then).
-func (g *claimGate) wait(ctx context.Context) bool {
-	for !g.pass() {
+// check is pass, and returns the channel closed at the gate's next change
+// too.
+func (g *claimGate) check() (ok bool, changed <-chan struct{}) {
+	changed = g.s.update(func(s *gateState) bool {
+		ok = !s.flushWant || s.done == s.sent
+		s.flushWant = s.flushWant && !ok
+		return false
+	})
+	return ok, changed
+}
+
+// wait blocks, on clock c, until the pause is over and then until pass, or
+// until ctx is done (it returns false then).
+func (g *claimGate) wait(ctx context.Context, c clock) bool {
+	var until time.Time
+	g.s.update(func(s *gateState) bool { until = s.pauseUntil; return false })
+	if !sleepCtx(ctx, c, until.Sub(c.Now())) {
+		return false
+	}
+	for {
+		ok, changed := g.check()
+		if ok {
+			return true
+		}
 		select {
 		case <-ctx.Done():
 			return false
-		case <-g.wake:
+		case <-changed:
 		}
 	}
-	return true
 }

@@ -159,7 +159,7 @@ func (p *progress) health(now time.Time) Health {
 			return
 		}
 		h.Moving, h.Step, h.Since = false, step, time.Unix(0, since)
-		h.Reason = fmt.Sprintf("%s for %s: %s", reason, now.Sub(h.Since).Round(time.Second), stepDetail(step, p))
+		h.Reason = fmt.Sprintf("%s for %s: %s", reason, now.Sub(h.Since).Round(time.Second), stepDetail(step, p, now))
 	}
 	if u := p.unowned.Load(); u != 0 {
 		if why := p.ownerWhy.Load(); why != nil {
@@ -180,8 +180,8 @@ func (p *progress) health(now time.Time) Health {
 	return h
 }
 
-// stepDetail is the detail of a stalled step: its last error.
-func stepDetail(step string, p *progress) string {
+// stepDetail is the detail of a stalled step at now: its last error.
+func stepDetail(step string, p *progress, now time.Time) string {
 	var last *string
 	switch step {
 	case "ownership":
@@ -197,7 +197,7 @@ func stepDetail(step string, p *progress) string {
 			}
 		}
 		if f := p.inFlight.Load(); f != 0 {
-			return fmt.Sprintf("a publish has been in flight for %s (broker not answering?)", time.Since(time.Unix(0, f)).Round(time.Second))
+			return fmt.Sprintf("a publish has been in flight for %s (broker not answering?)", now.Sub(time.Unix(0, f)).Round(time.Second))
 		}
 		last = p.publishErr.Load()
 		if last == nil {
@@ -211,24 +211,24 @@ func stepDetail(step string, p *progress) string {
 }
 
 // watch logs one line when the relay stops moving events and one when it
-// moves again, checking every tick until stop is closed.
-func (p *progress) watch(stop <-chan struct{}, tick time.Duration, log *zap.Logger) {
-	t := time.NewTicker(tick)
+// moves again, checking every tick of c until stop is closed.
+func (p *progress) watch(stop <-chan struct{}, c clock, tick time.Duration, log *zap.Logger) {
+	t := c.NewTicker(tick)
 	defer t.Stop()
 	var stalled *Health
 	for {
 		select {
 		case <-stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
-		h := p.health(time.Now())
+		h := p.health(c.Now())
 		switch {
 		case !h.Moving && stalled == nil:
 			stalled = &h
 			log.Error("relay stalled: events are not moving", zap.String("step", h.Step), zap.String("reason", h.Reason), zap.Time("since", h.Since))
 		case h.Moving && stalled != nil:
-			log.Info("relay moving again", zap.String("step", stalled.Step), zap.Duration("stalled_for", time.Since(stalled.Since).Round(time.Second)))
+			log.Info("relay moving again", zap.String("step", stalled.Step), zap.Duration("stalled_for", c.Now().Sub(stalled.Since).Round(time.Second)))
 			stalled = nil
 		}
 	}

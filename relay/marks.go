@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,101 +50,102 @@ type markJob struct {
 	tries int       // failed marks so far
 }
 
-// markQueue holds the delivered chunks waiting for their mark.
+// markQueue holds the delivered chunks waiting for their mark: the
+// publisher puts them, a claim takes all of them into its transaction (and
+// puts them back if it failed), the marker takes those due. Its contents
+// are one shared value (shared.go): the publisher waiting for room and the
+// marker waiting for a job to come due wait on its changes.
 type markQueue struct {
-	limit  int // maxPendingMarks; tests that drive the publisher alone raise it
-	mu     sync.Mutex
-	cond   *sync.Cond // signalled when jobs are taken (the publisher waits for room)
+	limit int // maxPendingMarks; tests that drive the publisher alone raise it
+	clock clock
+	s     *shared[markState]
+}
+
+// markState is the contents of a markQueue.
+type markState struct {
 	jobs   []markJob
 	closed bool
-	wake   chan struct{} // a job was added or the queue closed (one slot)
 }
 
-func newMarkQueue() *markQueue {
-	q := &markQueue{limit: maxPendingMarks, wake: make(chan struct{}, 1)}
-	q.cond = sync.NewCond(&q.mu)
-	return q
-}
-
-func (q *markQueue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+func newMarkQueue(c clock) *markQueue {
+	return &markQueue{limit: maxPendingMarks, clock: c, s: newShared(markState{})}
 }
 
 // put adds a delivered chunk, due after delay, waiting while
 // maxPendingMarks chunks wait (they are due at once then: the marker takes
 // them without waiting for a claim).
 func (q *markQueue) put(token uuid.UUID, seqs []int64, delay time.Duration) {
-	q.mu.Lock()
-	for len(q.jobs) >= q.limit && !q.closed {
-		now := time.Now()
-		for i := range q.jobs {
-			q.jobs[i].due = now
+	for {
+		full := false
+		changed := q.s.update(func(s *markState) bool {
+			now := q.clock.Now()
+			if full = len(s.jobs) >= q.limit && !s.closed; full {
+				for i := range s.jobs {
+					s.jobs[i].due = now
+				}
+				return true
+			}
+			s.jobs = append(s.jobs, markJob{token: token, seqs: seqs, due: now.Add(delay)})
+			return true
+		})
+		if !full {
+			return
 		}
-		q.signal()
-		q.cond.Wait()
+		<-changed
 	}
-	q.jobs = append(q.jobs, markJob{token: token, seqs: seqs, due: time.Now().Add(delay)})
-	q.mu.Unlock()
-	q.signal()
 }
 
 // putBack returns jobs a claim could not mark (its transaction failed), at
 // the front, due at once.
 func (q *markQueue) putBack(jobs []markJob) {
-	q.mu.Lock()
-	now := time.Now()
-	for i := range jobs {
-		jobs[i].due = now
-	}
-	q.jobs = append(jobs, q.jobs...)
-	q.mu.Unlock()
-	q.signal()
+	q.s.update(func(s *markState) bool {
+		now := q.clock.Now()
+		for i := range jobs {
+			jobs[i].due = now
+		}
+		s.jobs = append(jobs, s.jobs...)
+		return true
+	})
 }
 
 // take removes and returns the jobs waiting, all of them (a claim carries
 // them) or, with due set, those due by then (the marker).
-func (q *markQueue) take(due time.Time) []markJob {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	i := 0
-	for i < len(q.jobs) && (due.IsZero() || !q.jobs[i].due.After(due)) {
-		i++
-	}
-	if i == 0 {
-		return nil
-	}
-	out := append([]markJob(nil), q.jobs[:i]...)
-	q.jobs = q.jobs[i:]
-	q.cond.Broadcast()
+func (q *markQueue) take(due time.Time) (out []markJob) {
+	q.s.update(func(s *markState) bool {
+		i := 0
+		for i < len(s.jobs) && (due.IsZero() || !s.jobs[i].due.After(due)) {
+			i++
+		}
+		if i == 0 {
+			return false
+		}
+		out = append([]markJob(nil), s.jobs[:i]...)
+		s.jobs = s.jobs[i:]
+		return true
+	})
 	return out
 }
 
-// next returns when the oldest job is due, or false when none waits.
-func (q *markQueue) next() (time.Time, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.jobs) == 0 {
-		return time.Time{}, false
-	}
-	return q.jobs[0].due, true
+// next returns when the oldest job is due (false when none waits) and the
+// channel closed at the queue's next change.
+func (q *markQueue) next() (due time.Time, waiting bool, changed <-chan struct{}) {
+	changed = q.s.update(func(s *markState) bool {
+		if waiting = len(s.jobs) > 0; waiting {
+			due = s.jobs[0].due
+		}
+		return false
+	})
+	return due, waiting, changed
 }
 
 // close wakes the marker for its last round; put no longer waits.
 func (q *markQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.cond.Broadcast()
-	q.mu.Unlock()
-	q.signal()
+	q.s.update(func(s *markState) bool { s.closed = true; return true })
 }
 
-func (q *markQueue) isClosed() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.closed
+func (q *markQueue) isClosed() (closed bool) {
+	q.s.update(func(s *markState) bool { closed = s.closed; return false })
+	return closed
 }
 
 // toLease turns jobs into the marks a claim carries.
@@ -157,79 +157,14 @@ func toLease(jobs []markJob) []*lease.Mark {
 	return out
 }
 
-// marked records one mark's outcome: counters, observer, progress, and the
-// warning for rows whose lease passed to another claim.
-func (r *Relay) marked(d time.Duration, n int, marked int64, err error) {
-	r.obs.Marked(d, n, marked, err)
-	if err != nil {
-		r.progress.marks.fail(time.Now(), err)
-		return
-	}
-	r.progress.marks.ok()
-	r.stats.marked.Add(marked)
-	if marked < int64(n) {
-		r.log.Warn("lease lost before mark: another claim holds these events and publishes them again",
-			zap.Int("events", n), zap.Int64("marked", marked))
-	}
-}
-
-// runMarker marks the delivered chunks that no claim carried within
-// markDelay, retrying a failed mark with backoff (up to 5 attempts: then
-// the rows are published again after their lease, which at-least-once
-// allows). When the queue is closed it marks everything left and returns;
-// when work is done first (a stopping relay's ShutdownGrace has passed)
-// it returns at once, counting what it could not mark.
-func (r *Relay) runMarker(work context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		closed := r.marks.isClosed()
-		var due time.Time
-		if !closed {
-			due = time.Now()
-		}
-		for _, job := range r.marks.take(due) {
-			r.markAlone(work, job)
-		}
-		if closed {
-			if _, waiting := r.marks.next(); !waiting {
-				return
-			}
-			continue
-		}
-		wait := time.Hour
-		if at, ok := r.marks.next(); ok {
-			wait = max(0, time.Until(at))
-		}
-		resetTimer(timer, wait)
-		select {
-		case <-r.marks.wake:
-		case <-timer.C:
-		case <-work.Done():
-			// Hard stop: the remaining rows are published again after
-			// their lease. A publisher waiting for room in the queue
-			// goes on.
-			r.marks.close()
-			n := 0
-			for _, job := range r.marks.take(time.Time{}) {
-				n += len(job.seqs)
-			}
-			if n > 0 {
-				r.stop.failedMark(n, work.Err())
-			}
-			return
-		}
-	}
-}
-
 // markAlone marks one chunk in its own transaction, retrying with backoff.
 func (r *Relay) markAlone(work context.Context, job markJob) {
 	for attempt := job.tries + 1; ; attempt++ {
 		mctx, cancel := context.WithTimeout(work, r.cfg.DBTimeout)
-		began := time.Now()
+		began := r.clock.Now()
 		n, err := r.claimer.MarkPublished(mctx, job.token, job.seqs)
 		cancel()
-		r.marked(time.Since(began), len(job.seqs), n, err)
+		r.record(report{kind: reportMark, took: r.clock.Now().Sub(began), n: len(job.seqs), marked: n, err: err})
 		if err == nil {
 			return
 		}
@@ -245,9 +180,6 @@ func (r *Relay) markAlone(work context.Context, job markJob) {
 		if !r.stop.stopping() {
 			r.log.Warn("mark published failed; retrying", zap.Error(err), zap.Duration("retry_in", d))
 		}
-		select {
-		case <-work.Done():
-		case <-time.After(d):
-		}
+		sleepCtx(work, r.clock, d)
 	}
 }

@@ -140,9 +140,8 @@ func (m *ownModel) startRelay() *orelay {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	r.sleep = func(time.Duration) {}
 	r.marks.limit = 1 << 20
-	r.now = func() time.Time { return m.now }
+	useClock(r, stubClock{now: func() time.Time { return m.now }})
 	o.relay = r
 	m.relays = append(m.relays, o)
 	return o

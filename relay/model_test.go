@@ -311,9 +311,8 @@ func runModel(t *testing.T, seed uint64, mode DeadLetterMode, faultSteps int) (i
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.sleep = func(time.Duration) {}
 	r.marks.limit = 1 << 20 // no marker goroutine here: the model marks
-	r.now = func() time.Time { return m.now }
+	useClock(r, stubClock{now: func() time.Time { return m.now }})
 	ctx := context.Background()
 	var queue []claimed // claimed, not yet published: the channel's slot and the claimer's hand
 	// Marks ride on the next claim (marks.go) or are marked alone after

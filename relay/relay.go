@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -88,7 +86,7 @@ type Relay struct {
 	partitionOf func(topic string, key []byte) int
 
 	// gate numbers claims and holds the claimer back after a give-back
-	// until the pipeline settled (see claimGate).
+	// until the pipeline settled, and after an outage (see claimGate).
 	gate *claimGate
 	// hb is the hold-back state; the publisher goroutine owns it.
 	hb *holdback
@@ -101,10 +99,6 @@ type Relay struct {
 	stop *shutdown
 	// progress says whether events are moving (Health).
 	progress progress
-	// pauseUntil (unix nanos) holds the claimer back after a publish
-	// failed for a whole batch: the broker is down, claiming more only
-	// churns rows.
-	pauseUntil atomic.Int64
 	// lastOwned and lastMembers are what the claimer owned at the last
 	// claim (watchOwnership); claimer goroutine only.
 	lastOwned, lastMembers int
@@ -112,15 +106,12 @@ type Relay struct {
 	// the last claim (0 until it owns some): the claim schedule's busy
 	// threshold is the table's rate (busy). Claimer goroutine only.
 	ownedShare float64
-	// sleep waits between release retries, now reads the clock that lease
-	// deadlines are measured on (tests replace both).
-	sleep func(time.Duration)
-	now   func() time.Time
+	// clock is every time reading, timer and sleep of the relay (clock.go;
+	// the model tests replace it).
+	clock clock
 
-	stats struct {
-		claims, emptyClaims, published, marked, failed, heldBack, released, deadLettered atomic.Int64
-		wakeNotify, wakePoll, wakeWindow, wakeBacklog                                    atomic.Int64
-	}
+	// stats are the Stats counters (record.go).
+	stats counters
 }
 
 // New returns a Relay. wake delivers wake-up signals (notify.Listener.Wake);
@@ -158,10 +149,9 @@ func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logge
 	r := &Relay{
 		cfg: cfg, lease: lc, claimer: claimer, pub: pub, wake: wake, log: log, obs: obs,
 		att:  attemptObserverOf(obs),
-		gate: newClaimGate(), hb: newHoldback(), marks: newMarkQueue(), fails: newFailureLog(log, failureLogEvery), stop: newShutdown(),
+		gate: newClaimGate(), hb: newHoldback(), marks: newMarkQueue(realClock{}), fails: newFailureLog(log, failureLogEvery), stop: newShutdown(),
 		progress: progress{stallAfter: cfg.StallTimeout},
-		sleep:    time.Sleep,
-		now:      time.Now,
+		clock:    realClock{},
 	}
 	if p, ok := pub.(interface{ PartitionOf(string, []byte) int }); ok {
 		r.partitionOf = p.PartitionOf
@@ -180,25 +170,9 @@ func (e *BudgetError) Error() string {
 	return fmt.Sprintf("relay: one publish may take %s (kafka.Config.MaxAttempts × WriteTimeout, plus backoffs), more than half of lease.Config.Lease (%s): lower the write timeout or lengthen the lease", e.Budget, e.Lease)
 }
 
-// Stats returns a snapshot of the relay's counters.
-func (r *Relay) Stats() Stats {
-	s := &r.stats
-	o := r.claimer.Ownership()
-	return Stats{
-		Claims: s.claims.Load(), EmptyClaims: s.emptyClaims.Load(),
-		Published: s.published.Load(), Marked: s.marked.Load(), Failed: s.failed.Load(),
-		HeldBack: s.heldBack.Load(), Released: s.released.Load(), DeadLettered: s.deadLettered.Load(),
-		WakeNotify: s.wakeNotify.Load(), WakePoll: s.wakePoll.Load(),
-		WakeWindow: s.wakeWindow.Load(), WakeBacklog: s.wakeBacklog.Load(),
-		OwnedPartitions: int64(o.Owned), Partitions: int64(o.Partitions), Relays: int64(o.Members),
-		PartitionsAcquired: o.Acquired, PartitionsReleased: o.Released, Handovers: o.TakenOver,
-		Member: o.Member,
-	}
-}
-
 // Health says whether events are moving now (see Health). Safe to call
 // concurrently with Run.
-func (r *Relay) Health() Health { return r.progress.health(time.Now()) }
+func (r *Relay) Health() Health { return r.progress.health(r.clock.Now()) }
 
 // watchOwnership records, after a claim, what the claimer owns: one log
 // line when the number of key partitions it owns changes, and the
@@ -217,104 +191,6 @@ func (r *Relay) watchOwnership(now time.Time) {
 		r.ownedShare = float64(o.Owned) / float64(o.Partitions)
 	}
 	r.progress.ownership(now, o)
-}
-
-// claimed is a batch with the number of the claim that produced it.
-type claimed struct {
-	*lease.Batch
-	no uint64
-}
-
-// Run relays until ctx is done, then shuts down gracefully and returns
-// nil: the in-flight publish may take Config.ShutdownTimeout, then
-// delivered rows are marked and the rest released within ShutdownGrace,
-// and Run returns by then whatever the database does, having logged in
-// one line what it could not give back. Database and broker errors are
-// logged and retried with backoff; they never end Run.
-func (r *Relay) Run(ctx context.Context) error {
-	// work outlives ctx by at most ShutdownTimeout: in-flight publishes
-	// finish on it. final outlives it by ShutdownGrace more: every
-	// statement (the claim in flight, marks, releases, leaving) ends by
-	// then.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	final, cancelFinal := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelFinal()
-	r.stop.final = final
-	stopHard := context.AfterFunc(ctx, func() {
-		r.stop.begin(time.Now())
-		tw := time.AfterFunc(r.cfg.ShutdownTimeout, cancelWork)
-		tf := time.AfterFunc(r.cfg.ShutdownTimeout+ShutdownGrace, cancelFinal)
-		context.AfterFunc(final, func() { tw.Stop(); tf.Stop() })
-	})
-	defer stopHard()
-
-	batches := make(chan claimed, 1)
-	stopWatch := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		r.progress.watch(stopWatch, min(time.Second, r.cfg.StallTimeout/4), r.log)
-	}()
-	go func() {
-		defer wg.Done()
-		r.runMarker(final)
-	}()
-	go func() {
-		defer wg.Done()
-		defer r.marks.close()
-		r.runPublisher(ctx, work, batches)
-	}()
-	r.runClaimer(ctx, batches)
-	close(batches)
-	close(stopWatch)
-	wg.Wait()
-	r.fails.stop(time.Now())
-	// Everything is marked or released: tell the other relays.
-	cctx, cancel := context.WithTimeout(final, r.cfg.DBTimeout)
-	if err := r.claimer.Close(cctx); err != nil {
-		r.stop.failedLeave(err)
-	}
-	cancel()
-	r.stop.logTo(r.log, r.lease.Lease, r.stats.published.Load())
-	return nil
-}
-
-// runPublisher publishes batches in claim order. It stops publishing new
-// batches when ctx is done and releases them instead; work bounds the
-// in-flight publish.
-func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed) {
-	outages := 0 // publishes in a row that delivered nothing
-	idle := time.NewTicker(time.Second)
-	defer idle.Stop()
-	for {
-		var b claimed
-		select {
-		case now := <-idle.C:
-			r.fails.tick(now) // an outage may end while no batch comes
-			continue
-		case next, ok := <-in:
-			if !ok {
-				return
-			}
-			b = next
-		}
-		if ctx.Err() != nil {
-			r.releaseBatch(b.Batch)
-			r.gate.settled()
-			continue
-		}
-		if r.publishBatch(ctx, work, b) {
-			outages++
-			// Nothing got through: hold the claimer back, growing with
-			// each outage in a row; the broker is likely down.
-			pause := backoff(r.cfg.RetryMin, min(r.cfg.RetryMax, maxOutagePause), outages)
-			r.pauseUntil.Store(time.Now().Add(pause).UnixNano())
-		} else {
-			outages = 0
-		}
-	}
 }
 
 // maxOutagePause caps how long the claimer waits between attempts while the
@@ -341,7 +217,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 		var began time.Time
 		if r.att != nil {
 			// Failed without a publish call (too large, undecodable).
-			began = time.Now()
+			began = r.clock.Now()
 			br.stamp(failed, began, began)
 		}
 		if len(msgs) == 0 {
@@ -349,19 +225,14 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 		}
 		failed = len(br.failures)
 		errs, callErr, cutOff := r.publishChunk(work, br.deadline, msgs, rows)
-		if callErr != nil {
-			r.progress.publishFailed(callErr)
-		}
 		delivered := br.record(r.hb, rows, errs, cutOff)
+		var ended time.Time
 		if r.att != nil {
-			ended := time.Now()
+			ended = r.clock.Now()
 			br.stamp(failed, began, ended)
-			r.attemptedAll(delivered, began, ended)
 		}
+		r.record(report{kind: reportPublished, rows: delivered, began: began, ended: ended})
 		if len(delivered) > 0 {
-			r.stats.published.Add(int64(len(delivered)))
-			r.progress.resolved()
-			r.obs.Published(delivered)
 			r.marks.put(b.Token, seqsOf(delivered), markDelay(&r.cfg))
 		}
 		if callErr != nil && br.delivered == 0 && allOutage(errs) {
@@ -390,7 +261,7 @@ func (r *Relay) settle(br *batchRun) {
 				held++
 			}
 		}
-		r.stats.heldBack.Add(held)
+		r.record(report{kind: reportHeldBack, n: int(held)})
 		if ce := r.log.Check(zap.DebugLevel, "giving back events"); ce != nil {
 			ce.Write(zap.Int("events", len(rows)), zap.Int64("held_back", held), zap.String("first_reason", br.returned[0].why), zap.Uint64("claim_no", br.b.no))
 		}
@@ -416,7 +287,7 @@ func (r *Relay) settle(br *batchRun) {
 	}
 	// A batch that delivered events and had no failure ends a failure
 	// episode; one whose events were all held back does not.
-	r.fails.flush(r.now(), br.delivered > 0 && len(br.failures) == 0 && !br.outage)
+	r.fails.flush(r.clock.Now(), br.delivered > 0 && len(br.failures) == 0 && !br.outage)
 }
 
 // settleFailures gives failed rows back with a per-row backoff and their
@@ -431,7 +302,6 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 	if len(fs) == 0 {
 		return nil, nil
 	}
-	r.stats.failed.Add(int64(len(fs)))
 	type key struct {
 		dead     bool
 		count    bool
@@ -447,17 +317,7 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 			attempts++
 		}
 		dead := deadAtOnce(f.err) || attempts >= r.cfg.MaxAttempts
-		topic := r.topicOf(&f.row)
-		if r.att != nil {
-			outcome := OutcomeRetried
-			if dead {
-				outcome = OutcomeDeadLettered
-			}
-			r.att.Attempted(Attempt{Row: &f.row, Topic: topic, Partition: r.partition(topic, &f.row),
-				Began: f.began, Ended: f.ended, Outcome: outcome, Err: f.err, Attempts: attempts})
-		}
-		r.obs.PublishFailed(f.row, topic, f.err, dead)
-		r.fails.add(r.now(), &f.row, topic, f.err, dead, attempts)
+		r.record(report{kind: reportFailed, failure: &f, topic: r.topicOf(&f.row), dead: dead, attempts: attempts})
 		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
@@ -484,26 +344,6 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 	return gave, stuck
 }
 
-// attemptedAll tells r.att that rows, carried by the publish call from
-// began to ended, were published.
-func (r *Relay) attemptedAll(rows []lease.Row, began, ended time.Time) {
-	for i := range rows {
-		row := &rows[i]
-		topic := r.topicOf(row)
-		r.att.Attempted(Attempt{Row: row, Topic: topic, Partition: r.partition(topic, row),
-			Began: began, Ended: ended, Outcome: OutcomePublished, Attempts: row.Attempts})
-	}
-}
-
-// partition returns the partition of row's record on topic, or -1 when the
-// publisher does not say (Attempt.Partition).
-func (r *Relay) partition(topic string, row *lease.Row) int {
-	if r.partitionOf == nil {
-		return -1
-	}
-	return r.partitionOf(topic, []byte(row.AggregateID))
-}
-
 func (r *Relay) deadLetter(s lease.Settle) error {
 	rctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
 	defer cancel()
@@ -516,8 +356,7 @@ func (r *Relay) deadLetter(s lease.Settle) error {
 		r.log.Warn("dead-letter failed; the events come back when their lease ends", zap.Error(err), zap.Int("events", len(s.Seqs)))
 		return err
 	}
-	r.stats.deadLettered.Add(n)
-	r.progress.resolved()
+	r.record(report{kind: reportDeadLettered, n: int(n)})
 	return nil
 }
 
@@ -547,13 +386,13 @@ func (r *Relay) release(s lease.Settle) error {
 		n, err = r.claimer.Release(rctx, s)
 		cancel()
 		if err == nil {
-			r.stats.released.Add(n)
+			r.record(report{kind: reportReleased, n: int(n)})
 			if ce := r.log.Check(zap.DebugLevel, "released"); ce != nil {
 				ce.Write(zap.Int("events", len(s.Seqs)), zap.Int64("released", n), zap.Duration("retry_in", s.RetryIn), zap.Stringer("claim_token", s.Token))
 			}
 			return nil
 		}
-		r.sleep(time.Duration(attempt) * 50 * time.Millisecond)
+		r.clock.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
 	}
 	if err == nil {
 		err = r.stop.final.Err()

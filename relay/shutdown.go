@@ -95,13 +95,13 @@ func (s *shutdown) failedLeave(err error) {
 
 // logTo logs the end of the stop: "relay stopped", or, when something
 // could not be given back, one warning saying what stays as it is and
-// until when.
-func (s *shutdown) logTo(log *zap.Logger, lease time.Duration, published int64) {
+// until when; now is the time the stop ends.
+func (s *shutdown) logTo(log *zap.Logger, now time.Time, lease time.Duration, published int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	took := time.Duration(0)
 	if !s.began.IsZero() {
-		took = time.Since(s.began)
+		took = now.Sub(s.began)
 	}
 	if s.unreleased == 0 && s.unmarked == 0 && !s.claimLost && s.leaveErr == nil {
 		log.Info("relay stopped", zap.Int64("published", published), zap.Duration("took", took))

@@ -71,10 +71,17 @@ func (m *windowMode) notified(now time.Time) {
 	}
 }
 
-// dense reports whether the window is polled every ClaimWindowPoll at now.
-func (m *windowMode) dense(now time.Time) bool {
+// advance brings m to now: a suspect older than notifyGrace, not
+// announced by a notification since, becomes a sign. The schedule
+// advances the mode each time it asks dense.
+func (m *windowMode) advance(now time.Time) {
 	if !m.suspect.IsZero() && now.Sub(m.suspect) >= notifyGrace {
 		m.lastUnnotified, m.suspect = m.suspect, time.Time{}
 	}
+}
+
+// dense reports whether the window is polled every ClaimWindowPoll at now,
+// by the signs m holds (advance first to count a suspect that became one).
+func (m windowMode) dense(now time.Time) bool {
 	return !m.lastUnnotified.IsZero() && now.Sub(m.lastUnnotified) < unnotifiedFor
 }

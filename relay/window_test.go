@@ -46,6 +46,7 @@ func TestWindowModeFollowsEventsWithoutNotifications(t *testing.T) {
 		if s.notify {
 			m.notified(at(s.at))
 		}
+		m.advance(at(s.at))
 		if got := m.dense(at(s.at)); got != s.dense {
 			t.Errorf("%s (at %dms): dense = %v, want %v", s.name, s.at, got, s.dense)
 		}
