@@ -58,12 +58,23 @@ func (s steps) send(ctx context.Context, pool *pgxpool.Pool, commit string) erro
 		b.Queue(st.sql, st.args...)
 	}
 	br := pool.SendBatch(ctx, b)
-	defer br.Close()
+	// Closed exactly once: the pool's Close releases the connection, and a
+	// second Close after a failed batch would still invalidate that
+	// connection's statement cache, while another goroutine uses it.
+	closed := false
+	defer func() {
+		if !closed {
+			_ = br.Close()
+		}
+	}()
 	for _, st := range s {
 		if err := st.read(br); err != nil {
+			closed = true
+			_ = br.Close()
 			return err
 		}
 	}
+	closed = true
 	return wrapErr(commit, br.Close())
 }
 
