@@ -27,14 +27,13 @@ const (
 	// https://kafka.apache.org/documentation/#brokerconfigs_message.max.bytes.
 	DefaultBatchBytes = 1 << 20
 
-	// DefaultWriteTimeout bounds one produce attempt. It is 4s (it was 10s)
-	// because the relay requires the Publisher's AttemptBudget to be at most
-	// half its lease (default 30s, lease.DefaultLease), so that one publish
-	// cannot outlive the claim of its rows: DefaultMaxAttempts (3) attempts
-	// of 4s take 12s, and kafka-go's backoffs before the second and third
-	// attempt add 100ms and 400ms, so AttemptBudget is 12.5s with the
-	// defaults (with 10s attempts it was 30.5s, more than the whole lease).
-	// A healthy broker answers a produce request in milliseconds; 4s leaves
+	// DefaultWriteTimeout bounds one produce attempt. The relay requires
+	// the Publisher's AttemptBudget to be at most half its lease (default
+	// 30s, lease.DefaultLease), so that one publish cannot outlive the
+	// claim of its rows: DefaultMaxAttempts (3) attempts of 4s take 12s,
+	// and kafka-go's backoffs before the second and third attempt add
+	// 100ms and 400ms, so AttemptBudget is 12.5s with the defaults. A
+	// healthy broker answers a produce request in milliseconds; 4s leaves
 	// room for a slow acks=all round with a lagging follower.
 	DefaultWriteTimeout = 4 * time.Second
 

@@ -32,12 +32,11 @@ type marker struct {
 }
 
 // advanceEvery is how often Claim moves the floor. Reading pg_locks is
-// not free, and its cost grows with the sessions holding locks: 0.22 ms
-// per read with no other session, 3.3 ms with 180 idle sessions of which
-// 90 were in a transaction holding a lock (measured on PostgreSQL 15, 2
-// cores). Every 100 ms that is at most 3% of a core per relay; the floor
-// lags the published rows by a few hundred rows at 1,000 events/s, which
-// the claim's scan and the guard's lower bound walk past cheaply.
+// not free, and its cost grows with the sessions holding locks (figures in
+// docs/internals.md, "How claiming stays fast"): every 100 ms keeps it to
+// a few percent of a core per relay, while the floor lags the published
+// rows by a few hundred rows at 1,000 events/s, which the claim's scan and
+// the guard's lower bound walk past cheaply.
 const advanceEvery = 100 * time.Millisecond
 
 // maxMarkers bounds the pending markers (about 100 s of them) while a long
