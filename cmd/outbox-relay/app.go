@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -445,12 +446,19 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, check func(conte
 }
 
 // permanent reports whether a connection error will not go away by
-// waiting: the database does not exist (SQLSTATE 3D000) or the server
-// refused the credentials (class 28).
+// waiting: the database does not exist (SQLSTATE 3D000), the server
+// refused the credentials (class 28), the server does not speak TLS where
+// the URL's sslmode requires it, or its certificate does not verify.
 func permanent(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code == pgerrcode.InvalidCatalogName || pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code)
+	}
+	// pgconn has no sentinel for a server that answered the SSLRequest
+	// with 'N': its text is matched.
+	var certErr *tls.CertificateVerificationError
+	if errors.As(err, &certErr) || strings.Contains(err.Error(), "server refused TLS connection") {
+		return true
 	}
 	// The broker refused the SASL credentials or mechanism, or does not
 	// speak TLS where --kafka-tls expects it: waiting will not help.

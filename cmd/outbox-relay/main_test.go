@@ -310,6 +310,30 @@ func TestMissingDatabaseFailsAtOnce(t *testing.T) {
 	}
 }
 
+// A server without TLS will not start speaking it: with sslmode=require
+// the relay fails at once, naming the refusal, instead of retrying.
+func TestDatabaseWithoutTLSFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	cfg, err := pgx.ParseConfig(db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ssl string
+	if err := db.Pool.QueryRow(context.Background(), "SHOW ssl").Scan(&ssl); err != nil || ssl != "off" {
+		t.Skipf("the test database has ssl = %q (%v): this test needs a server without TLS", ssl, err)
+	}
+	dsn := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=require", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	start := time.Now()
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", dsn, "--brokers", "127.0.0.1:1", "--topic", "t", "--metrics-addr", "")
+	if code != exitFailure || !strings.Contains(stderr, "server refused TLS connection") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 naming the refused TLS", code, stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %s: it retried", d)
+	}
+}
+
 func TestMigrateAnotherTable(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
