@@ -38,9 +38,11 @@ for tool in java mvn; do
 	fi
 done
 
-cd "$(dirname "$0")/.."
+# CMD runs in the caller's directory (a module of the caller's own, say);
+# only the helper is built in this repository.
+repo=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/service.sh
-source scripts/service.sh
+source "$repo/scripts/service.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/with-kafka.XXXXXX")
 
 cleanup() {
@@ -56,7 +58,7 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 trap 'exit 141' PIPE
 
-go build -o "$tmp/kafkatemp" ./internal/cmd/kafkatemp
+(cd "$repo" && go build -o "$tmp/kafkatemp" ./internal/cmd/kafkatemp)
 first=""
 versions=${KAFKA_TEST_VERSIONS:-4.4.0 3.9.1}
 for v in $versions; do

@@ -21,9 +21,11 @@ if [[ -n "${DATABASE_URL:-}" ]]; then
 	exec "$@"
 fi
 
-cd "$(dirname "$0")/.."
+# CMD runs in the caller's directory (a module of the caller's own, say);
+# only the helper is built in this repository.
+repo=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/service.sh
-source scripts/service.sh
+source "$repo/scripts/service.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/with-postgres.XXXXXX")
 
 cleanup() {
@@ -39,7 +41,7 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 trap 'exit 141' PIPE
 
-go build -o "$tmp/pgtemp" ./internal/cmd/pgtemp
+(cd "$repo" && go build -o "$tmp/pgtemp" ./internal/cmd/pgtemp)
 # shellcheck disable=SC2086 # PGTEMP_FLAGS is a list of flags
 start_service pgtemp "$tmp/pgtemp" DATABASE_URL ${PGTEMP_FLAGS:-}
 export DATABASE_URL="$SERVICE_VALUE"
