@@ -200,7 +200,13 @@ func (m WakeupMode) String() string {
 // outbox-relay command's metrics and retention Configs) returns one, so
 // callers can name the bad field without parsing the message. Its Error is
 // "<component>: Config.<Field>: <reason>" ("outbox: WriterConfig.<Field>:
-// ..." here).
+// ..." here). Its fields (the type is defined in an internal package, so
+// go doc does not list them here):
+//
+//	Component string // the package owning the Config: "relay", "lease", "kafka", "notify", "outbox", ...
+//	Field     string // the Config field's name, e.g. "Lease"
+//	Type      string // the configuration type's name; "" means "Config"
+//	Reason    string // what is wrong, e.g. "must be at least 1s, got 500ms"
 type FieldError = config.FieldError
 
 // WithDefaults returns a copy of c with every zero field set to its

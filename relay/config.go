@@ -44,7 +44,7 @@ type Config struct {
 	// often than once per WakeupInterval) the window is sparse: one claim
 	// ClaimWindow after a hit, instead of one per ClaimWindowPoll; a window
 	// or poll claim that finds events no notification announced makes it
-	// dense again for 10s (see windowMode in window.go). Defaults to DefaultClaimWindow (25ms);
+	// dense again for 10s. Defaults to DefaultClaimWindow (25ms);
 	// negative disables lingering (then use outbox.WakeupEveryTx). A relay
 	// without notifications (New with a nil wake channel) never lingers: it
 	// polls every PollInterval.

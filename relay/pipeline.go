@@ -1,9 +1,31 @@
-// Package relay is the outbox relay's engine: woken by a notification
-// (package notify), by a jittered poll timer, or at once while claims come
-// back full, it claims a batch of outbox rows (package lease), publishes
-// them to Kafka (package kafka) outside any database transaction, and marks
-// the delivered rows published.
+// Package relay runs the outbox relay: it claims batches of outbox rows,
+// publishes them to Kafka outside any database transaction, and marks the
+// delivered rows published, woken by a notification, by a jittered poll
+// timer, or at once while claims come back full.
 //
+// Start with NewService: it wires the claimer (package lease), the Kafka
+// publisher (package kafka) and the LISTEN session (package notify) from one
+// ServiceConfig, and Run moves events until its context ends. Health says
+// whether events are moving; Stats counts what happened; an Observer (and
+// NewTracingObserver) sees every event's outcome. New builds the engine alone
+// around a Claimer and a Publisher of your own (tests: outboxtest.Publisher).
+//
+// Guarantees: at-least-once delivery (a row is marked only after Kafka
+// acknowledged it with acks=all; a crash in between publishes it again, with
+// the same event_id), and per-aggregate order: an event is never published
+// before an earlier event (by seq) of its aggregate. If an event fails, the
+// later events of its aggregate are neither published nor marked until it
+// succeeds, while other aggregates go on.
+package relay
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/pgoutbox/outbox/lease"
+)
+
 // Run starts four goroutines, and each piece of state has one owner:
 //
 //   - the claimer (Run's own goroutine, runClaimer) decides when to claim
@@ -38,22 +60,6 @@
 // seqs of delivered chunks, at most maxPendingMarks of them (the publisher
 // waits for room).
 //
-// Guarantees: at-least-once delivery (a row is marked only after Kafka
-// acknowledged it with acks=all; a crash in between publishes it again, with
-// the same event_id), and per-aggregate order: an event is never published
-// before an earlier event (by seq) of its aggregate. If an event fails, the
-// later events of its aggregate are neither published nor marked until it
-// succeeds, while other aggregates go on.
-package relay
-
-import (
-	"context"
-	"sync"
-	"time"
-
-	"github.com/pgoutbox/outbox/lease"
-)
-
 // The pipeline, as Run starts it:
 //
 //	  wake-ups (notify), the poll timer, the claim-window timer
