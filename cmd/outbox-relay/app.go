@@ -445,11 +445,14 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, check func(conte
 	}
 }
 
-// permanent reports whether a connection error will not go away by
-// waiting: the database does not exist (SQLSTATE 3D000), the server
+// permanent reports whether a connection error (nil: none) will not go
+// away by waiting: the database does not exist (SQLSTATE 3D000), the server
 // refused the credentials (class 28), the server does not speak TLS where
 // the URL's sslmode requires it, or its certificate does not verify.
 func permanent(err error) bool {
+	if err == nil {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code == pgerrcode.InvalidCatalogName || pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code)
