@@ -126,26 +126,33 @@ func (q *markQueue) take(due time.Time) (out []markJob) {
 	return out
 }
 
-// next returns when the oldest job is due (false when none waits) and the
-// channel closed at the queue's next change.
-func (q *markQueue) next() (due time.Time, waiting bool, changed <-chan struct{}) {
-	changed = q.s.update(func(s *markState) bool {
-		if waiting = len(s.jobs) > 0; waiting {
-			due = s.jobs[0].due
+// markView is what next reads of a markQueue in one locked step: whether
+// it is closed, whether a job waits and when the oldest is due, and the
+// channel closed at the queue's next change. Reading all of it at once is
+// what keeps a waiter from missing a change: any change after the view
+// closes its channel.
+type markView struct {
+	closed  bool
+	waiting bool
+	due     time.Time // the oldest job's; zero when none waits
+	changed <-chan struct{}
+}
+
+// next returns a view of the queue.
+func (q *markQueue) next() (v markView) {
+	v.changed = q.s.update(func(s *markState) bool {
+		v.closed = s.closed
+		if v.waiting = len(s.jobs) > 0; v.waiting {
+			v.due = s.jobs[0].due
 		}
 		return false
 	})
-	return due, waiting, changed
+	return v
 }
 
 // close wakes the marker for its last round; put no longer waits.
 func (q *markQueue) close() {
 	q.s.update(func(s *markState) bool { s.closed = true; return true })
-}
-
-func (q *markQueue) isClosed() (closed bool) {
-	q.s.update(func(s *markState) bool { closed = s.closed; return false })
-	return closed
 }
 
 // toLease turns jobs into the marks a claim carries.

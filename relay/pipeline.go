@@ -216,32 +216,39 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed) {
 // allows). When the queue is closed it marks everything left and returns;
 // when work is done first (a stopping relay's ShutdownGrace has passed)
 // it returns at once, counting what it could not mark.
+//
+// Each round acts on one view of the queue (markQueue.next), read in one
+// step with the channel it then waits on, so that a change after the view
+// — the publisher closing the queue, above all — always wakes it.
 func (r *Relay) runMarker(work context.Context) {
 	timer := r.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		closed := r.marks.isClosed()
-		var due time.Time
-		if !closed {
-			due = r.clock.Now()
-		}
-		for _, job := range r.marks.take(due) {
-			r.markAlone(work, job)
-		}
-		at, waiting, changed := r.marks.next()
-		if closed {
-			if !waiting {
+		v := r.marks.next()
+		if v.closed {
+			jobs := r.marks.take(time.Time{})
+			if len(jobs) == 0 {
 				return
+			}
+			for _, job := range jobs {
+				r.markAlone(work, job)
+			}
+			continue
+		}
+		now := r.clock.Now()
+		if v.waiting && !v.due.After(now) {
+			for _, job := range r.marks.take(now) {
+				r.markAlone(work, job)
 			}
 			continue
 		}
 		wait := time.Hour
-		if waiting {
-			wait = max(0, at.Sub(r.clock.Now()))
+		if v.waiting {
+			wait = v.due.Sub(now)
 		}
 		resetTimer(timer, wait)
 		select {
-		case <-changed:
+		case <-v.changed:
 		case <-timer.C():
 		case <-work.Done():
 			// Hard stop: the remaining rows are published again after
