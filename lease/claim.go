@@ -136,6 +136,12 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	}
 	full := len(batch.Rows) >= c.cfg.BatchSize || batch.More
 	c.resume.claimed(last, full, q.quiet && !q.holds, q.final)
+	if c.own.seenGen != c.own.generation {
+		// Members or owners changed since the last rebalance, so the
+		// claim may have taken nothing it could have: claim again at
+		// once, rebalancing first.
+		batch.More = true
+	}
 	return batch, nil
 }
 
@@ -200,9 +206,10 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	// A relay of an older version that claims on this table makes this
 	// claim take nothing (the rebalances watch for it to go).
 	a := claimArgs{LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: token, ScanFrom: q.floor, Floor: c.floor,
-		Member: c.own.member, Releasing: []int32{}, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)}
+		Member: c.own.member, Owned: []bool{}, Generation: c.own.generation, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)}
 	if c.own.legacy == "" {
-		a.BatchSize, a.Releasing, a.ForceGuard = c.cfg.BatchSize, c.own.releasingList(), len(guardKeys) > 0
+		a.BatchSize, a.ForceGuard = c.cfg.BatchSize, len(guardKeys) > 0
+		a.Owned, a.OwnsAny = c.own.claimMask, c.own.claimsAny
 	}
 	q.steps.scan(st.holds.sql, nil, "claim batch: holds", &q.holds)
 	q.steps.add(rows.claim.sql, rows.claim.args(a), func(br pgx.BatchResults) (err error) {

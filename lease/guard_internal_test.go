@@ -99,7 +99,7 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	}
 	claim := c.rows.claim
 	fresh := explainBuffers(t, c, claim.sql, claim.args(claimArgs{BatchSize: c.cfg.BatchSize, LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(),
-		Token: uuid.New(), ScanFrom: 0, Floor: 0, Member: c.own.member, Releasing: []int32{}, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)})...)
+		Token: uuid.New(), ScanFrom: 0, Floor: 0, Member: c.own.member, Owned: c.own.claimMask, OwnsAny: c.own.claimsAny, Generation: c.own.generation, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)})...)
 	t.Logf("a new relay's claim (floor 0) touched %d buffers", fresh)
 	// Measured: 884,348 buffers with the probes bounded by the scan's
 	// start (each walks its aggregate's 3,000 dead entries), 10,444 now
@@ -177,10 +177,10 @@ func genericClaimPlan(t *testing.T, c *Claimer, withSettings bool) string {
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, int[], bool, int) AS "+c.rows.claim.sql); err != nil {
+	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, bool[], bool, bigint, bool, int) AS "+c.rows.claim.sql); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_generic(500, 30000, 'h', '"+uuid.NewString()+"', 0, 0, 'h', '{}', true, 16777216)")
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_generic(500, 30000, 'h', '"+uuid.NewString()+"', 0, 0, 'h', '{t}', true, 0, true, 16777216)")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -235,8 +235,10 @@ type Batch struct {
 	// less when the relay's membership ends sooner (a lease never
 	// outlives it, see Ownership). 0 for an empty batch.
 	Lease time.Duration
-	// More says the claim stopped at Config.MaxBatchBytes with claimable
-	// rows left: claim again at once, as after a batch of BatchSize rows.
+	// More says claim again at once, as after a batch of BatchSize rows:
+	// the claim stopped at Config.MaxBatchBytes with claimable rows left,
+	// or the relays' members or owners changed since this Claimer last
+	// rebalanced (its next claim rebalances first).
 	More bool
 }
 

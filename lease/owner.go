@@ -37,10 +37,11 @@ import (
 // relay rebalance at its next claim after a change.
 //
 // A claim also checks, in its own statement, that its member is live and
-// owns each partition it takes rows from, so a relay that lost its
-// ownership (paused past its until, cut off from the database) claims
-// nothing from partitions that moved; its late marks and releases are
-// fenced by their claim token as before.
+// that the generation is still the one at which the relay last found what
+// it owns (sql/claim.sql), so a relay that lost its ownership (paused past
+// its until, cut off from the database) claims nothing from partitions
+// that moved; its late marks and releases are fenced by their claim token
+// as before.
 
 // renewEvery is how often a member renews its until, as a fraction of the
 // lease: leases end at the latest with until, so just before a renewal
@@ -75,10 +76,15 @@ type Ownership struct {
 
 // owner is a Claimer's ownership state; guarded by Claimer.mu.
 type owner struct {
-	member                        string
-	partitions                    int
-	owned                         map[int]bool
-	releasing                     map[int]bool
+	member     string
+	partitions int
+	owned      map[int]bool
+	releasing  map[int]bool
+	// claimMask is what a claim takes rows of, indexed by partition: the
+	// partitions owned less those being given back, set by setClaimMask
+	// whenever owned or releasing change; claimsAny whether any is true.
+	claimMask                     []bool
+	claimsAny                     bool
 	members                       int
 	legacy                        string
 	generation                    int64 // at the last rebalance
@@ -239,12 +245,16 @@ func (o *owner) ownedMask() []bool {
 }
 
 // releasingList returns the partitions being given back.
-func (o *owner) releasingList() []int32 {
-	out := make([]int32, 0, len(o.releasing))
-	for p := range o.releasing {
-		out = append(out, int32(p))
+// setClaimMask sets claimMask and claimsAny from owned and releasing.
+func (o *owner) setClaimMask() {
+	m := make([]bool, o.partitions)
+	any := false
+	for p := range o.owned {
+		if p >= 0 && p < len(m) && !o.releasing[p] {
+			m[p], any = true, true
+		}
 	}
-	return out
+	o.claimMask, o.claimsAny = m, any
 }
 
 // rebalanceDue reports whether the next claim should rebalance first.

@@ -67,6 +67,7 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 			o.releasing[p] = true
 		}
 	}
+	o.setClaimMask()
 	o.generation, o.seenGen = gen, gen
 	return nil
 }
@@ -214,6 +215,7 @@ func (c *Claimer) leave(ctx context.Context) error {
 	for _, p := range keep {
 		o.owned[int(p)] = true
 	}
+	o.setClaimMask()
 	o.joined = false
 	return nil
 }

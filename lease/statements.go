@@ -82,12 +82,17 @@ type (
 		// ScanFrom is where this claim scans from: the floor, the resume
 		// point after the last claim while draining (resume.go), or 0 for
 		// a rescan.
-		ScanFrom   int64   `arg:"scan_from"`
-		Floor      int64   `arg:"floor"`
-		Member     string  `arg:"member"`
-		Releasing  []int32 `arg:"releasing"`
-		ForceGuard bool    `arg:"force_guard"`
-		MaxBytes   int32   `arg:"max_bytes"`
+		ScanFrom int64  `arg:"scan_from"`
+		Floor    int64  `arg:"floor"`
+		Member   string `arg:"member"`
+		// Owned is the mask of the partitions the claim takes rows of,
+		// indexed by partition (owner.claimMask); OwnsAny whether any is
+		// set; Generation the generation the mask holds at.
+		Owned      []bool `arg:"owned"`
+		OwnsAny    bool   `arg:"owns_any"`
+		Generation int64  `arg:"generation"`
+		ForceGuard bool   `arg:"force_guard"`
+		MaxBytes   int32  `arg:"max_bytes"`
 	}
 	settleArgs struct {
 		Seqs  []int64   `arg:"seqs"`

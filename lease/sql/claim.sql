@@ -36,19 +36,26 @@ WITH lo AS MATERIALIZED (
   SELECT CASE WHEN s.last < @floor - 1 THEN 0 ELSE @scan_from END AS scan, CASE WHEN s.last < @floor - 1 THEN 0 ELSE @floor END AS guard
   FROM (SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence(/* TEMPLATE: table_literal */, 'seq')::regclass), 0) AS last) s
 ), me AS MATERIALIZED (
-  -- Ownership: the member must be live, its lease on a row ends no later
-  -- than its membership, and only rows of the partitions it owns, less
-  -- those it is giving back (@releasing), are candidates. Both CTEs are
-  -- evaluated once; with no partition owned the scan does not run at all.
+  -- The member must be live, and its lease on a row ends no later than its
+  -- membership.
   SELECT r.until FROM /* TEMPLATE: relays */ r WHERE r.member = @member AND r.until > now()
 ), owned AS MATERIALIZED (
-  -- owned is a mask indexed by partition, so testing a row is one array
-  -- subscript. Written as key_partition IN (SELECT partition FROM owned),
-  -- the planner makes it a nested-loop semi-join that walks the list of
-  -- owned partitions for every candidate.
-  SELECT array_agg(p.owner IS NOT DISTINCT FROM @member AND p.partition <> ALL(@releasing::int[]) ORDER BY p.partition) AS mask,
-    bool_or(p.owner IS NOT DISTINCT FROM @member AND p.partition <> ALL(@releasing::int[])) AS owns_any
-  FROM /* TEMPLATE: partitions */ p WHERE EXISTS (SELECT 1 FROM me)
+  -- Ownership: @owned is a mask indexed by partition, true for the
+  -- partitions this relay claims from (those it owns, less those it is
+  -- giving back), as its last rebalance left them at generation
+  -- @generation; @owns_any says whether any is true. The mask holds only
+  -- while the generation is unchanged: every change of members or owners
+  -- bumps it (join.sql, move.sql, leave.sql), so a relay whose partitions
+  -- moved (paused past its membership, say, or a takeover that committed
+  -- while it rebalanced) takes nothing, and rebalances at once (the
+  -- generation read after the claim, Claimer.queueClaim). Reading one row
+  -- costs a claim far less than building the mask from the partitions
+  -- table; testing a row is one array subscript. With no row here (no
+  -- partition owned, member not live, generation moved) the scan does not
+  -- run at all.
+  SELECT @owned::bool[] AS mask
+  WHERE @owns_any::bool AND EXISTS (SELECT 1 FROM me)
+    AND (SELECT m.generation FROM /* TEMPLATE: partitioning */ m) = @generation::bigint
 ), scan AS (
   -- The order guard keeps per-aggregate order across retries: a row is
   -- not claimable while an earlier unpublished row of its aggregate is
@@ -72,7 +79,7 @@ WITH lo AS MATERIALIZED (
   -- partition changes hands only once nothing of it is leased.
   SELECT /* TEMPLATE: row_address_o */, o.seq, o.locked_by IS NOT NULL AS taken_over, coalesce(o.payload_size, @max_bytes) AS size
   FROM /* TEMPLATE: table */ o
-  WHERE (SELECT owns_any FROM owned)
+  WHERE EXISTS (SELECT 1 FROM owned)
     AND /* TEMPLATE: live_o */
     AND o.seq >= (SELECT scan FROM lo)
     AND /* TEMPLATE: lease_free_o */
