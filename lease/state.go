@@ -79,10 +79,22 @@ func (s States) Waiting(a, holder, floor string) string {
       LIMIT 1), false)`
 }
 
-// Claimable: live, its lease free, and not waiting behind an earlier row of
-// its aggregate (any relay's leases count).
+// Claimable: live, its lease free, and not held behind an earlier row of
+// its aggregate that is backing off or held as a dead letter (locked_by
+// NULL, locked_until in the future). An earlier row leased by a relay does
+// not hold it: every row of an aggregate belongs to the key partition its
+// owner claims from, and a relay's own leases never block its claims, so
+// the owner claims the row next. (The gauges read the oldest such row;
+// counting leases as blockers made them walk the whole backlog while the
+// relays drained it, and report nothing claimable.)
 func (s States) Claimable(a string) string {
-	return s.Live(a) + " AND " + s.LeaseFree(a) + " AND NOT " + s.Waiting(a, "", "")
+	return s.Live(a) + " AND " + s.LeaseFree(a) + ` AND NOT COALESCE((SELECT true FROM ` + s.table + ` p
+      WHERE p.` + s.agg + ` = ` + a + `.` + s.agg + `
+        AND p.published_at IS NULL
+        AND p.seq < ` + a + `.seq
+        AND p.locked_until > now()
+        AND p.locked_by IS NULL
+      LIMIT 1), false)`
 }
 
 // State is a CASE expression giving a's state, one of the State* names.

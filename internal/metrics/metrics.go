@@ -225,6 +225,9 @@ type Metrics struct {
 	log      *zap.Logger
 	reg      *prometheus.Registry
 	statsSQL string
+	// agesSQL is statsSQL without the counts (NULL instead): what an
+	// early refresh reads (refresh).
+	agesSQL string
 	// ownedSQL finds the oldest claimable row of the key partitions a
 	// member ($1) owns: outbox_relay_oldest_claimable_age_seconds.
 	ownedSQL string
@@ -257,6 +260,9 @@ type Metrics struct {
 	// oldest is the last refresh's view of the oldest events, from which
 	// the age gauges are computed at scrape time.
 	oldest atomic.Pointer[oldestSnapshot]
+	// counts are the last counts read (unpublished, dead letters), for
+	// the refreshes that read the ages only.
+	counts atomic.Pointer[[2]int64]
 
 	readyMu     sync.Mutex
 	readyAt     time.Time
@@ -301,8 +307,10 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 		// outbox_unpublished_seq_idx (LIMIT headRows, skipping dead letters:
 		// see oldest.go); the lowest-seq claimable row (the
 		// same, stopping at the first row whose lease is free and that no
-		// earlier event of its aggregate holds back: one probe of
-		// outbox_unpublished_aggregate_idx per row passed); the unpublished
+		// earlier event of its aggregate holds back, lease.States.Claimable:
+		// the rows in flight are passed by their lease alone, and one probe
+		// of outbox_unpublished_aggregate_idx is made per lease-free row
+		// passed); the unpublished
 		// rows through the seq index; the dead letters through
 		// outbox_dead_letters_idx. Timestamps, not ages: the ages are
 		// computed when scraped (see oldestSnapshot).
@@ -318,9 +326,15 @@ SELECT extract(epoch FROM now())::float8,
   coalesce((SELECT array_agg(seq ORDER BY seq) FROM head), '{}'),
   coalesce((SELECT array_agg(created ORDER BY seq) FROM head), '{}'),
   (SELECT seq FROM claimable), (SELECT created FROM claimable),
-  (SELECT count(*) FROM ` + t + ` o WHERE ` + st.Live("o") + `),
-  (SELECT count(*) FROM ` + t + ` WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)`,
+  /* counts */`,
 	}
+	// The counts are the refresh's only statements whose cost grows with
+	// the backlog (a scan of the unpublished index): every
+	// Config.Interval, not at the early refreshes a relay asks for while it
+	// publishes a backlog (oldest.go).
+	m.agesSQL = strings.Replace(m.statsSQL, "/* counts */", "NULL::bigint, NULL::bigint", 1)
+	m.statsSQL = strings.Replace(m.statsSQL, "/* counts */", `(SELECT count(*) FROM `+t+` o WHERE `+st.Live("o")+`),
+  (SELECT count(*) FROM `+t+` WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)`, 1)
 	m.ownedSQL = `WITH mask AS (
   SELECT array_agg(p.owner IS NOT DISTINCT FROM $1 ORDER BY p.partition) AS m FROM ` + sqlname.Beside(cfg.Table, "_partitions") + ` p
 )
@@ -343,7 +357,7 @@ ORDER BY o.seq LIMIT 1`
 	}, ageNow(func(o *oldestSnapshot) float64 { return o.unpublished }))
 	oldestClaimableAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_oldest_claimable_age_seconds",
-		Help: "Age, when scraped, of the lowest-seq claimable event: unpublished, not dead-lettered, not leased or backing off, not waiting behind an earlier event of its aggregate; 0 when there is none. A relay that keeps up keeps it near 0.",
+		Help: "Age, when scraped, of the lowest-seq claimable event: unpublished, not dead-lettered, not leased or backing off, not held behind an earlier event of its aggregate that is backing off or dead-lettered (one behind an event a relay leased is claimable: the relay owning the aggregate claims it next); 0 when there is none. A relay that keeps up keeps it near 0.",
 	}, ageNow(func(o *oldestSnapshot) float64 { return o.claimable }))
 	ownedClaimableAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_relay_oldest_claimable_age_seconds",
@@ -378,7 +392,7 @@ ORDER BY o.seq LIMIT 1`
 	})
 	m.lastRefresh = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "outbox_table_stats_last_success_timestamp_seconds",
-		Help: "Unix time of the last successful refresh of the table gauges.",
+		Help: "Unix time of the last successful full refresh of the table gauges (their counts included), every --metrics-interval.",
 	})
 	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_published_events_total",
@@ -573,6 +587,13 @@ type TableStats struct {
 // outbox_table_stats_errors_total is incremented; the error is wrapped as
 // "metrics: table stats: ...".
 func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
+	return m.refresh(ctx, true)
+}
+
+// refresh is Refresh; without counts it reads the ages only (agesSQL), and
+// the count gauges, and TableStats's Unpublished and DeadLetters, keep
+// their last values.
+func (m *Metrics) refresh(ctx context.Context, counts bool) (TableStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
 	defer cancel()
 	var s TableStats
@@ -586,7 +607,11 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 	// table), in the statement's own transaction.
 	b := &pgx.Batch{}
 	b.Queue("SELECT " + m.sessionSettings())
-	b.Queue(m.statsSQL)
+	if counts {
+		b.Queue(m.statsSQL)
+	} else {
+		b.Queue(m.agesSQL)
+	}
 	member := ""
 	if c := m.comps.Load(); c != nil && c.Relay != nil {
 		member = c.Relay.Stats().Member
@@ -597,7 +622,14 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&dbNow, &headSeqs, &headCreated, &claimableSeq, &claimable, &s.Unpublished, &s.DeadLetters)
+		var unpublished, dead *int64
+		err = br.QueryRow().Scan(&dbNow, &headSeqs, &headCreated, &claimableSeq, &claimable, &unpublished, &dead)
+		if unpublished != nil && dead != nil {
+			s.Unpublished, s.DeadLetters = *unpublished, *dead
+			m.counts.Store(&[2]int64{s.Unpublished, s.DeadLetters})
+		} else if c := m.counts.Load(); c != nil {
+			s.Unpublished, s.DeadLetters = c[0], c[1]
+		}
 	}
 	if err == nil && member != "" {
 		var age float64
@@ -618,7 +650,13 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 		m.refreshErrors.Inc()
 		return TableStats{}, fmt.Errorf("metrics: table stats: %w", err)
 	}
-	snap := &oldestSnapshot{dbNow: dbNow, at: time.Now(), complete: s.Unpublished <= int64(len(headSeqs))}
+	// The refresh saw every live row when the head is not full (or, with
+	// the counts, when they say so).
+	complete := len(headSeqs) < headRows
+	if counts {
+		complete = s.Unpublished <= int64(len(headSeqs))
+	}
+	snap := &oldestSnapshot{dbNow: dbNow, at: time.Now(), complete: complete}
 	for i := range headSeqs {
 		snap.head = append(snap.head, headRow{seq: headSeqs[i], created: headCreated[i]})
 	}
@@ -634,7 +672,9 @@ func (m *Metrics) Refresh(ctx context.Context) (TableStats, error) {
 	s.OldestClaimableAge = time.Duration(snap.age(snap.claimable, snap.at) * float64(time.Second))
 	m.unpublished.Set(float64(s.Unpublished))
 	m.deadLetters.Set(float64(s.DeadLetters))
-	m.lastRefresh.SetToCurrentTime()
+	if counts {
+		m.lastRefresh.SetToCurrentTime()
+	}
 	return s, nil
 }
 
@@ -677,11 +717,11 @@ func (m *Metrics) RunRefresher(ctx context.Context) error {
 	var nextFull time.Time
 	for {
 		start := time.Now()
-		// A refresh Published asked for (see oldest.go) recomputes the
-		// table gauges only; the snapshot watch and the table check keep
+		// A refresh Published asked for (see oldest.go) reads the ages
+		// only; the counts, the snapshot watch and the table check keep
 		// their interval.
 		full := !start.Before(nextFull)
-		_, err := m.Refresh(ctx)
+		_, err := m.refresh(ctx, full)
 		if err == nil && full {
 			sctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
 			_, err = m.OldestSnapshot(sctx)

@@ -485,13 +485,17 @@ func TestReadinessFollowsRelayHealthAndBacklogAge(t *testing.T) {
 	}
 	want(t, scrape(t, srv.URL+"/metrics"), `outbox_relay_stalled{step=""}`, 0)
 
-	// An event claimable for two minutes: not ready. One leased by a relay,
-	// or waiting behind a leased one, is not claimable.
+	// An event claimable for two minutes: not ready. One leased by a relay
+	// is not claimable, nor one held behind an earlier event backing off;
+	// one behind an earlier event a relay leased is: the relay that owns
+	// the aggregate claims it next.
 	if _, err := db.Pool.Exec(ctx, `
 INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at, locked_until, locked_by)
 VALUES (gen_random_uuid(), 'leased', 't', '{}', now() - interval '5 minutes', now() + interval '1 minute', 'other');
+INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at, locked_until)
+VALUES (gen_random_uuid(), 'backoff', 't', '{}', now() - interval '5 minutes', now() + interval '1 minute');
 INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
-VALUES (gen_random_uuid(), 'leased', 't', '{}', now() - interval '4 minutes');`); err != nil {
+VALUES (gen_random_uuid(), 'backoff', 't', '{}', now() - interval '4 minutes');`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Refresh(ctx); err != nil {
@@ -501,7 +505,7 @@ VALUES (gen_random_uuid(), 'leased', 't', '{}', now() - interval '4 minutes');`)
 		t.Fatalf("only leased or held-back events: %d %+v", r.code, r.body)
 	}
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
-VALUES (gen_random_uuid(), 'free', 't', '{}', now() - interval '2 minutes')`); err != nil {
+VALUES (gen_random_uuid(), 'leased', 't', '{}', now() - interval '2 minutes')`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Refresh(ctx); err != nil {
