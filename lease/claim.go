@@ -152,7 +152,7 @@ type claimQueue struct {
 	beat  bool   // the relay's order-guard registration is written
 	floor int64  // the seq the claim scans from
 	// quiet: no lease of an earlier holder or of rows not given back may
-	// still run; holds: a row backs off or is held (holds.sql); final:
+	// still run; holds: a row backs off or is held (holds.SQL); final:
 	// the highest seq known final before the claim (Claimer.final). See
 	// resume.
 	quiet, holds bool
@@ -176,16 +176,16 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	st, rows := c.st, c.rows
 	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
 	if q.beat {
-		// A claim that registers the relay commits synchronously (plan.sql).
-		q.steps.exec(st.plan.sql, nil, "claim batch", nil)
-		q.steps.exec(st.beat.sql, st.beat.args(beatArgs{Holder: c.holder.Load(), LeaseMS: c.cfg.Lease.Milliseconds()}), "claim batch", nil)
+		// A claim that registers the relay commits synchronously (plan.SQL).
+		q.steps.exec(st.plan.SQL, nil, "claim batch", nil)
+		q.steps.exec(st.beat.SQL, st.beat.Args(beatArgs{Holder: c.holder.Load(), LeaseMS: c.cfg.Lease.Milliseconds()}), "claim batch", nil)
 		// Dead relays' entries are swept as rarely as this relay beats.
-		q.steps.exec(st.sweep.sql, nil, "claim batch", nil)
+		q.steps.exec(st.sweep.SQL, nil, "claim batch", nil)
 	} else {
-		q.steps.exec(st.asyncCommit.sql, nil, "claim batch", nil)
+		q.steps.exec(st.asyncCommit.SQL, nil, "claim batch", nil)
 	}
 	for _, m := range marks {
-		q.steps.exec(rows.mark.sql, rows.mark.args(settleArgs{Seqs: m.Seqs, Token: m.Token}), "claim batch: mark published",
+		q.steps.exec(rows.mark.SQL, rows.mark.Args(settleArgs{Seqs: m.Seqs, Token: m.Token}), "claim batch: mark published",
 			func(tag pgconn.CommandTag) { m.Marked = tag.RowsAffected() })
 	}
 	// Now and then a claim scans from the start instead of the floor, so a
@@ -200,7 +200,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 		c.lastRescan = began
 	}
 	// The order guard looks for blocking rows from the floor up, even in a
-	// rescan (claim_guard_from.sql): below the floor every row is
+	// rescan (claim_guard_from.SQL): below the floor every row is
 	// published (a row the floor passed by mistake is claimed by the
 	// rescan itself, before the later rows of its batch).
 	// A relay of an older version that claims on this table makes this
@@ -211,12 +211,12 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 		a.BatchSize, a.ForceGuard = c.cfg.BatchSize, len(guardKeys) > 0
 		a.Owned, a.OwnsAny = c.own.claimMask, c.own.claimsAny
 	}
-	q.steps.scan(st.holds.sql, nil, "claim batch: holds", &q.holds)
-	q.steps.add(rows.claim.sql, rows.claim.args(a), func(br pgx.BatchResults) (err error) {
+	q.steps.scan(st.holds.SQL, nil, "claim batch: holds", &q.holds)
+	q.steps.add(rows.claim.SQL, rows.claim.Args(a), func(br pgx.BatchResults) (err error) {
 		q.batch, err = readClaimed(br, token, c.cfg.MaxBatchBytes)
 		return err
 	})
-	q.steps.scan(st.generation.sql, nil, "claim batch: ownership", &c.own.seenGen, &c.own.expired)
+	q.steps.scan(st.generation.SQL, nil, "claim batch: ownership", &c.own.seenGen, &c.own.expired)
 	if time.Since(c.lastAdvance) >= advanceEvery {
 		c.queueAdvance(&q.steps)
 	}
@@ -306,9 +306,9 @@ func (c *Claimer) queueAdvance(s *steps) {
 	var cache *int64
 	var holders []string
 	var minUnpublished *int64
-	s.scan(c.st.advanceSeq.sql, nil, "claim batch: advance floor: sequence", &seq, &cache)
-	s.scan(c.st.advanceVXID.sql, nil, "claim batch: advance floor: transactions", &holders)
-	s.add(c.st.advance.sql, c.st.advance.args(advanceArgs{Floor: c.floor, OwnedMask: c.own.ownedMask()}), func(br pgx.BatchResults) error {
+	s.scan(c.st.advanceSeq.SQL, nil, "claim batch: advance floor: sequence", &seq, &cache)
+	s.scan(c.st.advanceVXID.SQL, nil, "claim batch: advance floor: transactions", &holders)
+	s.add(c.st.advance.SQL, c.st.advance.Args(advanceArgs{Floor: c.floor, OwnedMask: c.own.ownedMask()}), func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&minUnpublished); err != nil {
 			return fmt.Errorf("claim batch: advance floor: %w", err)
 		}
@@ -337,7 +337,7 @@ func (c *Claimer) queueAdvance(s *steps) {
 // unpublished row, whichever is lower. Until this runs (at most
 // advanceEvery after the restart, at the next claim), the claims
 // themselves scan from seq 0 when the sequence is below the floor (see
-// sql/claim.sql). outbox-relay's metrics (internal/metrics, SequenceBehindError) report the restart itself
+// sql/claim.SQL). outbox-relay's metrics (internal/metrics, SequenceBehindError) report the restart itself
 // (readiness, one log line).
 func (c *Claimer) restarted() {
 	c.floor = 0

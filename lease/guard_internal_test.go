@@ -16,7 +16,7 @@ import (
 )
 
 // planTx begins a transaction on c's pool, with the Claimer's plan
-// settings (sql/plan_settings.sql) when withSettings; the caller rolls it back.
+// settings (sql/plan_settings.SQL) when withSettings; the caller rolls it back.
 func planTx(t *testing.T, c *Claimer, withSettings bool) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
@@ -25,7 +25,7 @@ func planTx(t *testing.T, c *Claimer, withSettings bool) pgx.Tx {
 		t.Fatal(err)
 	}
 	if withSettings {
-		if _, err := tx.Exec(ctx, c.st.plan.sql); err != nil {
+		if _, err := tx.Exec(ctx, c.st.plan.SQL); err != nil {
 			_ = tx.Rollback(ctx)
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 		t.Fatal(err)
 	}
 	claim := c.rows.claim
-	fresh := explainBuffers(t, c, claim.sql, claim.args(claimArgs{BatchSize: c.cfg.BatchSize, LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(),
+	fresh := explainBuffers(t, c, claim.SQL, claim.Args(claimArgs{BatchSize: c.cfg.BatchSize, LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(),
 		Token: uuid.New(), ScanFrom: 0, Floor: 0, Member: c.own.member, Owned: c.own.claimMask, OwnsAny: c.own.claimsAny, Generation: c.own.generation, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)})...)
 	t.Logf("a new relay's claim (floor 0) touched %d buffers", fresh)
 	// Measured: 884,348 buffers with the probes bounded by the scan's
@@ -124,7 +124,7 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	for i := range seqs {
 		seqs[i] = b.Rows[i].Seq
 	}
-	mark := explainBuffers(t, c, c.rows.mark.sql, c.rows.mark.args(settleArgs{Seqs: seqs, Token: b.Token})...)
+	mark := explainBuffers(t, c, c.rows.mark.SQL, c.rows.mark.Args(settleArgs{Seqs: seqs, Token: b.Token})...)
 	t.Logf("a mark of 200 rows touched %d buffers", mark)
 	if mark > 5000 {
 		t.Errorf("a mark of 200 rows touched %d buffers: it walks an index instead of probing outbox_unpublished_seq_idx", mark)
@@ -177,7 +177,7 @@ func genericClaimPlan(t *testing.T, c *Claimer, withSettings bool) string {
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, bool[], bool, bigint, bool, int) AS "+c.rows.claim.sql); err != nil {
+	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, bool[], bool, bigint, bool, int) AS "+c.rows.claim.SQL); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_generic(500, 30000, 'h', '"+uuid.NewString()+"', 0, 0, 'h', '{t}', true, 0, true, 16777216)")
@@ -201,7 +201,7 @@ func genericClaimPlan(t *testing.T, c *Claimer, withSettings bool) string {
 // outbox_unpublished_seq_idx in order, with no sequential scan and no sort
 // of the table: a relay idle for 30 s then drained a burst of 100,000
 // events at 0.28x the rate of a fresh relay (issue 11) because its cached
-// claim kept such a plan. The plan settings (sql/plan_settings.sql) are what keeps
+// claim kept such a plan. The plan settings (sql/plan_settings.SQL) are what keeps
 // it on the index; without them the same statement plans a sequential scan.
 func TestClaimGenericPlanUsesTheIndex(t *testing.T) {
 	t.Parallel()

@@ -331,7 +331,7 @@ func (c *Claimer) prepared(ctx context.Context) error {
 	}
 	var partitioned bool
 	q := c.st.partitioned
-	if err := c.pool.QueryRow(ctx, q.sql, q.args(tableArgs{Table: sqlname.Quote(c.cfg.Table)})...).Scan(&partitioned); err != nil {
+	if err := c.pool.QueryRow(ctx, q.SQL, q.Args(tableArgs{Table: sqlname.Quote(c.cfg.Table)})...).Scan(&partitioned); err != nil {
 		return err
 	}
 	if partitioned {
@@ -374,7 +374,7 @@ func (c *Claimer) Close(ctx context.Context) error {
 		return fmt.Errorf("close claimer: %w", err)
 	}
 	q := c.st.unregister
-	if _, err := c.pool.Exec(ctx, q.sql, q.args(holderArgs{Holder: c.holder.Load()})...); err != nil {
+	if _, err := c.pool.Exec(ctx, q.SQL, q.Args(holderArgs{Holder: c.holder.Load()})...); err != nil {
 		return fmt.Errorf("close claimer: %w", err)
 	}
 	return nil

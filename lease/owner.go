@@ -38,7 +38,7 @@ import (
 //
 // A claim also checks, in its own statement, that its member is live and
 // that the generation is still the one at which the relay last found what
-// it owns (sql/claim.sql), so a relay that lost its ownership (paused past
+// it owns (sql/claim.SQL), so a relay that lost its ownership (paused past
 // its until, cut off from the database) claims nothing from partitions
 // that moved; its late marks and releases are fenced by their claim token
 // as before.
@@ -228,7 +228,7 @@ func (o *owner) guardKeys(now time.Time) []string {
 	return keys
 }
 
-// ownedMask is the floor's view of the partitions owned (sql/advance.sql): one
+// ownedMask is the floor's view of the partitions owned (sql/advance.SQL): one
 // bool per key partition, true for those owned; nil (every row counts)
 // before the first rebalance.
 func (o *owner) ownedMask() []bool {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 )
 
 // ErrNotMigrated is wrapped by claims on a table that migration 00009
@@ -164,9 +166,9 @@ func (o *Owners) Settled() bool {
 // whose only slots are tableSlots, for table: for the functions that take
 // the table per call, off the claim's path.
 func renderTableStmt(name, table string) (string, error) {
-	s, err := renderStmt[noArgs](name, tableSlots(table))
+	s, err := sqlfile.Render[noArgs](sqlFiles, name, tableSlots(table))
 	if err != nil {
 		return "", fmt.Errorf("lease: render statement: %w", err)
 	}
-	return s.sql, nil
+	return s.SQL, nil
 }

@@ -19,22 +19,22 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 	var members, owners []string
 	var legacy string
 	var b steps
-	b.add(st.join.sql, st.join.args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), func(br pgx.BatchResults) error {
+	b.add(st.join.SQL, st.join.Args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), func(br pgx.BatchResults) error {
 		err := br.QueryRow().Scan(&partitions, &gen, &backfilled)
 		if IsMissingTable(err) {
 			return fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
 		}
 		return wrapErr("rebalance", err)
 	})
-	b.add(st.members.sql, nil, func(br pgx.BatchResults) (err error) {
+	b.add(st.members.SQL, nil, func(br pgx.BatchResults) (err error) {
 		members, err = collectStrings(br)
 		return wrapErr("rebalance: members", err)
 	})
-	b.add(st.owners.sql, nil, func(br pgx.BatchResults) (err error) {
+	b.add(st.owners.SQL, nil, func(br pgx.BatchResults) (err error) {
 		owners, err = readOwnerList(br, partitions)
 		return wrapErr("rebalance: owners", err)
 	})
-	b.scan(st.legacy.sql, nil, "rebalance", &legacy)
+	b.scan(st.legacy.SQL, nil, "rebalance", &legacy)
 	if err := b.send(ctx, c.pool, "rebalance: commit"); err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (c *Claimer) move(ctx context.Context, plan Plan, owners []string, gen *int
 	var got, gave []int32
 	var bumped *int64
 	a := moveArgs{Member: o.member, Acquire: toInt32(plan.Acquire), Release: toInt32(plan.Release)}
-	if err := c.pool.QueryRow(ctx, q.sql, q.args(a)...).Scan(&got, &gave, &bumped); err != nil {
+	if err := c.pool.QueryRow(ctx, q.SQL, q.Args(a)...).Scan(&got, &gave, &bumped); err != nil {
 		// The database may have given this relay partitions all the
 		// same (an answer lost): its claims may take their rows,
 		// which the floor did not cover.
@@ -107,7 +107,7 @@ func (c *Claimer) move(ctx context.Context, plan Plan, owners []string, gen *int
 	return nil
 }
 
-// readOwnerList reads owners.sql's result: the owner of each of the
+// readOwnerList reads owners.SQL's result: the owner of each of the
 // table's partitions key partitions, in order.
 func readOwnerList(br pgx.BatchResults, partitions int) ([]string, error) {
 	rows, err := br.Query()
@@ -207,7 +207,7 @@ func (c *Claimer) leave(ctx context.Context) error {
 		keep = []int32{}
 	}
 	q := c.st.leave
-	if _, err := c.pool.Exec(ctx, q.sql, q.args(leaveArgs{Member: o.member, Keep: keep, Gone: len(keep) == 0})...); err != nil {
+	if _, err := c.pool.Exec(ctx, q.SQL, q.Args(leaveArgs{Member: o.member, Keep: keep, Gone: len(keep) == 0})...); err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
 	o.released += int64(len(o.owned) - len(keep))

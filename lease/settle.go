@@ -61,9 +61,9 @@ func (c *Claimer) DeadLetter(ctx context.Context, s Settle) (int64, error) {
 	c.rewind.Store(true) // as in Release
 	var n int64
 	q := c.rows.dead
-	b := c.settleSteps(q.sql, q.args(deadArgs{Seqs: s.Seqs, Token: s.Token, Hold: s.Hold, AttemptInc: attemptInc(s.CountAttempt), LastError: s.LastError}), &n)
+	b := c.settleSteps(q.SQL, q.Args(deadArgs{Seqs: s.Seqs, Token: s.Token, Hold: s.Hold, AttemptInc: attemptInc(s.CountAttempt), LastError: s.LastError}), &n)
 	if s.Hold {
-		b.exec(c.st.hold.sql, c.st.hold.args(holdArgs{}), "", nil)
+		b.exec(c.st.hold.SQL, c.st.hold.Args(holdArgs{}), "", nil)
 	}
 	if err := b.send(ctx, c.pool, ""); err != nil {
 		return 0, fmt.Errorf("dead-letter: %w", err)
@@ -90,21 +90,21 @@ func attemptInc(count bool) int {
 func (c *Claimer) Requeue(ctx context.Context, ids []string) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, c.st.plan.sql); err != nil {
+		if _, err := tx.Exec(ctx, c.st.plan.SQL); err != nil {
 			return err
 		}
 		// Serialize with releases and dead-letterings, which extend
 		// 'holds' in their own transactions.
-		if _, err := tx.Exec(ctx, c.st.hold.sql, c.st.hold.args(holdArgs{})...); err != nil {
+		if _, err := tx.Exec(ctx, c.st.hold.SQL, c.st.hold.Args(holdArgs{})...); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, c.st.requeue.sql, c.st.requeue.args(requeueArgs{IDs: ids})...)
+		tag, err := tx.Exec(ctx, c.st.requeue.SQL, c.st.requeue.Args(requeueArgs{IDs: ids})...)
 		if err != nil {
 			return err
 		}
 		n = tag.RowsAffected()
 		// 'holds' now only needs to cover what still backs off or is held.
-		_, err = tx.Exec(ctx, c.st.holdsReset.sql)
+		_, err = tx.Exec(ctx, c.st.holdsReset.SQL)
 		return err
 	})
 	if err != nil {
@@ -122,10 +122,10 @@ func (c *Claimer) Requeue(ctx context.Context, ids []string) (int64, error) {
 }
 
 // settleSteps returns the steps of a release or dead-letter: the plan
-// settings (plan.sql), then sql with args, whose rows affected go to n.
+// settings (plan.SQL), then sql with args, whose rows affected go to n.
 func (c *Claimer) settleSteps(sql string, args []any, n *int64) steps {
 	var b steps
-	b.exec(c.st.plan.sql, nil, "", nil)
+	b.exec(c.st.plan.SQL, nil, "", nil)
 	b.exec(sql, args, "", func(tag pgconn.CommandTag) { *n = tag.RowsAffected() })
 	return b
 }
@@ -144,9 +144,9 @@ func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int
 	}
 	var n int64
 	var b steps
-	b.exec(c.st.asyncCommit.sql, nil, "mark published", nil)
+	b.exec(c.st.asyncCommit.SQL, nil, "mark published", nil)
 	q := c.rows.mark
-	b.exec(q.sql, q.args(settleArgs{Seqs: seqs, Token: token}), "mark published", func(tag pgconn.CommandTag) { n = tag.RowsAffected() })
+	b.exec(q.SQL, q.Args(settleArgs{Seqs: seqs, Token: token}), "mark published", func(tag pgconn.CommandTag) { n = tag.RowsAffected() })
 	if err := b.send(ctx, c.pool, "mark published: commit"); err != nil {
 		return 0, err
 	}
@@ -171,9 +171,9 @@ func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]
 	var kept []int64
 	lease := c.cfg.Lease
 	var b steps
-	b.exec(c.st.asyncCommit.sql, nil, "extend lease", nil)
+	b.exec(c.st.asyncCommit.SQL, nil, "extend lease", nil)
 	q := c.rows.extend
-	b.add(q.sql, q.args(extendArgs{Seqs: seqs, Token: token, LeaseMS: c.cfg.Lease.Milliseconds(), Member: c.own.member}), func(br pgx.BatchResults) error {
+	b.add(q.SQL, q.Args(extendArgs{Seqs: seqs, Token: token, LeaseMS: c.cfg.Lease.Milliseconds(), Member: c.own.member}), func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return fmt.Errorf("extend lease: %w", err)
@@ -216,10 +216,10 @@ func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
 	c.rewind.Store(true)
 	var n int64
 	q := c.rows.release
-	b := c.settleSteps(q.sql, q.args(releaseArgs{Seqs: s.Seqs, Token: s.Token, RetryMS: s.RetryIn.Milliseconds(), AttemptInc: attemptInc(s.CountAttempt), LastError: le}), &n)
+	b := c.settleSteps(q.SQL, q.Args(releaseArgs{Seqs: s.Seqs, Token: s.Token, RetryMS: s.RetryIn.Milliseconds(), AttemptInc: attemptInc(s.CountAttempt), LastError: le}), &n)
 	if s.RetryIn > 0 {
 		delay := s.RetryIn.Milliseconds()
-		b.exec(c.st.hold.sql, c.st.hold.args(holdArgs{DelayMS: &delay}), "", nil)
+		b.exec(c.st.hold.SQL, c.st.hold.Args(holdArgs{DelayMS: &delay}), "", nil)
 	}
 	if err := b.send(ctx, c.pool, ""); err != nil {
 		return 0, fmt.Errorf("release: %w", err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
 
@@ -15,8 +16,8 @@ import (
 // address (sqlname.RowAddress): Claimer.rows is one of plain and
 // partitioned.
 type statements struct {
-	plan        stmt[noArgs] // plan.sql
-	asyncCommit stmt[noArgs] // async_commit.sql
+	plan        stmt[noArgs] // plan.SQL
+	asyncCommit stmt[noArgs] // async_commit.SQL
 	beat        stmt[beatArgs]
 	hold        stmt[holdArgs]
 	sweep       stmt[noArgs]
@@ -154,7 +155,7 @@ func tableSlots(table string) map[string]string {
 // on the row address: tableSlots; the configured columns (id,
 // aggregate_id, event_type, payload) and aggregate_type_o (that column
 // on alias o as text, or NULL::text); key_partition_o (a row's key
-// partition on alias o); plan_settings (plan_settings.sql); live_o and
+// partition on alias o); plan_settings (plan_settings.SQL); live_o and
 // lease_free_o (States on alias o).
 func claimerSlots(cfg Config) (map[string]string, error) {
 	s := tableSlots(cfg.Table)
@@ -188,31 +189,31 @@ func newStatements(cfg Config) (*statements, error) {
 		return nil, err
 	}
 	st := &statements{}
-	r := renderer{slots: s}
-	render(&r, &st.plan, "plan")
-	render(&r, &st.asyncCommit, "async_commit")
-	render(&r, &st.beat, "beat")
-	render(&r, &st.hold, "hold")
-	render(&r, &st.sweep, "sweep")
-	render(&r, &st.holdsReset, "holds_reset")
-	render(&r, &st.unregister, "unregister")
-	render(&r, &st.requeue, "requeue")
-	render(&r, &st.partitioned, "partitioned")
-	render(&r, &st.generation, "generation")
-	render(&r, &st.holds, "holds")
-	render(&r, &st.advanceSeq, "advance_seq")
-	render(&r, &st.advanceVXID, "advance_vxid")
-	render(&r, &st.advance, "advance")
-	render(&r, &st.join, "join")
-	render(&r, &st.members, "members")
-	render(&r, &st.owners, "owners")
-	render(&r, &st.legacy, "legacy")
-	render(&r, &st.move, "move")
-	render(&r, &st.leave, "leave")
+	r := sqlfile.Renderer{Files: sqlFiles, Slots: s}
+	sqlfile.Into(&r, &st.plan, "plan")
+	sqlfile.Into(&r, &st.asyncCommit, "async_commit")
+	sqlfile.Into(&r, &st.beat, "beat")
+	sqlfile.Into(&r, &st.hold, "hold")
+	sqlfile.Into(&r, &st.sweep, "sweep")
+	sqlfile.Into(&r, &st.holdsReset, "holds_reset")
+	sqlfile.Into(&r, &st.unregister, "unregister")
+	sqlfile.Into(&r, &st.requeue, "requeue")
+	sqlfile.Into(&r, &st.partitioned, "partitioned")
+	sqlfile.Into(&r, &st.generation, "generation")
+	sqlfile.Into(&r, &st.holds, "holds")
+	sqlfile.Into(&r, &st.advanceSeq, "advance_seq")
+	sqlfile.Into(&r, &st.advanceVXID, "advance_vxid")
+	sqlfile.Into(&r, &st.advance, "advance")
+	sqlfile.Into(&r, &st.join, "join")
+	sqlfile.Into(&r, &st.members, "members")
+	sqlfile.Into(&r, &st.owners, "owners")
+	sqlfile.Into(&r, &st.legacy, "legacy")
+	sqlfile.Into(&r, &st.move, "move")
+	sqlfile.Into(&r, &st.leave, "leave")
 	st.plainRows = newRowStatements(&r, cfg, false)
 	st.partitionedRows = newRowStatements(&r, cfg, true)
-	if r.err != nil {
-		return nil, fmt.Errorf("lease: render statements: %w", r.err)
+	if r.Err != nil {
+		return nil, fmt.Errorf("lease: render statements: %w", r.Err)
 	}
 	return st, nil
 }
@@ -222,39 +223,24 @@ func newStatements(cfg Config) (*statements, error) {
 // the CTE selects, unaliased or on alias o), match_candidates,
 // match_settled and match_settled_o (the end of the UPDATE, on alias o or
 // unaliased, matching the rows of that CTE).
-func newRowStatements(r *renderer, cfg Config, partitioned bool) *rowStatements {
+func newRowStatements(r *sqlfile.Renderer, cfg Config, partitioned bool) *rowStatements {
 	addr := sqlname.NewRowAddress(cfg.Table, cfg.Columns.ID, partitioned)
-	s := make(map[string]string, len(r.slots)+5)
-	for k, v := range r.slots {
+	s := make(map[string]string, len(r.Slots)+5)
+	for k, v := range r.Slots {
 		s[k] = v
 	}
 	s["row_address"], s["row_address_o"] = addr.Select(""), addr.Select("o")
 	match := func(a, cte string) string { return strings.TrimPrefix(addr.Match(a, cte), "\n") }
 	s["match_candidates"], s["match_settled"], s["match_settled_o"] = match("o", "candidates"), match("", "settled"), match("o", "settled")
-	rr := renderer{slots: s}
+	rr := sqlfile.Renderer{Files: sqlFiles, Slots: s}
 	rs := &rowStatements{}
-	render(&rr, &rs.claim, "claim")
-	render(&rr, &rs.mark, "mark")
-	render(&rr, &rs.extend, "extend")
-	render(&rr, &rs.release, "release")
-	render(&rr, &rs.dead, "dead_letter")
-	if rr.err != nil && r.err == nil {
-		r.err = rr.err
+	sqlfile.Into(&rr, &rs.claim, "claim")
+	sqlfile.Into(&rr, &rs.mark, "mark")
+	sqlfile.Into(&rr, &rs.extend, "extend")
+	sqlfile.Into(&rr, &rs.release, "release")
+	sqlfile.Into(&rr, &rs.dead, "dead_letter")
+	if rr.Err != nil && r.Err == nil {
+		r.Err = rr.Err
 	}
 	return rs
-}
-
-// renderer renders statements with slots until the first error, which it
-// keeps.
-type renderer struct {
-	slots map[string]string
-	err   error
-}
-
-// render renders sql/<name>.sql into s unless r failed already.
-func render[A any](r *renderer, s *stmt[A], name string) {
-	if r.err != nil {
-		return
-	}
-	*s, r.err = renderStmt[A](name, r.slots)
 }

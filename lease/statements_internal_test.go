@@ -45,7 +45,7 @@ func TestStatementsRender(t *testing.T) {
 	for _, k := range []string{"row_address", "row_address_o", "match_candidates", "match_settled", "match_settled_o"} {
 		slots[k] = "x"
 	}
-	files, err := fs.Glob(sqlFiles, "sql/*.sql")
+	files, err := fs.Glob(sqlFS, "sql/*.sql")
 	if err != nil || len(files) == 0 {
 		t.Fatal(files, err)
 	}
