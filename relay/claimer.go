@@ -124,7 +124,7 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 		}
 		return nil, no, err
 	}
-	r.watchOwnership(r.clock.Now())
+	r.record(report{kind: reportOwnership, ownership: r.claimer.Ownership()})
 	r.record(report{kind: reportClaim, took: d, n: len(b.Rows), takenOver: b.TakenOver})
 	if len(b.Rows) == 0 {
 		return b, no, nil

@@ -31,7 +31,7 @@ import (
 //   - the claimer (Run's own goroutine, runClaimer) decides when to claim
 //     (the claim schedule: claimTimer, schedule.go), claims, and hands each
 //     batch to the publisher; it owns the schedule, its timers and what it
-//     saw of the key partitions (watchOwnership).
+//     saw of the key partitions (recordOwnership).
 //   - the publisher (runPublisher) publishes one batch at a time, in claim
 //     order, and gives back what it could not publish (batch.go, relay.go);
 //     it owns the hold-back state (holdback.go, where the ordering

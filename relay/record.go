@@ -10,8 +10,8 @@ import (
 )
 
 // Recording what the relay does. Each outcome of a step (a wake-up, a
-// claim, a publish call, rows published, a failure, a mark, a release, a
-// dead letter) is recorded once, by Relay.record, which feeds every sink
+// claim, what the claimer owns, a publish call started and answered, rows
+// published, a failure, a mark, a release, a dead letter) is recorded once, by Relay.record, which feeds every sink
 // that counts it: the Stats counters, the Observer (and AttemptObserver),
 // and the health progress; it also writes the warnings that belong to the
 // outcome itself.
@@ -28,6 +28,8 @@ type reportKind int
 const (
 	reportWoke         reportKind = iota // the claimer woke up: cause
 	reportClaim                          // a claim: took, rows, takenOver, err, stopping
+	reportOwnership                      // what the claimer owns after a claim: ownership (claimer goroutine only)
+	reportPublishing                     // a publish call started: began
 	reportPublishCall                    // a publish call answered: began, errs, err
 	reportPublished                      // Kafka acknowledged rows, carried by the call from began to ended
 	reportFailed                         // a failed row: failure, topic, dead, attempts
@@ -52,6 +54,7 @@ type report struct {
 	stopping     bool
 	began, ended time.Time
 	failure      *failure
+	ownership    lease.Ownership
 	topic        string
 	dead         bool
 	attempts     int
@@ -75,7 +78,12 @@ func (r *Relay) record(e report) {
 		}
 	case reportClaim:
 		r.recordClaim(e)
+	case reportOwnership:
+		r.recordOwnership(e.ownership)
+	case reportPublishing:
+		r.progress.inFlight.Store(e.began.UnixNano())
 	case reportPublishCall:
+		r.progress.inFlight.Store(0)
 		r.progress.publishAnswered(e.began, e.errs)
 		if e.err != nil {
 			r.progress.publishFailed(e.err)
@@ -186,4 +194,24 @@ func (r *Relay) Stats() Stats {
 		PartitionsAcquired: o.Acquired, PartitionsReleased: o.Released, Handovers: o.TakenOver,
 		Member: o.Member,
 	}
+}
+
+// recordOwnership records what the claimer owns after a claim: one log
+// line when the number of key partitions it owns or of live relays
+// changes, the share the claim schedule's busy mode uses, and the
+// ownership step of Health (a relay that owns none while others own them,
+// or that a relay of an older version keeps from claiming). Claimer
+// goroutine only (lastOwned, lastMembers, ownedShare).
+func (r *Relay) recordOwnership(o lease.Ownership) {
+	if o.Owned != r.lastOwned || o.Members != r.lastMembers {
+		r.log.Info("key partitions", zap.Int("owned", o.Owned), zap.Int("partitions", o.Partitions), zap.Int("releasing", o.Releasing),
+			zap.Int("relays", o.Members), zap.Int64("acquired_total", o.Acquired), zap.Int64("released_total", o.Released),
+			zap.Int64("handovers_total", o.TakenOver), zap.String("member", o.Member))
+		r.lastOwned, r.lastMembers = o.Owned, o.Members
+	}
+	r.ownedShare = 0
+	if o.Partitions > 0 && o.Owned > 0 {
+		r.ownedShare = float64(o.Owned) / float64(o.Partitions)
+	}
+	r.progress.ownership(r.clock.Now(), o)
 }

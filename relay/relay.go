@@ -100,7 +100,7 @@ type Relay struct {
 	// progress says whether events are moving (Health).
 	progress progress
 	// lastOwned and lastMembers are what the claimer owned at the last
-	// claim (watchOwnership); claimer goroutine only.
+	// claim (recordOwnership); claimer goroutine only.
 	lastOwned, lastMembers int
 	// ownedShare is the part of the key partitions the claimer owned at
 	// the last claim (0 until it owns some): the claim schedule's busy
@@ -173,25 +173,6 @@ func (e *BudgetError) Error() string {
 // Health says whether events are moving now (see Health). Safe to call
 // concurrently with Run.
 func (r *Relay) Health() Health { return r.progress.health(r.clock.Now()) }
-
-// watchOwnership records, after a claim, what the claimer owns: one log
-// line when the number of key partitions it owns changes, and the
-// ownership step of Health (a relay that owns none while others own
-// them, or that a relay of an older version keeps from claiming).
-func (r *Relay) watchOwnership(now time.Time) {
-	o := r.claimer.Ownership()
-	if o.Owned != r.lastOwned || o.Members != r.lastMembers {
-		r.log.Info("key partitions", zap.Int("owned", o.Owned), zap.Int("partitions", o.Partitions), zap.Int("releasing", o.Releasing),
-			zap.Int("relays", o.Members), zap.Int64("acquired_total", o.Acquired), zap.Int64("released_total", o.Released),
-			zap.Int64("handovers_total", o.TakenOver), zap.String("member", o.Member))
-		r.lastOwned, r.lastMembers = o.Owned, o.Members
-	}
-	r.ownedShare = 0
-	if o.Partitions > 0 && o.Owned > 0 {
-		r.ownedShare = float64(o.Owned) / float64(o.Partitions)
-	}
-	r.progress.ownership(now, o)
-}
 
 // maxOutagePause caps how long the claimer waits between attempts while the
 // broker is unreachable, so publishing resumes within seconds of its return.
