@@ -28,7 +28,11 @@ func TestStatementsRender(t *testing.T) {
 					check(name+"."+v.Type().Field(i).Name, v.Field(i))
 				}
 			default:
-				sql := v.FieldByName("sql").String()
+				f := v.FieldByName("SQL")
+				if !f.IsValid() || f.Kind() != reflect.String {
+					t.Fatalf("%s: %s has no SQL string field", name, v.Type())
+				}
+				sql := f.String()
 				// Quoted identifiers and literals may hold anything.
 				bare := regexp.MustCompile(`'[^']*'|"[^"]*"`).ReplaceAllString(sql, "")
 				if sql == "" || leftover.MatchString(bare) {
