@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/pgoutbox/outbox/internal/sqlname"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -21,11 +19,12 @@ import (
 // relay.Service.Run and outboxsql.CheckDurability): the table or its seq
 // sequence made UNLOGGED (a crash then empties it), or the sequence
 // restarted below the seqs the table holds (new events then wait for the
-// relay's rescan). One statement every Config.Interval, beside the table
-// gauges: the persistence of the table and of its sequence from pg_class,
-// the sequence's last value, the highest unpublished seq and the seq of
-// the row published last (one probe of a partial index each), and the
-// database's logical replication slots with the WAL each keeps (gauges).
+// relay's rescan). One statement (sql/table_check.sql) every
+// Config.Interval, beside the table gauges: the persistence of the table
+// and of its sequence from pg_class, the sequence's last value, the
+// highest unpublished seq and the seq of the row published last (one
+// probe of a partial index each), and the database's logical replication
+// slots with the WAL each keeps (gauges).
 // The relay's own published rows (Published) add the highest seq it
 // published, so the restart stays visible once the rows below the old
 // maximum are all published. A problem fails the "table" readiness check,
@@ -35,7 +34,9 @@ import (
 type tableCheck struct {
 	// seq is the table's seq sequence (quoted, as regclass prints it),
 	// looked up on the first check; "" until then or when it has none.
+	// sql is the check's statement for it (statements.tableCheckSQL).
 	seq      string
+	sql      string
 	resolved bool
 	// published is the highest seq this relay has published (Published).
 	published atomic.Int64
@@ -107,31 +108,16 @@ func (m *Metrics) CheckTable(ctx context.Context) (problem error, err error) {
 // checkTable runs the check's statement and judges it.
 func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 	c := &m.tcheck
-	t := sqlname.Quote(m.cfg.Table)
 	if !c.resolved {
 		seq, err := outboxsql.SequenceOf(ctx, m.db, m.cfg.Table)
 		if err != nil {
 			return nil, err
 		}
-		c.seq, c.resolved = seq, true
-	}
-	seqCols := `NULL::bigint, NULL::bool, NULL::bool`
-	if c.seq != "" {
-		seqCols = `(SELECT last_value FROM ` + c.seq + `), (SELECT is_called FROM ` + c.seq + `),
-  (SELECT relpersistence = 'u' FROM pg_class WHERE oid = ` + sqlname.Literal(c.seq) + `::regclass)`
+		c.seq, c.sql, c.resolved = seq, m.tableCheckSQL(seq), true
 	}
 	b := &pgx.Batch{}
-	b.Queue("SELECT " + m.sessionSettings())
-	// On a partitioned table, its partitions' persistence (a partition of
-	// its own may be UNLOGGED); pg_partition_tree of a plain table is the
-	// table alone, at level 0.
-	b.Queue(`SELECT (SELECT relpersistence = 'u' FROM pg_class WHERE oid = ` + sqlname.Literal(t) + `::regclass), ` + seqCols + `,
-  (SELECT min(u.oid::regclass::text) FROM pg_partition_tree(` + sqlname.Literal(t) + `::regclass) pt JOIN pg_class u ON u.oid = pt.relid
-     WHERE pt.level > 0 AND u.relpersistence = 'u'),
-  (SELECT o.seq FROM ` + t + ` o WHERE o.published_at IS NULL ORDER BY o.seq DESC LIMIT 1),
-  (SELECT o.seq FROM ` + t + ` o WHERE o.published_at IS NOT NULL ORDER BY o.published_at DESC LIMIT 1),
-  (SELECT coalesce(json_agg(json_build_object('name', s.name, 'plugin', s.plugin, 'active', s.active, 'retained_wal_bytes', s.retained)), '[]')
-     FROM (` + outboxsql.SlotsSQL + `) s (name, plugin, active, retained))`)
+	b.Queue(m.settings.SQL)
+	b.Queue(c.sql)
 	var unlogged bool
 	var unloggedPart *string
 	var last *int64
@@ -184,7 +170,7 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 		// The fix needs the table's real maximum: one scan, once per
 		// episode.
 		var maxSeq *int64
-		if err := m.db.QueryRow(ctx, `SELECT max(seq) FROM `+t).Scan(&maxSeq); err == nil && maxSeq != nil && *maxSeq > high {
+		if err := m.db.QueryRow(ctx, m.maxSeq.SQL).Scan(&maxSeq); err == nil && maxSeq != nil && *maxSeq > high {
 			high = *maxSeq
 		}
 		c.behind = &outboxsql.SequenceBehindError{Table: m.cfg.Table, Sequence: c.seq, Next: next, MaxSeq: high}
@@ -194,17 +180,6 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 	e.Next, e.MaxSeq = next, max(e.MaxSeq, high)
 	c.behind = &e
 	return &checkProblem{"sequence", &e}, nil
-}
-
-// sessionSettings are the set_config calls that open the gauges' and the
-// table check's statement batches, for their own transaction: the index
-// plans (see lease's plan settings), and a statement_timeout of
-// Config.QueryTimeout, so that a database's shorter statement_timeout does
-// not make a large backlog's count fail at every refresh (and the gauges
-// stay stale) while the relay's own bound still holds.
-func (m *Metrics) sessionSettings() string {
-	return "set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', " +
-		sqlname.Literal(strconv.FormatInt(m.cfg.QueryTimeout.Milliseconds(), 10)) + ", true)"
 }
 
 // tableProblem returns the "table" readiness check's error: nil while the

@@ -173,17 +173,13 @@ type ListenerReasoner interface {
 	Reason() string
 }
 
-// recoverySQL is the database readiness check: whether the server is in
-// recovery, and its address.
-const recoverySQL = "SELECT pg_is_in_recovery(), host(inet_server_addr()), inet_server_port()"
-
 // checkDatabase runs the "database" readiness check: the server answers and
 // is not a standby.
 func (m *Metrics) checkDatabase(ctx context.Context) error {
 	var rec bool
 	var host *string
 	var port *int32
-	if err := m.db.QueryRow(ctx, recoverySQL).Scan(&rec, &host, &port); err != nil {
+	if err := m.db.QueryRow(ctx, m.recovery.SQL).Scan(&rec, &host, &port); err != nil {
 		return err
 	}
 	if !rec {

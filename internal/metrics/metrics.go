@@ -53,7 +53,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/config"
-	"github.com/pgoutbox/outbox/internal/sqlname"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -220,19 +219,15 @@ type Components struct {
 // Metrics holds the registry, the table gauges' refresher and the
 // readiness checks.
 type Metrics struct {
-	cfg      Config
-	db       DB
-	log      *zap.Logger
-	reg      *prometheus.Registry
-	statsSQL string
-	// agesSQL is statsSQL without the counts (NULL instead): what an
-	// early refresh reads (refresh).
-	agesSQL string
-	// ownedSQL finds the oldest claimable row of the key partitions a
-	// member ($1) owns: outbox_relay_oldest_claimable_age_seconds.
-	ownedSQL string
-	// ownedAge is that row's age at the last refresh and when it was
-	// read (unix nanos); age 0: none.
+	cfg Config
+	db  DB
+	log *zap.Logger
+	reg *prometheus.Registry
+	// statements are the SQL, rendered by New (statements.go).
+	*statements
+	// ownedAge is the age of the oldest claimable row of the key
+	// partitions the attached relay owns (statements.owned) at the last
+	// refresh, and ownedAt when it was read (unix nanos); age 0: none.
 	ownedAge, ownedAt atomic.Int64
 
 	comps    atomic.Pointer[Components]
@@ -296,52 +291,17 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	t := sqlname.Quote(cfg.Table)
-	st := lease.NewStates(cfg.Table, lease.Columns{AggregateID: cfg.AggregateColumn})
-	m := &Metrics{
-		cfg: cfg,
-		db:  db,
-		log: logger.Named("metrics"),
-		reg: prometheus.NewRegistry(),
-		// Index scans: the lowest-seq unpublished, live rows through
-		// outbox_unpublished_seq_idx (LIMIT headRows, skipping dead letters:
-		// see oldest.go); the lowest-seq claimable row (the
-		// same, stopping at the first row whose lease is free and that no
-		// earlier event of its aggregate holds back, lease.States.Claimable:
-		// the rows in flight are passed by their lease alone, and one probe
-		// of outbox_unpublished_aggregate_idx is made per lease-free row
-		// passed); the unpublished
-		// rows through the seq index; the dead letters through
-		// outbox_dead_letters_idx. Timestamps, not ages: the ages are
-		// computed when scraped (see oldestSnapshot).
-		statsSQL: `WITH head AS (
-  SELECT o.seq, extract(epoch FROM o.created_at)::float8 AS created FROM ` + t + ` o
-  WHERE ` + st.Live("o") + ` ORDER BY o.seq LIMIT ` + strconv.Itoa(headRows) + `
-), claimable AS (
-  SELECT o.seq, extract(epoch FROM o.created_at)::float8 AS created FROM ` + t + ` o
-  WHERE ` + st.Claimable("o") + `
-  ORDER BY o.seq LIMIT 1
-)
-SELECT extract(epoch FROM now())::float8,
-  coalesce((SELECT array_agg(seq ORDER BY seq) FROM head), '{}'),
-  coalesce((SELECT array_agg(created ORDER BY seq) FROM head), '{}'),
-  (SELECT seq FROM claimable), (SELECT created FROM claimable),
-  /* counts */`,
+	st, err := newStatements(cfg)
+	if err != nil {
+		return nil, err
 	}
-	// The counts are the refresh's only statements whose cost grows with
-	// the backlog (a scan of the unpublished index): every
-	// Config.Interval, not at the early refreshes a relay asks for while it
-	// publishes a backlog (oldest.go).
-	m.agesSQL = strings.Replace(m.statsSQL, "/* counts */", "NULL::bigint, NULL::bigint", 1)
-	m.statsSQL = strings.Replace(m.statsSQL, "/* counts */", `(SELECT count(*) FROM `+t+` o WHERE `+st.Live("o")+`),
-  (SELECT count(*) FROM `+t+` WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)`, 1)
-	m.ownedSQL = `WITH mask AS (
-  SELECT array_agg(p.owner IS NOT DISTINCT FROM $1 ORDER BY p.partition) AS m FROM ` + sqlname.Beside(cfg.Table, "_partitions") + ` p
-)
-SELECT extract(epoch FROM now() - o.created_at)::float8 FROM ` + t + ` o
-WHERE ` + st.Claimable("o") + `
-  AND (SELECT m FROM mask)[coalesce(o.key_partition, ` + sqlname.Beside(cfg.Table, "_key_partition") + `(o.` + sqlname.Column(cfg.AggregateColumn) + `::text)) + 1]
-ORDER BY o.seq LIMIT 1`
+	m := &Metrics{
+		cfg:        cfg,
+		db:         db,
+		log:        logger.Named("metrics"),
+		reg:        prometheus.NewRegistry(),
+		statements: st,
+	}
 	m.oview.poke = make(chan struct{}, 1)
 	ageNow := func(pick func(*oldestSnapshot) float64) func() float64 {
 		return func() float64 {
@@ -602,11 +562,11 @@ func (m *Metrics) refresh(ctx context.Context, counts bool) (TableStats, error) 
 	var headCreated []float64
 	var claimableSeq *int64
 	var claimable *float64
-	// The index plans whatever the statistics say (see lease's plan
-	// settings: a generic plan made on an empty table scans the whole
-	// table), in the statement's own transaction.
+	// The batch opens with the session settings (session_settings.sql:
+	// the index plans whatever the statistics say, and the statement
+	// timeout), for the statements' own transaction.
 	b := &pgx.Batch{}
-	b.Queue("SELECT " + m.sessionSettings())
+	b.Queue(m.settings.SQL)
 	if counts {
 		b.Queue(m.statsSQL)
 	} else {
@@ -617,7 +577,7 @@ func (m *Metrics) refresh(ctx context.Context, counts bool) (TableStats, error) 
 		member = c.Relay.Stats().Member
 	}
 	if member != "" {
-		b.Queue(m.ownedSQL, member)
+		b.Queue(m.owned.SQL, m.owned.Args(ownedArgs{Member: member})...)
 	}
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()

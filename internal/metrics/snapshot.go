@@ -44,17 +44,6 @@ func (h SnapshotHolder) String() string {
 		h.PID, h.ApplicationName, h.User, h.State, h.Age.Round(time.Second), h.XminAge)
 }
 
-// snapshotSQL finds the oldest snapshot of another session in this
-// database, and the oldest prepared transaction.
-const snapshotSQL = `SELECT pid, coalesce(application_name, ''), coalesce(usename::text, ''), coalesce(state, ''),
-  coalesce(host(client_addr), ''), extract(epoch FROM now() - xact_start)::float8, age(backend_xmin)::bigint
-FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL AND xact_start IS NOT NULL
-UNION ALL
-SELECT 0, '', owner::text, 'prepared', '', extract(epoch FROM now() - prepared)::float8, age(transaction)::bigint
-FROM pg_prepared_xacts WHERE database = current_database()
-ORDER BY 6 DESC LIMIT 1`
-
 // snapshotWatch keeps the oldest snapshot holder's age and warns, at most
 // once per warnEvery, while it is older than Config.SnapshotWarnAfter.
 type snapshotWatch struct {
@@ -80,7 +69,7 @@ func (m *Metrics) snapshotGauge() prometheus.Collector {
 func (m *Metrics) OldestSnapshot(ctx context.Context) (*SnapshotHolder, error) {
 	var h SnapshotHolder
 	var age float64
-	err := m.db.QueryRow(ctx, snapshotSQL).Scan(&h.PID, &h.ApplicationName, &h.User, &h.State, &h.ClientAddr, &age, &h.XminAge)
+	err := m.db.QueryRow(ctx, m.snapshotHolders.SQL).Scan(&h.PID, &h.ApplicationName, &h.User, &h.State, &h.ClientAddr, &age, &h.XminAge)
 	if isNoRows(err) {
 		m.snap.age.Store(0)
 		return nil, nil
@@ -100,11 +89,6 @@ func (m *Metrics) OldestSnapshot(ctx context.Context) (*SnapshotHolder, error) {
 	return &h, nil
 }
 
-// visibilitySQL says whether this role sees every role's sessions in
-// pg_stat_activity: without the privileges of pg_read_all_stats (or a
-// superuser's) their xact_start and backend_xmin read as NULL.
-const visibilitySQL = `SELECT current_user::text, pg_has_role('pg_read_all_stats', 'USAGE')`
-
 // checkSnapshotVisibility logs once, at the refresher's start, that the
 // held-snapshot watch is half-blind when the role cannot see other roles'
 // transactions: it would read 0 and never warn about them.
@@ -113,7 +97,7 @@ func (m *Metrics) checkSnapshotVisibility(ctx context.Context) {
 	defer cancel()
 	var role string
 	var sees bool
-	if err := m.db.QueryRow(ctx, visibilitySQL).Scan(&role, &sees); err != nil {
+	if err := m.db.QueryRow(ctx, m.snapshotVisibility.SQL).Scan(&role, &sees); err != nil {
 		m.log.Debug("snapshot watch: could not read the role's privileges", zap.Error(err))
 		return
 	}

@@ -191,13 +191,15 @@ type Pass struct {
 
 // Cleaner deletes old published rows.
 type Cleaner struct {
-	cfg       Config
-	db        DB
-	log       *zap.Logger
-	deleteSQL string
-	// resolved is set once the first pass has read whether the table is
-	// partitioned; deleteSQL is then the statement for it ("" when
-	// DropPartitions leaves nothing to delete row by row).
+	cfg Config
+	db  DB
+	log *zap.Logger
+	sql *statements // rendered by New (statements.go)
+	// deleteBatch is a batch's DELETE. resolved is set once the first pass
+	// has read whether the table is partitioned; deleteBatch is then the
+	// statement for it (SQL "" when DropPartitions leaves nothing to
+	// delete row by row).
+	deleteBatch stmt[deleteArgs]
 	resolved    bool
 	partitioned bool
 
@@ -217,44 +219,14 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Cleaner, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	t := sqlname.Quote(cfg.Table)
-	c := &Cleaner{cfg: cfg, db: db, log: logger.Named("retention")}
-	// The subquery walks outbox_published_at_idx from its oldest entry and
-	// row-locks at most $2 rows (skipping rows another cleaner holds); the
-	// DELETE finds exactly those by ctid (a TID scan), which the row lock
-	// keeps stable. `published_at < ...` excludes unpublished rows, and so
-	// every dead letter (a dead letter is never published); the explicit
-	// dead_lettered_at test keeps it that way should that ever change.
-	c.deleteSQL = plainDeleteSQL(t)
-	return c, nil
+	st, err := newStatements(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Cleaner{cfg: cfg, db: db, log: logger.Named("retention"), sql: st, deleteBatch: st.plainDelete}, nil
 }
 
-// plainDeleteSQL is a batch's DELETE on the plain table t (quoted).
-func plainDeleteSQL(t string) string {
-	return `DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(
-  SELECT ctid FROM ` + t + `
-  WHERE published_at < now() - $1 * interval '1 microsecond'
-    AND dead_lettered_at IS NULL
-  ORDER BY published_at
-  LIMIT $2
-  FOR UPDATE SKIP LOCKED))`
-}
-
-// partitionedDeleteSQL is a batch's DELETE on the partitioned table t
-// (quoted): a ctid is unique only within a partition, so rows are named by
-// the partition (tableoid) and ctid together.
-func partitionedDeleteSQL(t string) string {
-	return `DELETE FROM ` + t + ` o USING (
-  SELECT tableoid, ctid FROM ` + t + `
-  WHERE published_at < now() - $1 * interval '1 microsecond'
-    AND dead_lettered_at IS NULL
-  ORDER BY published_at
-  LIMIT $2
-  FOR UPDATE SKIP LOCKED) d
-WHERE o.tableoid = d.tableoid AND o.ctid = d.ctid`
-}
-
-// resolve reads, once, whether the table is partitioned, and writes the
+// resolve reads, once, whether the table is partitioned, and picks the
 // DELETE for it: on a partitioned table with DropPartitions, the DELETE of
 // its DEFAULT partition alone ("" when it has none).
 func (c *Cleaner) resolve(ctx context.Context) error {
@@ -263,23 +235,22 @@ func (c *Cleaner) resolve(ctx context.Context) error {
 	}
 	var partitioned bool
 	var def *string
-	err := c.db.QueryRow(ctx, `SELECT c.relkind = 'p', (SELECT d.oid::regclass::text FROM pg_partitioned_table pt JOIN pg_class d ON d.oid = pt.partdefid WHERE pt.partrelid = c.oid)
-FROM pg_class c WHERE c.oid = $1::regclass`, sqlname.Quote(c.cfg.Table)).Scan(&partitioned, &def)
+	q := c.sql.partitioned
+	err := c.db.QueryRow(ctx, q.SQL, q.Args(tableArgs{Table: sqlname.Quote(c.cfg.Table)})...).Scan(&partitioned, &def)
 	if err != nil {
 		return err
 	}
-	t := sqlname.Quote(c.cfg.Table)
 	switch {
 	case !partitioned && c.cfg.DropPartitions:
 		return fmt.Errorf("table %s is not partitioned: DropPartitions (--retention-drop-partitions) needs a time-partitioned table (outbox-relay migrate --time-partitioned)", c.cfg.Table)
 	case !partitioned:
-		c.deleteSQL = plainDeleteSQL(t)
+		c.deleteBatch = c.sql.plainDelete
 	case c.cfg.DropPartitions && def != nil:
-		c.deleteSQL = plainDeleteSQL(*def)
+		c.deleteBatch = onPartition(c.sql.partitionDelete, *def)
 	case c.cfg.DropPartitions:
-		c.deleteSQL = ""
+		c.deleteBatch = stmt[deleteArgs]{}
 	default:
-		c.deleteSQL = partitionedDeleteSQL(t)
+		c.deleteBatch = c.sql.partitionedDelete
 	}
 	c.partitioned, c.resolved = partitioned, true
 	return nil
@@ -296,10 +267,10 @@ func (c *Cleaner) dropPartitions(ctx context.Context, p *Pass) error {
 		return err
 	}
 	var cutoff time.Time
-	if err := c.db.QueryRow(ctx, `SELECT now() - $1 * interval '1 microsecond'`, c.cfg.Retention.Microseconds()).Scan(&cutoff); err != nil {
+	q := c.sql.cutoff
+	if err := c.db.QueryRow(ctx, q.SQL, q.Args(retentionArgs{Retention: c.cfg.Retention.Microseconds()})...).Scan(&cutoff); err != nil {
 		return err
 	}
-	t := sqlname.Quote(c.cfg.Table)
 	for _, part := range parts {
 		if part.Default || part.To.IsZero() || part.To.After(cutoff) {
 			continue
@@ -314,20 +285,16 @@ func (c *Cleaner) dropPartitions(ctx context.Context, p *Pass) error {
 			continue
 		}
 		err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, c.cfg.LockTimeout.Milliseconds())); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `SELECT `+sqlname.XactLock(sqlname.LockTimePartitions, c.cfg.Table)); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `LOCK TABLE `+t+` IN ACCESS EXCLUSIVE MODE`); err != nil {
-				return err
+			for _, q := range []stmt[noArgs]{c.sql.lockTimeout, c.sql.lockTimePartitions, c.sql.lockTable} {
+				if _, err := tx.Exec(ctx, q.SQL); err != nil {
+					return err
+				}
 			}
 			ok, err := c.droppable(ctx, tx, part)
 			if err != nil || !ok {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `DROP TABLE `+part.Name); err != nil {
+			if _, err := tx.Exec(ctx, onPartition(c.sql.drop, part.Name).SQL); err != nil {
 				return err
 			}
 			p.DroppedPartitions = append(p.DroppedPartitions, part.Name)
@@ -351,16 +318,15 @@ func (c *Cleaner) droppable(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, part outboxsql.TimePartition) (bool, error) {
 	var ok bool
-	err := q.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+part.Name+` WHERE published_at IS NULL)
-  AND coalesce((SELECT max(published_at) FROM `+part.Name+`), '-infinity') < now() - $1 * interval '1 microsecond'`,
-		c.cfg.Retention.Microseconds()).Scan(&ok)
+	s := onPartition(c.sql.droppable, part.Name)
+	err := q.QueryRow(ctx, s.SQL, s.Args(retentionArgs{Retention: c.cfg.Retention.Microseconds()})...).Scan(&ok)
 	return ok, err
 }
 
 // DeleteSQL returns the statement of one batch ($1: Config.Retention in
 // microseconds, $2: Config.BatchSize), for EXPLAIN: the plain table's
 // until a pass has found the table partitioned.
-func (c *Cleaner) DeleteSQL() string { return c.deleteSQL }
+func (c *Cleaner) DeleteSQL() string { return c.deleteBatch.SQL }
 
 // Config returns the Cleaner's configuration with defaults applied.
 func (c *Cleaner) Config() Config { return c.cfg }
@@ -394,14 +360,14 @@ func (c *Cleaner) Clean(ctx context.Context) (Pass, error) {
 			c.errors.Add(1)
 			return p, fmt.Errorf("retention: %w", err)
 		}
-		if c.deleteSQL == "" {
+		if c.deleteBatch.SQL == "" {
 			c.passes.Add(1)
 			return p, nil
 		}
 	}
 	for {
 		sctx, cancel := context.WithTimeout(ctx, c.cfg.StatementTimeout)
-		tag, err := c.db.Exec(sctx, c.deleteSQL, c.cfg.Retention.Microseconds(), c.cfg.BatchSize)
+		tag, err := c.db.Exec(sctx, c.deleteBatch.SQL, c.deleteBatch.Args(deleteArgs{Retention: c.cfg.Retention.Microseconds(), BatchSize: c.cfg.BatchSize})...)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {

@@ -1,0 +1,11 @@
+-- Opens the statement batches of the table gauges (table_stats.sql) and
+-- of the table check (table_check.sql), for their own transaction.
+--
+-- The index plans whatever the table's statistics say, as lease's plan
+-- settings (lease/sql/plan_settings.sql) do for the claim: a generic plan
+-- made on an empty table scans the whole table. And a statement_timeout
+-- of Config.QueryTimeout (the slot: milliseconds, as a string literal), so
+-- that a database's shorter statement_timeout does not make a large
+-- backlog's count fail at every refresh (and the gauges stay stale) while
+-- the relay's own bound still holds.
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', /* TEMPLATE: statement_timeout */, true)

@@ -1,0 +1,164 @@
+package metrics
+
+import (
+	"embed"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
+	"github.com/pgoutbox/outbox/internal/sqlname"
+	"github.com/pgoutbox/outbox/lease"
+	outboxsql "github.com/pgoutbox/outbox/sql"
+)
+
+// The gauges' and the checks' SQL lives in sql/*.sql, one statement (or
+// one fragment of a statement) per file, rendered by internal/sqlfile
+// (which says how the /* TEMPLATE: name */ slots and the @name arguments
+// work) once, when New builds the Metrics: a refresh rewrites nothing, and
+// the table check only puts in the sequence it looks up (sequenceSlot).
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// sqlFiles are the Metrics' statement files.
+var sqlFiles = sqlfile.NewFiles(sqlFS, "sql")
+
+// noArgs is the argument struct of a statement without arguments.
+type noArgs = sqlfile.NoArgs
+
+// stmt is one rendered statement whose $1, $2, ... are the fields of A in
+// order.
+type stmt[A any] = sqlfile.Stmt[A]
+
+// statements are the Metrics' SQL, rendered from sql/*.sql by New.
+// Metrics embeds them.
+type statements struct {
+	// statsSQL reads the table gauges (table_stats.sql with counts.sql);
+	// agesSQL is the same without the counts (no_counts.sql: NULL
+	// instead), what an early refresh reads (refresh).
+	statsSQL, agesSQL string
+	// settings opens the gauges' and the table check's statement batches
+	// (session_settings.sql).
+	settings stmt[noArgs]
+	// owned finds the oldest claimable row of the key partitions a member
+	// owns (owned_claimable.sql):
+	// outbox_relay_oldest_claimable_age_seconds.
+	owned stmt[ownedArgs]
+	// tableCheck is the table check (table_check.sql) with the table's
+	// sequence left open (sequenceSlot, sequenceLiteralSlot: the table
+	// check looks the sequence up at its first run, see tableCheckSQL);
+	// tableCheckNoSeq the same for a table without a seq sequence.
+	tableCheck, tableCheckNoSeq stmt[noArgs]
+	// maxSeq reads the table's highest seq (max_seq.sql).
+	maxSeq stmt[noArgs]
+	// snapshotHolders finds the oldest snapshot holder
+	// (oldest_snapshot.sql); snapshotVisibility whether this role sees
+	// other roles' sessions (snapshot_visibility.sql).
+	snapshotHolders, snapshotVisibility stmt[noArgs]
+	// recovery is the "database" readiness check (recovery.sql).
+	recovery stmt[noArgs]
+}
+
+// The arguments of the statements, by name: each field's position is its
+// $n (internal/sqlfile).
+type (
+	ownedArgs struct {
+		Member string `arg:"member"`
+	}
+)
+
+// The table check's statement names the table's seq sequence, which the
+// check looks up at run time (outboxsql.SequenceOf), not when New renders
+// it: New fills the slots sequence and sequence_literal with these
+// markers, and tableCheckSQL puts the sequence in their place. A NUL byte
+// is in no other slot's value (sqlname's quoting drops it), nor in a name
+// the server prints, so the markers appear nowhere else.
+const (
+	sequenceSlot        = "\x00sequence\x00"
+	sequenceLiteralSlot = "\x00sequence_literal\x00"
+)
+
+// tableCheckSQL returns the table check's statement for the table's seq
+// sequence seq (quoted, as regclass prints it; "" when it has none).
+func (s *statements) tableCheckSQL(seq string) string {
+	if seq == "" {
+		return s.tableCheckNoSeq.SQL
+	}
+	return strings.NewReplacer(sequenceSlot, seq, sequenceLiteralSlot, sqlname.Literal(seq)).Replace(s.tableCheck.SQL)
+}
+
+// metricsSlots returns the slots of cfg's statements: table,
+// table_literal (the quoted name as a string literal, for regclass),
+// partitions (the table of the key partitions' owners beside it) and
+// key_partition (the function beside it that computes a row's key
+// partition; migration 00009), aggregate_id (the configured column), live_o and
+// claimable_o (lease.States on alias o), head_rows (headRows),
+// statement_timeout (Config.QueryTimeout in milliseconds, as a string
+// literal), replication_slots (outboxsql.SlotsSQL).
+func metricsSlots(cfg Config) map[string]string {
+	st := lease.NewStates(cfg.Table, lease.Columns{AggregateID: cfg.AggregateColumn})
+	return map[string]string{
+		"table":             sqlname.Quote(cfg.Table),
+		"table_literal":     sqlname.Literal(sqlname.Quote(cfg.Table)),
+		"partitions":        sqlname.Beside(cfg.Table, "_partitions"),
+		"key_partition":     sqlname.Beside(cfg.Table, "_key_partition"),
+		"aggregate_id":      sqlname.Column(cfg.AggregateColumn),
+		"live_o":            st.Live("o"),
+		"claimable_o":       st.Claimable("o"),
+		"head_rows":         strconv.Itoa(headRows),
+		"statement_timeout": sqlname.Literal(strconv.FormatInt(cfg.QueryTimeout.Milliseconds(), 10)),
+		"replication_slots": outboxsql.SlotsSQL,
+	}
+}
+
+// newStatements renders cfg's statements (cfg with its defaults).
+func newStatements(cfg Config) (*statements, error) {
+	s := metricsSlots(cfg)
+	// The fragments go into table_stats.sql (counts) and table_check.sql
+	// (sequence_columns).
+	frag := map[string]string{}
+	for name, extra := range map[string]map[string]string{
+		"counts":              nil,
+		"no_counts":           nil,
+		"sequence_columns":    {"sequence": sequenceSlot, "sequence_literal": sequenceLiteralSlot},
+		"no_sequence_columns": nil,
+	} {
+		text, err := sqlFiles.Fill(name, withSlots(s, extra))
+		if err != nil {
+			return nil, fmt.Errorf("metrics: render statements: %w", err)
+		}
+		frag[name] = text
+	}
+	st := &statements{}
+	var stats, ages stmt[noArgs]
+	r := sqlfile.Renderer{Files: sqlFiles}
+	r.Slots = withSlots(s, map[string]string{"counts": frag["counts"]})
+	sqlfile.Into(&r, &stats, "table_stats")
+	r.Slots = withSlots(s, map[string]string{"counts": frag["no_counts"]})
+	sqlfile.Into(&r, &ages, "table_stats")
+	r.Slots = withSlots(s, map[string]string{"sequence_columns": frag["sequence_columns"]})
+	sqlfile.Into(&r, &st.tableCheck, "table_check")
+	r.Slots = withSlots(s, map[string]string{"sequence_columns": frag["no_sequence_columns"]})
+	sqlfile.Into(&r, &st.tableCheckNoSeq, "table_check")
+	r.Slots = s
+	sqlfile.Into(&r, &st.settings, "session_settings")
+	sqlfile.Into(&r, &st.owned, "owned_claimable")
+	sqlfile.Into(&r, &st.maxSeq, "max_seq")
+	sqlfile.Into(&r, &st.snapshotHolders, "oldest_snapshot")
+	sqlfile.Into(&r, &st.snapshotVisibility, "snapshot_visibility")
+	sqlfile.Into(&r, &st.recovery, "recovery")
+	if r.Err != nil {
+		return nil, fmt.Errorf("metrics: render statements: %w", r.Err)
+	}
+	st.statsSQL, st.agesSQL = stats.SQL, ages.SQL
+	return st, nil
+}
+
+// withSlots returns a copy of slots with extra added.
+func withSlots(slots, extra map[string]string) map[string]string {
+	out := maps.Clone(slots)
+	maps.Copy(out, extra)
+	return out
+}

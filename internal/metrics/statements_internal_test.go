@@ -1,0 +1,66 @@
+package metrics
+
+import (
+	"io/fs"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pgoutbox/outbox/internal/sqlname"
+)
+
+// Every statement renders for every kind of table: no slot, argument,
+// comment or open sequence is left in the SQL, and every file of sql/
+// renders with the Metrics' slots.
+func TestStatementsRender(t *testing.T) {
+	t.Parallel()
+	leftover := regexp.MustCompile("TEMPLATE|@[A-Za-z_]|--|/\\*|\x00")
+	// Quoted identifiers and literals may hold anything.
+	quoted := regexp.MustCompile(`'[^']*'|"[^"]*"`)
+	for _, cfg := range []Config{{}, {Table: `app.Out"box`, AggregateColumn: "agg col"}, {Table: strings.Repeat("x", 60)}} {
+		st, err := newStatements(cfg.WithDefaults())
+		if err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+		check := func(name, sql string) {
+			if sql == "" || leftover.MatchString(quoted.ReplaceAllString(sql, "")) {
+				t.Errorf("%s: %s rendered as %q", cfg.Table, name, sql)
+			}
+		}
+		v := reflect.ValueOf(st).Elem()
+		for i := 0; i < v.NumField(); i++ {
+			name, f := v.Type().Field(i).Name, v.Field(i)
+			switch {
+			case name == "tableCheck":
+				for _, seq := range []string{"outbox_seq_seq", `app."Out""box_seq_seq"`} {
+					sql := st.tableCheckSQL(seq)
+					check(name+"("+seq+")", sql)
+					if !strings.Contains(sql, "FROM "+seq+")") || !strings.Contains(sql, "oid = "+sqlname.Literal(seq)+"::regclass") {
+						t.Errorf("%s: the table check names not the sequence %s: %s", cfg.Table, seq, sql)
+					}
+				}
+			case f.Kind() == reflect.String:
+				check(name, f.String())
+			default:
+				check(name, f.FieldByName("SQL").String())
+			}
+		}
+		if st.tableCheckSQL("") != st.tableCheckNoSeq.SQL {
+			t.Errorf("%s: the table check without a sequence is not tableCheckNoSeq", cfg.Table)
+		}
+	}
+	slots := metricsSlots(Config{}.WithDefaults())
+	for _, k := range []string{"counts", "sequence_columns", "sequence", "sequence_literal"} {
+		slots[k] = "x"
+	}
+	files, err := fs.Glob(sqlFS, "sql/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatal(files, err)
+	}
+	for _, f := range files {
+		if _, err := sqlFiles.Fill(strings.TrimSuffix(strings.TrimPrefix(f, "sql/"), ".sql"), slots); err != nil {
+			t.Error(err)
+		}
+	}
+}
