@@ -65,22 +65,6 @@ type eventReport struct {
 	Message   string    `json:"message,omitempty"`
 }
 
-// inspectSQL reads one event by its ID given as text, cast to the ID
-// column's type idType (uuid, text, bigint...), so the primary key's index
-// finds it.
-func inspectSQL(table string, cols lease.Columns, idType string) string {
-	t := outbox.TableIdentifier(table)
-	id := func(c string) string { return pgx.Identifier{c}.Sanitize() }
-	aggType := "NULL::text"
-	if cols.AggregateType != "" {
-		aggType = id(cols.AggregateType) + "::text"
-	}
-	return `SELECT seq, topic, ` + aggType + `, ` + id(cols.AggregateID) + `::text, ` + id(cols.EventType) + `::text, CASE WHEN isfinite(created_at) THEN created_at END, published_at, attempts, last_error,
-  dead_lettered_at, locked_by, NULLIF(locked_until, 'infinity'), coalesce(locked_until = 'infinity', false), now(),
-  ` + lease.NewStates(table, cols).State("o") + `
-FROM ` + t + ` o WHERE o.` + id(cols.ID) + ` = CAST($1::text AS ` + idType + `)`
-}
-
 // errEventNotFound is inspect's failure for an unknown event ID (exit 1).
 type errEventNotFound struct{ id, table string }
 
@@ -100,12 +84,18 @@ func queryEvent(ctx context.Context, q interface {
 		state    string
 		topicCol *string
 	)
+	st, err := newInspectStatements(tbl.table, cols)
+	if err != nil {
+		return nil, err
+	}
 	var idType string
-	if err := q.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2`,
-		outbox.TableIdentifier(tbl.table), cols.ID).Scan(&idType); err != nil {
+	if err := q.QueryRow(ctx, st.idColumnType.SQL, st.idColumnType.Args(idColumnTypeArgs{Table: outbox.TableIdentifier(tbl.table), Column: cols.ID})...).Scan(&idType); err != nil {
 		return nil, fmt.Errorf("inspect: type of the ID column %q: %w", cols.ID, err)
 	}
-	err := q.QueryRow(ctx, inspectSQL(tbl.table, cols, idType), id).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
+	if err := st.render(idType); err != nil {
+		return nil, err
+	}
+	err = q.QueryRow(ctx, st.event.SQL, st.event.Args(eventArgs{ID: id})...).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
 		&created, &r.PublishedAt, &r.Attempts, &r.LastError, &r.DeadLetteredAt, &r.LockedBy, &r.lockedUntil, &r.heldForever, &r.CheckedAt, &state)
 	var pgErr *pgconn.PgError
 	if isNoRows(err) || (errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation) {
@@ -118,7 +108,7 @@ func queryEvent(ctx context.Context, q interface {
 	}
 	r.Found, r.State, r.Published = true, state, state == lease.StatePublished
 	if state == lease.StateHeld {
-		if err := findBlocker(ctx, q, tbl.table, cols, r); err != nil {
+		if err := findBlocker(ctx, q, st, r); err != nil {
 			return nil, err
 		}
 	}
@@ -163,9 +153,9 @@ type blocker struct {
 // findBlocker fills r.HeldBehind for a held event.
 func findBlocker(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}, table string, cols lease.Columns, r *eventReport) error {
+}, st *inspectStatements, r *eventReport) error {
 	b := &blocker{}
-	err := q.QueryRow(ctx, lease.NewStates(table, cols).Blocker(cols.ID), r.AggregateID, r.Seq).Scan(&b.Seq, &b.EventID, &b.State, &b.Until, &b.DeadLetteredAt)
+	err := q.QueryRow(ctx, st.blocker.SQL, st.blocker.Args(blockerArgs{AggregateID: r.AggregateID, Seq: r.Seq})...).Scan(&b.Seq, &b.EventID, &b.State, &b.Until, &b.DeadLetteredAt)
 	if isNoRows(err) {
 		return nil // it moved on between the two statements
 	}

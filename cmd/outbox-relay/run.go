@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -372,14 +371,11 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 		c.Columns = columns[0]
 	}
 	c = c.WithDefaults()
-	var event []string
-	for _, name := range []string{c.Columns.ID, c.Columns.AggregateID, c.Columns.EventType, c.Columns.Payload, c.Columns.AggregateType} {
-		if name != "" {
-			event = append(event, pgx.Identifier{name}.Sanitize())
-		}
+	check, err := renderCheckTable(table, c.Columns)
+	if err != nil {
+		return err
 	}
-	cols := strings.Join(event, ", ") + ", seq, headers, topic, created_at, published_at, locked_until, locked_by, claim_token, attempts, last_error, dead_lettered_at, key_partition, payload_size"
-	_, err := pool.Exec(ctx, "SELECT "+cols+" FROM "+outbox.TableIdentifier(table)+" LIMIT 0")
+	_, err = pool.Exec(ctx, check.SQL)
 	switch {
 	case err == nil:
 		err := lease.CheckPartitions(ctx, pool, table)

@@ -91,6 +91,11 @@ func connStandby(connect func(context.Context) (*pgx.Conn, error)) standbyCheck 
 	}
 }
 
+// inRecovery asks conn's server whether it is a hot standby. The probe
+// stays inline rather than in sql/ (statements.go): a session probe run
+// with the simple protocol on any connection (the pool's or the
+// listener's), it names no table or column and takes no argument, so a
+// file would hold the same one line and nothing to render.
 func inRecovery(ctx context.Context, conn *pgx.Conn) error {
 	var rec bool
 	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()", pgx.QueryExecModeSimpleProtocol).Scan(&rec); err != nil {

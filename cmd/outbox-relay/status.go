@@ -9,10 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/lease"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -71,45 +69,12 @@ type relayLeases struct {
 	LeaseEndsAt time.Time `json:"lease_ends_at"`
 }
 
-// statusSQL counts unpublished rows by state (lease.States, the claim's own
-// predicates) through the partial index of unpublished rows, one probe of
-// the aggregate index per row for the held-back check; the published count
-// and range use outbox_published_at_idx (an index-only scan; on a large
-// table of kept history the count takes a moment).
-func statusSQL(t string, st lease.States) string {
-	return `WITH u AS (
-  SELECT ` + st.State("o") + ` AS state FROM ` + t + ` o WHERE o.published_at IS NULL
-)
-SELECT
-  now(),
-  (SELECT count(*) FROM u WHERE state <> '` + lease.StateDeadLettered + `'),
-  (SELECT count(*) FROM u WHERE state = '` + lease.StateClaimable + `'),
-  (SELECT count(*) FROM u WHERE state = '` + lease.StateHeld + `'),
-  (SELECT count(*) FROM u WHERE state = '` + lease.StateLeased + `'),
-  (SELECT count(*) FROM u WHERE state = '` + lease.StateBackingOff + `'),
-  (SELECT count(*) FROM u WHERE state = '` + lease.StateDeadLettered + `'),
-  (SELECT count(*) FROM ` + t + ` WHERE published_at IS NOT NULL),
-  (SELECT min(published_at) FROM ` + t + ` WHERE published_at IS NOT NULL),
-  (SELECT max(published_at) FROM ` + t + ` WHERE published_at IS NOT NULL)`
-}
-
-func oldestSQL(t, idCol string) string {
-	// A created_at of ±infinity (plain SQL can write it; the relay
-	// dead-letters such a row) reads as NULL: no age.
-	return `SELECT CASE WHEN isfinite(created_at) THEN created_at END, ` + idCol + `::text,
-  CASE WHEN isfinite(created_at) THEN extract(epoch FROM now() - created_at)::float8 END FROM ` + t + `
-WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1`
-}
-
-func relaysSQL(t string) string {
-	return `SELECT locked_by, count(*), max(locked_until) FROM ` + t + `
-WHERE published_at IS NULL AND locked_until > now() AND locked_by IS NOT NULL
-GROUP BY locked_by ORDER BY locked_by`
-}
-
 // queryStatus reads the status of table in one repeatable-read snapshot.
 func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lease.Columns) (*statusReport, error) {
-	t := outbox.TableIdentifier(table)
+	st, err := newStatusStatements(table, cols)
+	if err != nil {
+		return nil, err
+	}
 	tx, err := pool.BeginTx(ctx, pgxBeginReadOnlySnapshot)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -117,7 +82,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	r := &statusReport{Table: table, Relays: []relayLeases{}}
 	u := &r.Unpublished
-	if err := tx.QueryRow(ctx, statusSQL(t, lease.NewStates(table, cols))).Scan(&r.CheckedAt, &u.Total, &u.Claimable, &u.Held, &u.Leased, &u.BackingOff,
+	if err := tx.QueryRow(ctx, st.counts.SQL).Scan(&r.CheckedAt, &u.Total, &u.Claimable, &u.Held, &u.Leased, &u.BackingOff,
 		&r.DeadLetters, &r.Published, &r.OldestPublishedAt, &r.NewestPublishedAt); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -125,7 +90,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	var created *time.Time
 	var id string
 	var age *float64
-	switch err := tx.QueryRow(ctx, oldestSQL(t, pgx.Identifier{cols.ID}.Sanitize())).Scan(&created, &id, &age); {
+	switch err := tx.QueryRow(ctx, st.oldest.SQL).Scan(&created, &id, &age); {
 	case err == nil:
 		r.OldestUnpublishedEventID = &id
 		if created != nil && age != nil {
@@ -136,7 +101,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	default:
 		return nil, fmt.Errorf("status: oldest unpublished: %w", err)
 	}
-	rows, err := tx.Query(ctx, relaysSQL(t))
+	rows, err := tx.Query(ctx, st.relays.SQL)
 	if err != nil {
 		return nil, fmt.Errorf("status: relays: %w", err)
 	}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"embed"
+	"fmt"
+	"strings"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
+	"github.com/pgoutbox/outbox/internal/sqlname"
+	"github.com/pgoutbox/outbox/lease"
+)
+
+// The commands' SQL lives in sql/*.sql, one statement per file, rendered
+// by internal/sqlfile (which says how the /* TEMPLATE: name */ slots and
+// the @name arguments work) once per command invocation, when the command
+// knows its table and columns: never per row or per retry. The only SQL
+// left in Go is inRecovery's probe (standby.go), which names no table,
+// and the pg_drop_replication_slot hint that writeLeftovers prints
+// (leftovers.go), which is output, not a statement the command runs.
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// sqlFiles are the commands' statement files.
+var sqlFiles = sqlfile.NewFiles(sqlFS, "sql")
+
+// noArgs is the argument struct of a statement without arguments.
+type noArgs = sqlfile.NoArgs
+
+// stmt is one rendered statement whose $1, $2, ... are the fields of A in
+// order.
+type stmt[A any] = sqlfile.Stmt[A]
+
+// The arguments of the statements, by name: each field's position is its
+// $n.
+type (
+	idColumnTypeArgs struct {
+		Table  string `arg:"table"` // quoted, read as regclass
+		Column string `arg:"column"`
+	}
+	eventArgs struct {
+		ID string `arg:"id"` // cast to the ID column's type
+	}
+	blockerArgs struct {
+		AggregateID string `arg:"aggregate_id"`
+		Seq         int64  `arg:"seq"`
+	}
+)
+
+// commandSlots returns the slots of the statements on table with the
+// columns cols (defaults applied): table; the configured columns id,
+// aggregate_id and event_type, quoted; aggregate_type_o (that column on
+// alias o as text, or NULL::text); state_o and state_b (lease.States'
+// State on aliases o and b); and the state names dead_lettered,
+// claimable, held, leased and backing_off as string literals.
+func commandSlots(table string, cols lease.Columns) map[string]string {
+	col := sqlname.Column
+	st := lease.NewStates(table, cols)
+	s := map[string]string{
+		"table":            sqlname.Quote(table),
+		"id":               col(cols.ID),
+		"aggregate_id":     col(cols.AggregateID),
+		"event_type":       col(cols.EventType),
+		"aggregate_type_o": "NULL::text",
+		"state_o":          st.State("o"),
+		"state_b":          st.State("b"),
+		"dead_lettered":    sqlname.Literal(lease.StateDeadLettered),
+		"claimable":        sqlname.Literal(lease.StateClaimable),
+		"held":             sqlname.Literal(lease.StateHeld),
+		"leased":           sqlname.Literal(lease.StateLeased),
+		"backing_off":      sqlname.Literal(lease.StateBackingOff),
+	}
+	if cols.AggregateType != "" {
+		s["aggregate_type_o"] = "o." + col(cols.AggregateType) + "::text"
+	}
+	return s
+}
+
+// statusStatements are the status command's statements.
+type statusStatements struct {
+	counts stmt[noArgs] // status_counts.sql
+	oldest stmt[noArgs] // oldest_unpublished.sql
+	relays stmt[noArgs] // relay_leases.sql
+}
+
+// newStatusStatements renders the status command's statements on table.
+func newStatusStatements(table string, cols lease.Columns) (*statusStatements, error) {
+	st := &statusStatements{}
+	r := sqlfile.Renderer{Files: sqlFiles, Slots: commandSlots(table, cols)}
+	sqlfile.Into(&r, &st.counts, "status_counts")
+	sqlfile.Into(&r, &st.oldest, "oldest_unpublished")
+	sqlfile.Into(&r, &st.relays, "relay_leases")
+	if r.Err != nil {
+		return nil, fmt.Errorf("status: render statements: %w", r.Err)
+	}
+	return st, nil
+}
+
+// inspectStatements are the inspect command's statements. The event's
+// statement casts to the ID column's type, which idColumnType reads
+// first: render renders it, and the blocker's, once that type is known
+// (still once per invocation).
+type inspectStatements struct {
+	idColumnType stmt[idColumnTypeArgs] // id_column_type.sql
+	event        stmt[eventArgs]        // event.sql
+	blocker      stmt[blockerArgs]      // blocker.sql
+	slots        map[string]string
+}
+
+// newInspectStatements renders the first of the inspect command's
+// statements on table, idColumnType.
+func newInspectStatements(table string, cols lease.Columns) (*inspectStatements, error) {
+	st := &inspectStatements{slots: commandSlots(table, cols)}
+	r := sqlfile.Renderer{Files: sqlFiles, Slots: st.slots}
+	sqlfile.Into(&r, &st.idColumnType, "id_column_type")
+	if r.Err != nil {
+		return nil, fmt.Errorf("inspect: render statements: %w", r.Err)
+	}
+	return st, nil
+}
+
+// render renders the statements that need the ID column's type, idType
+// (format_type's spelling, spliced in as a type name).
+func (st *inspectStatements) render(idType string) error {
+	st.slots["id_type"] = idType
+	r := sqlfile.Renderer{Files: sqlFiles, Slots: st.slots}
+	sqlfile.Into(&r, &st.event, "event")
+	sqlfile.Into(&r, &st.blocker, "blocker")
+	if r.Err != nil {
+		return fmt.Errorf("inspect: render statements: %w", r.Err)
+	}
+	return nil
+}
+
+// renderCheckTable renders checkTable's statement on table with the
+// columns cols (defaults applied).
+func renderCheckTable(table string, cols lease.Columns) (stmt[noArgs], error) {
+	var event []string
+	for _, name := range []string{cols.ID, cols.AggregateID, cols.EventType, cols.Payload, cols.AggregateType} {
+		if name != "" {
+			event = append(event, sqlname.Column(name))
+		}
+	}
+	s, err := sqlfile.Render[noArgs](sqlFiles, "check_table", map[string]string{
+		"table":         sqlname.Quote(table),
+		"event_columns": strings.Join(event, ", "),
+	})
+	if err != nil {
+		return s, fmt.Errorf("check outbox table %q: render: %w", table, err)
+	}
+	return s, nil
+}
