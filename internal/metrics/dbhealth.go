@@ -113,7 +113,11 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.seq, c.sql, c.resolved = seq, m.tableCheckSQL(seq), true
+		sql, err := m.tableCheckSQL(seq)
+		if err != nil {
+			return nil, err
+		}
+		c.seq, c.sql, c.resolved = seq, sql, true
 	}
 	b := &pgx.Batch{}
 	b.Queue(m.settings.SQL)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
 
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
@@ -16,8 +15,9 @@ import (
 // The gauges' and the checks' SQL lives in sql/*.sql, one statement (or
 // one fragment of a statement) per file, rendered by internal/sqlfile
 // (which says how the /* TEMPLATE: name */ slots and the @name arguments
-// work) once, when New builds the Metrics: a refresh rewrites nothing, and
-// the table check only puts in the sequence it looks up (sequenceSlot).
+// work) once, when New builds the Metrics: a refresh rewrites nothing; the
+// table check's statement, which names the table's sequence, is rendered
+// when the check has looked the sequence up (tableCheckSQL).
 
 //go:embed sql/*.sql
 var sqlFS embed.FS
@@ -46,11 +46,9 @@ type statements struct {
 	// owns (owned_claimable.sql):
 	// outbox_relay_oldest_claimable_age_seconds.
 	owned stmt[ownedArgs]
-	// tableCheck is the table check (table_check.sql) with the table's
-	// sequence left open (sequenceSlot, sequenceLiteralSlot: the table
-	// check looks the sequence up at its first run, see tableCheckSQL);
-	// tableCheckNoSeq the same for a table without a seq sequence.
-	tableCheck, tableCheckNoSeq stmt[noArgs]
+	// slots are the slots the statements were rendered with, for the
+	// table check's (tableCheckSQL).
+	slots map[string]string
 	// maxSeq reads the table's highest seq (max_seq.sql).
 	maxSeq stmt[noArgs]
 	// snapshotHolders finds the oldest snapshot holder
@@ -69,24 +67,27 @@ type (
 	}
 )
 
-// The table check's statement names the table's seq sequence, which the
-// check looks up at run time (outboxsql.SequenceOf), not when New renders
-// it: New fills the slots sequence and sequence_literal with these
-// markers, and tableCheckSQL puts the sequence in their place. A NUL byte
-// is in no other slot's value (sqlname's quoting drops it), nor in a name
-// the server prints, so the markers appear nowhere else.
-const (
-	sequenceSlot        = "\x00sequence\x00"
-	sequenceLiteralSlot = "\x00sequence_literal\x00"
-)
-
-// tableCheckSQL returns the table check's statement for the table's seq
-// sequence seq (quoted, as regclass prints it; "" when it has none).
-func (s *statements) tableCheckSQL(seq string) string {
-	if seq == "" {
-		return s.tableCheckNoSeq.SQL
+// tableCheckSQL renders the table check's statement (table_check.sql) for
+// the table's seq sequence seq (quoted, as regclass prints it; "" when it
+// has none). The check looks the sequence up at its first run (and again
+// after a failure), not when New renders the other statements, so it
+// renders this one then.
+func (s *statements) tableCheckSQL(seq string) (string, error) {
+	frag := "no_sequence_columns"
+	extra := map[string]string{}
+	if seq != "" {
+		frag = "sequence_columns"
+		extra = map[string]string{"sequence": seq, "sequence_literal": sqlname.Literal(seq)}
 	}
-	return strings.NewReplacer(sequenceSlot, seq, sequenceLiteralSlot, sqlname.Literal(seq)).Replace(s.tableCheck.SQL)
+	cols, err := sqlFiles.Fill(frag, withSlots(s.slots, extra))
+	if err != nil {
+		return "", fmt.Errorf("metrics: render the table check: %w", err)
+	}
+	st, err := sqlfile.Render[noArgs](sqlFiles, "table_check", withSlots(s.slots, map[string]string{"sequence_columns": cols}))
+	if err != nil {
+		return "", fmt.Errorf("metrics: render the table check: %w", err)
+	}
+	return st.SQL, nil
 }
 
 // metricsSlots returns the slots of cfg's statements: table,
@@ -116,32 +117,22 @@ func metricsSlots(cfg Config) map[string]string {
 // newStatements renders cfg's statements (cfg with its defaults).
 func newStatements(cfg Config) (*statements, error) {
 	s := metricsSlots(cfg)
-	// The fragments go into table_stats.sql (counts) and table_check.sql
-	// (sequence_columns).
+	// The fragments go into table_stats.sql (counts).
 	frag := map[string]string{}
-	for name, extra := range map[string]map[string]string{
-		"counts":              nil,
-		"no_counts":           nil,
-		"sequence_columns":    {"sequence": sequenceSlot, "sequence_literal": sequenceLiteralSlot},
-		"no_sequence_columns": nil,
-	} {
-		text, err := sqlFiles.Fill(name, withSlots(s, extra))
+	for _, name := range []string{"counts", "no_counts"} {
+		text, err := sqlFiles.Fill(name, s)
 		if err != nil {
 			return nil, fmt.Errorf("metrics: render statements: %w", err)
 		}
 		frag[name] = text
 	}
-	st := &statements{}
+	st := &statements{slots: s}
 	var stats, ages stmt[noArgs]
 	r := sqlfile.Renderer{Files: sqlFiles}
 	r.Slots = withSlots(s, map[string]string{"counts": frag["counts"]})
 	sqlfile.Into(&r, &stats, "table_stats")
 	r.Slots = withSlots(s, map[string]string{"counts": frag["no_counts"]})
 	sqlfile.Into(&r, &ages, "table_stats")
-	r.Slots = withSlots(s, map[string]string{"sequence_columns": frag["sequence_columns"]})
-	sqlfile.Into(&r, &st.tableCheck, "table_check")
-	r.Slots = withSlots(s, map[string]string{"sequence_columns": frag["no_sequence_columns"]})
-	sqlfile.Into(&r, &st.tableCheckNoSeq, "table_check")
 	r.Slots = s
 	sqlfile.Into(&r, &st.settings, "session_settings")
 	sqlfile.Into(&r, &st.owned, "owned_claimable")

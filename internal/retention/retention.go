@@ -246,7 +246,9 @@ func (c *Cleaner) resolve(ctx context.Context) error {
 	case !partitioned:
 		c.deleteBatch = c.sql.plainDelete
 	case c.cfg.DropPartitions && def != nil:
-		c.deleteBatch = onPartition(c.sql.partitionDelete, *def)
+		if c.deleteBatch, err = onPartition[deleteArgs](c.sql, "delete_batch", "table", *def); err != nil {
+			return err
+		}
 	case c.cfg.DropPartitions:
 		c.deleteBatch = stmt[deleteArgs]{}
 	default:
@@ -294,7 +296,11 @@ func (c *Cleaner) dropPartitions(ctx context.Context, p *Pass) error {
 			if err != nil || !ok {
 				return err
 			}
-			if _, err := tx.Exec(ctx, onPartition(c.sql.drop, part.Name).SQL); err != nil {
+			drop, err := onPartition[noArgs](c.sql, "drop_partition", "partition", part.Name)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, drop.SQL); err != nil {
 				return err
 			}
 			p.DroppedPartitions = append(p.DroppedPartitions, part.Name)
@@ -318,8 +324,11 @@ func (c *Cleaner) droppable(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, part outboxsql.TimePartition) (bool, error) {
 	var ok bool
-	s := onPartition(c.sql.droppable, part.Name)
-	err := q.QueryRow(ctx, s.SQL, s.Args(retentionArgs{Retention: c.cfg.Retention.Microseconds()})...).Scan(&ok)
+	s, err := onPartition[retentionArgs](c.sql, "droppable", "partition", part.Name)
+	if err != nil {
+		return false, err
+	}
+	err = q.QueryRow(ctx, s.SQL, s.Args(retentionArgs{Retention: c.cfg.Retention.Microseconds()})...).Scan(&ok)
 	return ok, err
 }
 

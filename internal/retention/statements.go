@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
 
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
@@ -13,9 +12,9 @@ import (
 
 // The Cleaner's SQL lives in sql/*.sql, one statement per file, rendered
 // by internal/sqlfile (which says how the /* TEMPLATE: name */ slots and
-// the @name arguments work) once, when New builds the Cleaner: a pass
-// rewrites nothing but the names of the partitions it finds
-// (partitionSlot).
+// the @name arguments work) once, when New builds the Cleaner, but for the
+// statements on one partition, rendered when the Cleaner has found the
+// partition (onPartition).
 
 //go:embed sql/*.sql
 var sqlFS embed.FS
@@ -32,24 +31,24 @@ type stmt[A any] = sqlfile.Stmt[A]
 
 // statements are a Cleaner's SQL, rendered from sql/*.sql by New.
 type statements struct {
+	// slots are the slots the statements were rendered with, for those
+	// on one partition (onPartition: delete_batch.sql on the DEFAULT
+	// partition, with DropPartitions; droppable.sql and
+	// drop_partition.sql).
+	slots map[string]string
 	// plainDelete and partitionedDelete are a batch's DELETE on the table,
 	// plain (delete_batch.sql) or partitioned
-	// (delete_batch_partitioned.sql); partitionDelete is delete_batch.sql
-	// on a partition left open (partitionSlot): the DEFAULT partition,
-	// with DropPartitions.
-	plainDelete, partitionedDelete, partitionDelete stmt[deleteArgs]
+	// (delete_batch_partitioned.sql).
+	plainDelete, partitionedDelete stmt[deleteArgs]
 	// partitioned reads whether the table is partitioned, and its DEFAULT
 	// partition (partitioned.sql).
 	partitioned stmt[tableArgs]
 	// cutoff is the retention's cutoff by the database clock (cutoff.sql).
 	cutoff stmt[retentionArgs]
-	// droppable says whether a partition, left open, may be dropped
-	// (droppable.sql).
-	droppable stmt[retentionArgs]
 	// The statements of a partition's drop, in order: lockTimeout,
-	// lockTimePartitions, lockTable, then droppable again and drop (the
-	// partition left open).
-	lockTimeout, lockTimePartitions, lockTable, drop stmt[noArgs]
+	// lockTimePartitions, lockTable, then droppable.sql and
+	// drop_partition.sql on the partition (onPartition).
+	lockTimeout, lockTimePartitions, lockTable stmt[noArgs]
 }
 
 // The arguments of the statements, by name: each field's position is its
@@ -70,20 +69,23 @@ type (
 	}
 )
 
-// partitionSlot stands for the name of a partition in the statements on
-// one partition: the Cleaner finds its partitions at run time (resolve
-// the DEFAULT partition, dropPartitions the partitions to drop, at each
-// pass), not when New renders them. New fills the slot (partition, or
-// table in delete_batch.sql) with this marker, and onPartition puts the
-// name in its place. It is the only slot of those statements, and a NUL
-// byte is in no name the server prints, so the marker appears nowhere
-// else.
-const partitionSlot = "\x00partition\x00"
+// onPartition renders sql/<name>.sql with the partition (quoted, as
+// regclass prints it) in its slot slot: the statements on one partition,
+// which the Cleaner finds at run time (the DEFAULT partition once, the
+// partitions to drop at each pass), are rendered then.
+func onPartition[A any](s *statements, name, slot, partition string) (stmt[A], error) {
+	st, err := sqlfile.Render[A](sqlFiles, name, withSlot(s.slots, slot, partition))
+	if err != nil {
+		return st, fmt.Errorf("retention: render %s on %s: %w", name, partition, err)
+	}
+	return st, nil
+}
 
-// onPartition returns s, rendered with partitionSlot, on partition (quoted,
-// as regclass prints it).
-func onPartition[A any](s stmt[A], partition string) stmt[A] {
-	return stmt[A]{SQL: strings.ReplaceAll(s.SQL, partitionSlot, partition)}
+// withSlot returns a copy of slots with name set to value.
+func withSlot(slots map[string]string, name, value string) map[string]string {
+	out := maps.Clone(slots)
+	out[name] = value
+	return out
 }
 
 // newStatements renders cfg's statements (cfg with its defaults). Slots:
@@ -95,23 +97,16 @@ func newStatements(cfg Config) (*statements, error) {
 		"table":                sqlname.Quote(cfg.Table),
 		"lock_timeout_ms":      strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10),
 		"time_partitions_lock": sqlname.XactLock(sqlname.LockTimePartitions, cfg.Table),
-		"partition":            partitionSlot,
 	}
-	st := &statements{}
+	st := &statements{slots: s}
 	r := sqlfile.Renderer{Files: sqlFiles, Slots: s}
 	sqlfile.Into(&r, &st.plainDelete, "delete_batch")
 	sqlfile.Into(&r, &st.partitionedDelete, "delete_batch_partitioned")
 	sqlfile.Into(&r, &st.partitioned, "partitioned")
 	sqlfile.Into(&r, &st.cutoff, "cutoff")
-	sqlfile.Into(&r, &st.droppable, "droppable")
 	sqlfile.Into(&r, &st.lockTimeout, "lock_timeout")
 	sqlfile.Into(&r, &st.lockTimePartitions, "lock_time_partitions")
 	sqlfile.Into(&r, &st.lockTable, "lock_table")
-	sqlfile.Into(&r, &st.drop, "drop_partition")
-	ps := maps.Clone(s)
-	ps["table"] = partitionSlot
-	r.Slots = ps
-	sqlfile.Into(&r, &st.partitionDelete, "delete_batch")
 	if r.Err != nil {
 		return nil, fmt.Errorf("retention: render statements: %w", r.Err)
 	}
