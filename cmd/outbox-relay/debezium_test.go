@@ -40,15 +40,20 @@ func TestDebeziumOutboxTable(t *testing.T) {
 		}
 	}
 	order1, order2, cust := uuid.New(), uuid.New(), uuid.New()
+	// Aggregate types of this run only, so that the routed topics
+	// (outbox.event.<type>, Debezium's default) are new on a broker that
+	// outlives one test run.
+	run := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	orderType, customerType := "Order"+run, "Customer"+run
 	// The producers' own INSERTs, unchanged.
 	for _, ins := range []struct {
 		id              uuid.UUID
 		typ, agg, event string
 		payload         *string
 	}{
-		{order1, "Order", "order-1", "OrderCreated", ptr(`{"lineItems":[{"item":"Debezium in Action","qty":1}],"total":39.99}`)},
-		{cust, "Customer", "cust-7", "CustomerUpdated", ptr(`{"name":"Zoë"}`)},
-		{order2, "Order", "order-1", "OrderDeleted", nil},
+		{order1, orderType, "order-1", "OrderCreated", ptr(`{"lineItems":[{"item":"Debezium in Action","qty":1}],"total":39.99}`)},
+		{cust, customerType, "cust-7", "CustomerUpdated", ptr(`{"name":"Zoë"}`)},
+		{order2, orderType, "order-1", "OrderDeleted", nil},
 	} {
 		if _, err := db.Pool.Exec(ctx, "INSERT INTO outboxevent (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5)", ins.id, ins.typ, ins.agg, ins.event, ins.payload); err != nil {
 			t.Fatal(err)
@@ -63,8 +68,8 @@ func TestDebeziumOutboxTable(t *testing.T) {
 			"--table", "outboxevent", "--debezium", "--topic", "unrouted", "--kafka-auto-create-topics",
 			"--metrics-addr", "", "--startup-wait", "10s", "--log-level", "warn"}, &stdout, &stderr)
 	}()
-	orders := k.Consume(t, "outbox.event.Order", 2, 20*time.Second)
-	customers := k.Consume(t, "outbox.event.Customer", 1, 20*time.Second)
+	orders := k.Consume(t, "outbox.event."+orderType, 2, 20*time.Second)
+	customers := k.Consume(t, "outbox.event."+customerType, 1, 20*time.Second)
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("run exit %d: %s", code, stderr.String())
