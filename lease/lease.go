@@ -383,6 +383,11 @@ func (c *Claimer) Close(ctx context.Context) error {
 // Config returns the Claimer's configuration with defaults applied.
 func (c *Claimer) Config() Config { return c.cfg }
 
+// ErrNotMigrated is wrapped by claims on a table that migration 00009
+// (key partitions) has not reached or whose backfill has not finished:
+// run `outbox-relay migrate`.
+var ErrNotMigrated = fmt.Errorf("the outbox table has no key partitions yet: run `outbox-relay migrate` (it adds them and fills them in)")
+
 // IsMissingTable reports whether err comes from a missing outbox table
 // (SQLSTATE 42P01 undefined_table): run `outbox-relay migrate`.
 func IsMissingTable(err error) bool {

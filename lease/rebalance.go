@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/ownership"
 )
 
 // rebalance renews this member, reads the live members and the owners,
@@ -42,7 +44,7 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("rebalance: %w", ErrNotMigrated)
 	}
 	o.partitions, o.members, o.legacy, o.renewed, o.joined, o.expired = partitions, len(members), legacy, now, true, false
-	plan := PlanRebalance(o.member, members, owners, func(p int) bool { return o.idle(p, now) })
+	plan := ownership.PlanRebalance(o.member, members, owners, func(p int) bool { return o.idle(p, now) })
 	owned := plan.Owned
 	if len(plan.Acquire)+len(plan.Release) > 0 {
 		if err := c.move(ctx, plan, owners, &gen); err != nil {
@@ -76,7 +78,7 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 // with what moved), owners the owner of each partition before; it sets
 // *gen to the generation the move bumped, if it did. Called with c.mu
 // held.
-func (c *Claimer) move(ctx context.Context, plan Plan, owners []string, gen *int64) error {
+func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string, gen *int64) error {
 	o, q := c.own, c.st.move
 	var got, gave []int32
 	var bumped *int64
@@ -125,51 +127,6 @@ func readOwnerList(br pgx.BatchResults, partitions int) ([]string, error) {
 		owners = append(owners, who)
 	}
 	return owners, rows.Err()
-}
-
-// Plan is what one rebalance of a member does (PlanRebalance).
-type Plan struct {
-	// Acquire are the partitions assigned to the member that nobody live
-	// owns; Release those it owns, assigned to another member, that are
-	// idle (nothing of them unsettled).
-	Acquire, Release []int
-	// Owned are the partitions the member owns before the rebalance's
-	// statements run; Releasing those of them assigned to another member
-	// (it claims no rows from them).
-	Owned, Releasing map[int]bool
-}
-
-// PlanRebalance decides one rebalance of member: live are the live
-// members, owners the owner of each partition ("" for nobody; a member not
-// in live owns nothing any more: its membership ran out, so none of its
-// leases runs), idle whether the member holds nothing unsettled of a
-// partition. The member acquires the partitions Assign gives it that nobody
-// live owns, and gives back the idle partitions Assign gives another
-// member; it keeps claiming from none of those. It is a pure function, the
-// one the Claimer and the relay's model test both use.
-func PlanRebalance(member string, live, owners []string, idle func(p int) bool) Plan {
-	assigned := Assign(live, len(owners))
-	isLive := make(map[string]bool, len(live))
-	for _, m := range live {
-		isLive[m] = true
-	}
-	plan := Plan{Owned: map[int]bool{}, Releasing: map[int]bool{}}
-	for p, who := range owners {
-		mine := p < len(assigned) && assigned[p] == member
-		switch {
-		case who == member && mine:
-			plan.Owned[p] = true
-		case who == member:
-			plan.Owned[p] = true
-			plan.Releasing[p] = true
-			if idle(p) {
-				plan.Release = append(plan.Release, p)
-			}
-		case mine && (who == "" || !isLive[who]):
-			plan.Acquire = append(plan.Acquire, p)
-		}
-	}
-	return plan
 }
 
 func toInt32(ps []int) []int32 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/outbox/internal/rowstate"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
@@ -172,7 +173,7 @@ func claimerSlots(cfg Config) (map[string]string, error) {
 		return nil, err
 	}
 	s["plan_settings"] = plan
-	st := NewStates(cfg.Table, cfg.Columns)
+	st := rowstate.NewStates(cfg.Table, cfg.Columns.AggregateID)
 	s["live_o"], s["lease_free_o"] = st.Live("o"), st.LeaseFree("o")
 	guardFrom, err := renderFile("claim_guard_from", s)
 	if err != nil {

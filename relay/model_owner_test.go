@@ -17,13 +17,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/ownership"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
 
 // The ownership model: several relays on one in-memory outbox table with
 // key partitions, members and owners kept by lease.Claimer's rules (the
-// same lease.PlanRebalance decides every rebalance; a member's leases end
+// same ownership.PlanRebalance decides every rebalance; a member's leases end
 // no later than its membership; a claim takes rows of the partitions its
 // member owns and is not giving back; a partition is given back once its
 // relay settled every batch holding rows of it), and relays that join,
@@ -168,7 +169,7 @@ func (o *orelay) rebalance() {
 	}
 	m.members[o.name] = m.now.Add(m.lease)
 	o.joined, o.renewed = true, m.now
-	plan := lease.PlanRebalance(o.name, m.live(), m.owners, o.idle)
+	plan := ownership.PlanRebalance(o.name, m.live(), m.owners, o.idle)
 	for _, p := range plan.Acquire {
 		if w := m.owners[p]; w == "" || !m.members[w].After(m.now) {
 			m.logf("%s acquires partition %d from %q", o.name, p, w)

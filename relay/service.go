@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/owners"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -209,7 +210,7 @@ func (s *Service) checkTable(ctx context.Context) error {
 		return fmt.Errorf("relay: outbox table %q not found: create it with sql.Migrate (github.com/pgoutbox/outbox/sql; sql.MigrateTable for another name) or `outbox-relay migrate`: %w", table, err)
 	}
 	if err == nil {
-		if err := lease.CheckPartitions(cctx, s.pool, table); errors.Is(err, lease.ErrNotMigrated) {
+		if err := owners.CheckPartitions(cctx, s.pool, table); errors.Is(err, lease.ErrNotMigrated) {
 			return fmt.Errorf("relay: %w (sql.Migrate, or sql.Adopt for an adopted table)", err)
 		}
 	}

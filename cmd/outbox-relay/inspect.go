@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/rowstate"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -106,8 +107,8 @@ func queryEvent(ctx context.Context, q interface {
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	r.Found, r.State, r.Published = true, state, state == lease.StatePublished
-	if state == lease.StateHeld {
+	r.Found, r.State, r.Published = true, state, state == rowstate.StatePublished
+	if state == rowstate.StateHeld {
 		if err := findBlocker(ctx, q, st, r); err != nil {
 			return nil, err
 		}
@@ -167,29 +168,29 @@ func findBlocker(ctx context.Context, q interface {
 }
 
 var stateText = map[string]string{
-	lease.StatePublished:    "published",
-	lease.StateDeadLettered: "DEAD-LETTERED", // writeHuman adds the requeue command
-	lease.StateLeased:       "not published yet: leased by a relay, being published",
-	lease.StateBackingOff:   "not published yet: a publish failed, waiting for its retry",
-	lease.StateHeld:         "not published yet: held back", // writeHuman says behind what
-	lease.StateClaimable:    "not published yet: waiting to be claimed",
+	rowstate.StatePublished:    "published",
+	rowstate.StateDeadLettered: "DEAD-LETTERED", // writeHuman adds the requeue command
+	rowstate.StateLeased:       "not published yet: leased by a relay, being published",
+	rowstate.StateBackingOff:   "not published yet: a publish failed, waiting for its retry",
+	rowstate.StateHeld:         "not published yet: held back", // writeHuman says behind what
+	rowstate.StateClaimable:    "not published yet: waiting to be claimed",
 }
 
 // heldText says what a held event waits for and how it moves on.
 func (r *eventReport) heldText() string {
 	b := r.HeldBehind
 	if b == nil {
-		return stateText[lease.StateHeld] + " behind an earlier event of its aggregate"
+		return stateText[rowstate.StateHeld] + " behind an earlier event of its aggregate"
 	}
 	switch b.State {
-	case lease.StateDeadLettered:
+	case rowstate.StateDeadLettered:
 		since := ""
 		if b.DeadLetteredAt != nil {
 			since = " since " + b.DeadLetteredAt.UTC().Format(timeLayout)
 		}
 		return fmt.Sprintf("not published yet: held back behind dead letter %s (seq %d) of aggregate %s%s; `outbox-relay requeue %s--event-id %s` releases it",
 			b.EventID, b.Seq, r.AggregateID, since, r.tableArgs, b.EventID)
-	case lease.StateBackingOff:
+	case rowstate.StateBackingOff:
 		return fmt.Sprintf("not published yet: held back behind event %s (seq %d) of aggregate %s, backing off after a failed publish until %s",
 			b.EventID, b.Seq, r.AggregateID, b.Until.UTC().Format(timeLayout))
 	}
@@ -200,9 +201,9 @@ func (r *eventReport) heldText() string {
 func (r *eventReport) writeHuman(w io.Writer) {
 	state := stateText[r.State]
 	switch r.State {
-	case lease.StateDeadLettered:
+	case rowstate.StateDeadLettered:
 		state = fmt.Sprintf("DEAD-LETTERED: not published; fix the cause, then `outbox-relay requeue %s--event-id %s`", r.tableArgs, r.EventID)
-	case lease.StateHeld:
+	case rowstate.StateHeld:
 		state = r.heldText()
 	}
 	fmt.Fprintf(w, "event %s: %s\n", r.EventID, state)

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/owners"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -378,7 +379,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 	_, err = pool.Exec(ctx, check.SQL)
 	switch {
 	case err == nil:
-		err := lease.CheckPartitions(ctx, pool, table)
+		err := owners.CheckPartitions(ctx, pool, table)
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.Is(err, lease.ErrNotMigrated):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pgoutbox/outbox/internal/rowstate"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 	"github.com/pgoutbox/outbox/lease"
@@ -50,12 +51,12 @@ type (
 // commandSlots returns the slots of the statements on table with the
 // columns cols (defaults applied): table; the configured columns id,
 // aggregate_id and event_type, quoted; aggregate_type_o (that column on
-// alias o as text, or NULL::text); state_o and state_b (lease.States'
+// alias o as text, or NULL::text); state_o and state_b (rowstate.States'
 // State on aliases o and b); and the state names dead_lettered,
 // claimable, held, leased and backing_off as string literals.
 func commandSlots(table string, cols lease.Columns) map[string]string {
 	col := sqlname.Column
-	st := lease.NewStates(table, cols)
+	st := rowstate.NewStates(table, cols.AggregateID)
 	s := map[string]string{
 		"table":            sqlname.Quote(table),
 		"id":               col(cols.ID),
@@ -64,11 +65,11 @@ func commandSlots(table string, cols lease.Columns) map[string]string {
 		"aggregate_type_o": "NULL::text",
 		"state_o":          st.State("o"),
 		"state_b":          st.State("b"),
-		"dead_lettered":    sqlname.Literal(lease.StateDeadLettered),
-		"claimable":        sqlname.Literal(lease.StateClaimable),
-		"held":             sqlname.Literal(lease.StateHeld),
-		"leased":           sqlname.Literal(lease.StateLeased),
-		"backing_off":      sqlname.Literal(lease.StateBackingOff),
+		"dead_lettered":    sqlname.Literal(rowstate.StateDeadLettered),
+		"claimable":        sqlname.Literal(rowstate.StateClaimable),
+		"held":             sqlname.Literal(rowstate.StateHeld),
+		"leased":           sqlname.Literal(rowstate.StateLeased),
+		"backing_off":      sqlname.Literal(rowstate.StateBackingOff),
 	}
 	if cols.AggregateType != "" {
 		s["aggregate_type_o"] = "o." + col(cols.AggregateType) + "::text"

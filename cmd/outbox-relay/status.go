@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/owners"
 	"github.com/pgoutbox/outbox/lease"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -39,8 +40,8 @@ type statusReport struct {
 	Relays            []relayLeases `json:"relays"`
 	// KeyPartitions says which relay owns which key partitions, and since
 	// when.
-	KeyPartitions *lease.Owners `json:"key_partitions"`
-	// KeyPartitionsSettled is lease.Owners.Settled: every partition is
+	KeyPartitions *owners.Owners `json:"key_partitions"`
+	// KeyPartitionsSettled is owners.Owners.Settled: every partition is
 	// with the live relay the assignment gives it (false while relays
 	// join, leave or hand partitions over).
 	KeyPartitionsSettled bool `json:"key_partitions_settled"`
@@ -139,7 +140,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 			return nil, fmt.Errorf("status: %w", err)
 		}
 	}
-	if r.KeyPartitions, err = lease.ReadOwners(ctx, tx, table); err == nil {
+	if r.KeyPartitions, err = owners.ReadOwners(ctx, tx, table); err == nil {
 		r.KeyPartitionsSettled = r.KeyPartitions.Settled()
 	}
 	if err != nil {

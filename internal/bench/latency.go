@@ -88,7 +88,7 @@ type LatencyConfig struct {
 	// Relays is the number of relays (notify, notify-proc or poll) run on
 	// the table at once, each its own member owning its share of the key
 	// partitions; the measurement starts once their ownership settled
-	// (lease.Owners.Settled). Defaults to 1.
+	// (owners.Owners.Settled). Defaults to 1.
 	Relays int
 }
 

@@ -174,7 +174,7 @@ func relayExited(rel runningRelay) error {
 
 // startRelays starts n relays of cfg on db (see startRelay); with more
 // than one it waits until they are all live members and own the key
-// partitions as lease.Assign gives them, and returns them as a
+// partitions as ownership.Assign gives them, and returns them as a
 // relayGroup.
 func (e *Env) startRelays(ctx context.Context, db *runDB, topic, channel string, cfg RelayConfig, n int, log *zap.Logger) (runningRelay, error) {
 	if n <= 1 {

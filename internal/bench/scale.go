@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/owners"
 )
 
 // Scenario names of the scale scenario (Env.Scale).
@@ -489,13 +489,13 @@ func procsCPU(procs []*relayProc) float64 {
 }
 
 // waitSettled waits until n relays are live on db's outbox table and own
-// the key partitions as Assign gives them (lease.Owners.Settled), or
+// the key partitions as Assign gives them (owners.Owners.Settled), or
 // exited returns an error (a relay process exited), or timeout passed.
 func waitSettled(ctx context.Context, db *runDB, n int, timeout time.Duration, exited func() error) error {
 	deadline := time.Now().Add(timeout)
-	var last *lease.Owners
+	var last *owners.Owners
 	for {
-		o, err := lease.ReadOwners(ctx, db.Pool, "outbox")
+		o, err := owners.ReadOwners(ctx, db.Pool, "outbox")
 		if err == nil {
 			live := 0
 			for _, m := range o.Relays {

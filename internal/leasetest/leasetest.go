@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/owners"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -20,10 +21,10 @@ import (
 // once) until the key-partition ownership of table is settled with
 // len(claimers) relays, within 30 s, and returns the owners. A claim
 // error fails the test.
-func Settle(t testing.TB, pool *pgxpool.Pool, table string, claimers ...*lease.Claimer) *lease.Owners {
+func Settle(t testing.TB, pool *pgxpool.Pool, table string, claimers ...*lease.Claimer) *owners.Owners {
 	t.Helper()
 	ctx := context.Background()
-	var o *lease.Owners
+	var o *owners.Owners
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		for _, c := range claimers {
 			b, err := c.Claim(ctx)
@@ -33,7 +34,7 @@ func Settle(t testing.TB, pool *pgxpool.Pool, table string, claimers ...*lease.C
 			c.Settled(b.Token, time.Time{})
 		}
 		var err error
-		o, err = lease.ReadOwners(ctx, pool, table)
+		o, err = owners.ReadOwners(ctx, pool, table)
 		return err == nil && o != nil && len(o.Relays) == len(claimers) && o.Settled()
 	}, "%d claimers did not settle their ownership of %s", len(claimers), table)
 	return o
@@ -42,7 +43,7 @@ func Settle(t testing.TB, pool *pgxpool.Pool, table string, claimers ...*lease.C
 // Aggregates returns n aggregate IDs ("agg-0", "agg-1", ...) for each
 // member of o that owns partitions, those whose key partitions the
 // member owns.
-func Aggregates(o *lease.Owners, n int) map[string][]string {
+func Aggregates(o *owners.Owners, n int) map[string][]string {
 	ownerOf := make([]string, o.Partitions)
 	owners := 0
 	for _, m := range o.Relays {

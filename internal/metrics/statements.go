@@ -6,9 +6,9 @@ import (
 	"maps"
 	"strconv"
 
+	"github.com/pgoutbox/outbox/internal/rowstate"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
-	"github.com/pgoutbox/outbox/lease"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -95,11 +95,11 @@ func (s *statements) tableCheckSQL(seq string) (string, error) {
 // partitions (the table of the key partitions' owners beside it) and
 // key_partition (the function beside it that computes a row's key
 // partition; migration 00009), aggregate_id (the configured column), live_o and
-// claimable_o (lease.States on alias o), head_rows (headRows),
+// claimable_o (rowstate.States on alias o), head_rows (headRows),
 // statement_timeout (Config.QueryTimeout in milliseconds, as a string
 // literal), replication_slots (outboxsql.SlotsSQL).
 func metricsSlots(cfg Config) map[string]string {
-	st := lease.NewStates(cfg.Table, lease.Columns{AggregateID: cfg.AggregateColumn})
+	st := rowstate.NewStates(cfg.Table, cfg.AggregateColumn)
 	return map[string]string{
 		"table":             sqlname.Quote(cfg.Table),
 		"table_literal":     sqlname.Literal(sqlname.Quote(cfg.Table)),

@@ -1,4 +1,7 @@
-package lease
+// Package rowstate names the states of an outbox row and writes the SQL
+// predicates behind them once, so that the claim (lease), the metrics
+// gauges and the status and inspect commands never disagree.
+package rowstate
 
 import "github.com/pgoutbox/outbox/internal/sqlname"
 
@@ -31,12 +34,12 @@ type States struct {
 }
 
 // NewStates returns the predicates for table (optionally schema-qualified)
-// and its columns (defaults applied by the caller or here).
-func NewStates(table string, cols Columns) States {
-	if cols.AggregateID == "" {
-		cols.AggregateID = "aggregate_id"
+// whose aggregate ID column is aggregateColumn ("" for aggregate_id).
+func NewStates(table, aggregateColumn string) States {
+	if aggregateColumn == "" {
+		aggregateColumn = "aggregate_id"
 	}
-	return States{table: sqlname.Quote(table), agg: sqlname.Column(cols.AggregateID)}
+	return States{table: sqlname.Quote(table), agg: sqlname.Column(aggregateColumn)}
 }
 
 // Live: unpublished and not dead-lettered.

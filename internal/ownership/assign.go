@@ -1,4 +1,9 @@
-package lease
+// Package ownership is the pure logic of key-partition ownership (see
+// lease, owner.go): which live relay each partition is assigned to
+// (Assign), and what one relay's rebalance does (PlanRebalance). The
+// Claimer uses it, and so do the relay's model test and the fault suites,
+// which check the same assignment from outside.
+package ownership
 
 import (
 	"cmp"

@@ -1,7 +1,13 @@
-package lease
+// Package owners reads who owns an outbox table's key partitions, for
+// `outbox-relay status` and the tests and benchmarks that wait for
+// ownership to settle, and checks that the table has key partitions
+// (CheckPartitions, which the relay runs at start). The ownership itself
+// is lease's (the Claimer, owner.go).
+package owners
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,15 +15,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/outbox/internal/ownership"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
+	"github.com/pgoutbox/outbox/internal/sqlname"
+	"github.com/pgoutbox/outbox/lease"
 )
 
-// ErrNotMigrated is wrapped by claims on a table that migration 00009
-// (key partitions) has not reached or whose backfill has not finished:
-// run `outbox-relay migrate`.
-var ErrNotMigrated = fmt.Errorf("the outbox table has no key partitions yet: run `outbox-relay migrate` (it adds them and fills them in)")
-
-// CheckPartitions returns an error wrapping ErrNotMigrated when table
+// CheckPartitions returns an error wrapping lease.ErrNotMigrated when table
 // (optionally schema-qualified) has no key partitions yet (migration 00009
 // has not run) or their backfill has not finished; nil when it is ready.
 // Other errors are the database's, wrapped as "check key partitions: ...".
@@ -31,8 +35,8 @@ func CheckPartitions(ctx context.Context, db interface {
 	var done bool
 	err = db.QueryRow(ctx, q).Scan(&done)
 	switch {
-	case IsMissingTable(err), err == nil && !done, errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("table %s: %w", table, ErrNotMigrated)
+	case lease.IsMissingTable(err), err == nil && !done, errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("table %s: %w", table, lease.ErrNotMigrated)
 	case err != nil:
 		return fmt.Errorf("check key partitions: %w", err)
 	}
@@ -67,7 +71,7 @@ type MemberOwnership struct {
 }
 
 // ReadOwners reads who owns table's key partitions (optionally
-// schema-qualified). It returns an error wrapping ErrNotMigrated for a
+// schema-qualified). It returns an error wrapping lease.ErrNotMigrated for a
 // table without key partitions.
 func ReadOwners(ctx context.Context, db interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -147,7 +151,7 @@ func (o *Owners) Settled() bool {
 			live = append(live, m.Member)
 		}
 	}
-	want := Assign(live, o.Partitions)
+	want := ownership.Assign(live, o.Partitions)
 	if want == nil {
 		return false
 	}
@@ -162,13 +166,24 @@ func (o *Owners) Settled() bool {
 	return slices.Equal(want, have)
 }
 
-// renderTableStmt renders sql/<name>.sql, a statement without arguments
-// whose only slots are tableSlots, for table: for the functions that take
-// the table per call, off the claim's path.
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+var sqlFiles = sqlfile.NewFiles(sqlFS, "sql")
+
+// renderTableStmt renders sql/<name>.sql, a statement without arguments,
+// for table (these functions take the table per call, off the claim's
+// path). Slots: table_literal, relays, partitions, partitioning.
 func renderTableStmt(name, table string) (string, error) {
-	s, err := sqlfile.Render[noArgs](sqlFiles, name, tableSlots(table))
+	slots := map[string]string{
+		"table_literal": sqlname.Literal(sqlname.Quote(table)),
+		"relays":        sqlname.Beside(table, "_relays"),
+		"partitions":    sqlname.Beside(table, "_partitions"),
+		"partitioning":  sqlname.Beside(table, "_partitioning"),
+	}
+	s, err := sqlfile.Render[sqlfile.NoArgs](sqlFiles, name, slots)
 	if err != nil {
-		return "", fmt.Errorf("lease: render statement: %w", err)
+		return "", fmt.Errorf("owners: render statement: %w", err)
 	}
 	return s.SQL, nil
 }
