@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 	"hash/fnv"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -47,8 +46,7 @@ func Adopt(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn strin
 func adoptFinding(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
 	t := sqlname.Quote(table)
 	var typ *string
-	err := pool.QueryRow(ctx, `SELECT (array_agg(attname::text ORDER BY attname::text))[1] FROM pg_attribute
-WHERE attrelid = $1::regclass AND attname IN ('event_type', 'type') AND attnum > 0 AND NOT attisdropped`, t).Scan(&typ)
+	err := pool.QueryRow(ctx, eventTypeColumnStmt.SQL, eventTypeColumnStmt.Args(tableArgs{t})...).Scan(&typ)
 	if err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
@@ -144,147 +142,168 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
 	var compression bool
-	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::integer >= 140000`).Scan(&compression); err != nil {
+	if err := pool.QueryRow(ctx, columnCompressionStmt.SQL).Scan(&compression); err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
-	parts := strings.Split(table, ".")
 	t := sqlname.Quote(table)
-	name := parts[len(parts)-1]
-	idx := func(suffix string) string { return sqlname.Column(name + suffix) }
-	guard := sqlname.OrderGuard(table)
-	agg := sqlname.Column(cols.AggregateID)
 	var partitioned, hasSeq bool
-	if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false),
-  EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'seq' AND NOT attisdropped)`, t).Scan(&partitioned, &hasSeq); err != nil {
+	if err := pool.QueryRow(ctx, adoptTableShapeStmt.SQL, adoptTableShapeStmt.Args(tableArgs{t})...).Scan(&partitioned, &hasSeq); err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
-	// Storage parameters first: adding the seq column rewrites the table,
-	// and the rewrite packs the backlog by this fillfactor. A partitioned
-	// table has no storage and refuses them: they go to each of its
-	// partitions (every level) instead; partitions created later need them
-	// too (sql.PartitionStorage).
-	storage := `ALTER TABLE ` + t + ` SET (` + PartitionStorage + `)`
-	if partitioned {
-		storage = `DO $adopt$ DECLARE p regclass; BEGIN
-  FOR p IN SELECT relid FROM pg_partition_tree(` + sqlname.Literal(t) + `::regclass) WHERE isleaf AND level > 0 LOOP
-    EXECUTE format('ALTER TABLE %s SET (` + strings.ReplaceAll(PartitionStorage, "'", "''") + `)', p);
-  END LOOP;
-END $adopt$`
+	stmts, err := adoptStatements(table, cols, partitioned, hasSeq, compression)
+	if err != nil {
+		return fmt.Errorf("adopt %s: %w", table, err)
 	}
-	// seq: an identity column, whose sequence the table owns. PostgreSQL
-	// (before 17) refuses to add an identity column to a partitioned table
-	// that has partitions; there seq is a column filled by nextval of a
-	// sequence the column owns (as serial's is), which the claim floor and
-	// the checks find the same way (pg_depend). Its default, unlike
-	// GENERATED ALWAYS, lets an INSERT give a seq of its own: producers
-	// must not.
-	seqCol := `ADD COLUMN IF NOT EXISTS seq bigint GENERATED ALWAYS AS IDENTITY,`
-	seqName := sqlname.Sibling(table, "_seq_seq")
-	ownSeq := partitioned && !hasSeq
-	stmts := []string{
-		`SELECT ` + sqlname.XactLock(sqlname.LockAdopt, table),
-		storage,
+	checks, err := rowChecks(tableName(table), cols)
+	if err != nil {
+		return fmt.Errorf("adopt %s: %w", table, err)
 	}
-	if ownSeq {
-		stmts = append(stmts, `CREATE SEQUENCE IF NOT EXISTS `+seqName+` AS bigint`)
-		seqCol = `ADD COLUMN IF NOT EXISTS seq bigint NOT NULL DEFAULT nextval(` + sqlname.Literal(seqName) + `::regclass),`
-	}
-	stmts = append(stmts,
-		`ALTER TABLE `+t+`
-  `+seqCol+`
-  ADD COLUMN IF NOT EXISTS headers jsonb,
-  ADD COLUMN IF NOT EXISTS topic text,
-  ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),
-  ADD COLUMN IF NOT EXISTS published_at timestamptz,
-  ADD COLUMN IF NOT EXISTS locked_until timestamptz,
-  ADD COLUMN IF NOT EXISTS locked_by text,
-  ADD COLUMN IF NOT EXISTS claim_token uuid,
-  ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,
-  ADD COLUMN IF NOT EXISTS last_error text,
-  ADD COLUMN IF NOT EXISTS dead_lettered_at timestamptz`)
-	if ownSeq {
-		stmts = append(stmts, `ALTER SEQUENCE `+seqName+` OWNED BY `+t+`.seq`)
-	}
-	stmts = append(stmts,
-		`CREATE INDEX IF NOT EXISTS `+idx("_unpublished_seq_idx")+` ON `+t+` (seq) WHERE published_at IS NULL`,
-		`CREATE INDEX IF NOT EXISTS `+idx("_unpublished_aggregate_idx")+` ON `+t+` (`+agg+`, seq) WHERE published_at IS NULL`,
-		`CREATE INDEX IF NOT EXISTS `+idx("_dead_letters_idx")+` ON `+t+` (seq) WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL`,
-		`CREATE INDEX IF NOT EXISTS `+idx("_published_at_idx")+` ON `+t+` (published_at) WHERE published_at IS NOT NULL`,
-		`CREATE TABLE IF NOT EXISTS `+guard+` (key text PRIMARY KEY, until timestamptz NOT NULL)`,
-	)
-	stmts = append(stmts, keyPartitionStatements(table, cols.AggregateID, cols.Payload, DefaultPartitions, compression)...)
-	// Locked first: adding the columns and constraints below needs the
-	// ACCESS EXCLUSIVE lock in the end, and a weaker lock taken on the way
-	// (ALTER TABLE SET, CREATE TRIGGER) deadlocks with a producer that read
-	// the table and then inserts into it.
-	stmts = slices.Insert(stmts, 1, `LOCK TABLE `+t+` IN ACCESS EXCLUSIVE MODE`)
-	trigger := sqlname.Column(constraintName(name, "_row_checks"))
-	onUpdate := sqlname.Column(constraintName(name, "_row_checks_on_update"))
-	on := []string{sqlname.Column(cols.AggregateID)}
-	if cols.EventType != "" {
-		on = append(on, sqlname.Column(cols.EventType))
-	}
-	on = append(on, "headers", "topic")
-	checks := rowChecks(name, cols)
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for _, s := range stmts {
 			if _, err := tx.Exec(ctx, s); err != nil {
 				return err
 			}
 		}
-		// The insert trigger reads the payload column: one the table
-		// lacks would fail every producer's INSERT after a successful
-		// adopt (PL/pgSQL resolves the body's columns when it first runs).
-		if _, err := tx.Exec(ctx, `SELECT pg_column_size(`+sqlname.Column(cols.Payload)+`) FROM `+t+` LIMIT 0`); err != nil {
-			return fmt.Errorf("payload column %q (AdoptColumns.Payload, --column-payload): %w", cols.Payload, err)
-		}
-		// The function goes into the table's own schema, wherever the
-		// search_path found the table.
-		var schema string
-		if err := tx.QueryRow(ctx, `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`, t).Scan(&schema); err != nil {
-			return err
-		}
-		fn := sqlname.Column(schema) + "." + sqlname.Column(rowCheckFunctionName(schema, name))
-		// PL/pgSQL checks a body's types only when it first runs: the
-		// rules are planned here on the table's columns (a headers column
-		// of type json would otherwise make every producer INSERT fail
-		// after a successful adopt).
-		exprs := make([]string, len(checks))
-		for i, c := range checks {
-			exprs[i] = "(" + c.expr + ")"
-		}
-		if _, err := tx.Exec(ctx, `SELECT `+strings.Join(exprs, ", ")+` FROM `+t+` AS "new" LIMIT 0`); err != nil {
-			return fmt.Errorf("the row checks do not apply to its columns (headers must be jsonb, topic text or varchar): %w", err)
-		}
-		// The CHECK constraints an earlier adopt added are replaced by the
-		// triggers (see migrations/00008_row_check_trigger.sql).
-		var drop []string
-		for _, c := range checks {
-			drop = append(drop, `DROP CONSTRAINT IF EXISTS `+sqlname.Column(c.name))
-		}
-		for _, s := range []string{
-			`ALTER TABLE ` + t + "\n  " + strings.Join(drop, ",\n  "),
-			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS ` + sqlname.Literal(rowCheckBody(name, cols)),
-			// Two triggers, for the reason migration 00008 gives (no BEFORE
-			// UPDATE trigger: it would lock every row the relay updates).
-			`DROP TRIGGER IF EXISTS ` + trigger + ` ON ` + t,
-			`CREATE TRIGGER ` + trigger + ` BEFORE INSERT ON ` + t + `
-    FOR EACH ROW EXECUTE FUNCTION ` + fn + `()`,
-			`DROP TRIGGER IF EXISTS ` + onUpdate + ` ON ` + t,
-			`CREATE TRIGGER ` + onUpdate + ` AFTER UPDATE OF ` + strings.Join(on, ", ") + ` ON ` + t + `
-    FOR EACH ROW EXECUTE FUNCTION ` + fn + `()`,
-		} {
-			if _, err := tx.Exec(ctx, s); err != nil {
-				return err
-			}
-		}
-		return nil
+		return addRowChecks(ctx, tx, table, cols, checks)
 	})
 	if err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
 	if err := backfillKeyPartitions(ctx, pool, table, cols.AggregateID); err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
+	}
+	return nil
+}
+
+// tableName is table's own name, without its schema.
+func tableName(table string) string {
+	parts := strings.Split(table, ".")
+	return parts[len(parts)-1]
+}
+
+// adoptStatements returns adopt's statements up to the row checks, for a
+// table that is partitioned or not and has a seq column or not, on a
+// server with pg_column_compression or not: the lock, the storage
+// parameters, the columns, the indexes, the order guard and the key
+// partitions (keyPartitionStatements), in that order.
+func adoptStatements(table string, cols AdoptColumns, partitioned, hasSeq, compression bool) ([]string, error) {
+	name := tableName(table)
+	idx := func(suffix string) string { return sqlname.Column(name + suffix) }
+	seqName := sqlname.Sibling(table, "_seq_seq")
+	st := newScript(with(tableSlots(table),
+		"lock", sqlname.XactLock(sqlname.LockAdopt, table),
+		"storage", PartitionStorage, "storage_literal", sqlname.Literal(PartitionStorage),
+		"sequence", seqName, "sequence_literal", sqlname.Literal(seqName),
+		"aggregate", sqlname.Column(cols.AggregateID)))
+	st.add("xact_lock")
+	// Locked first (lock_table.sql says why).
+	st.add("lock_table")
+	// Storage parameters first: adding the seq column rewrites the table,
+	// and the rewrite packs the backlog by this fillfactor. A partitioned
+	// table has no storage: they go to each of its partitions instead.
+	if partitioned {
+		st.add("set_partition_storage")
+	} else {
+		st.add("set_storage")
+	}
+	// seq: an identity column, but on a partitioned table that has
+	// partitions, which refuses one (before PostgreSQL 17): a column
+	// filled by nextval of a sequence the column owns.
+	ownSeq := partitioned && !hasSeq
+	seqFile := "seq_identity_column"
+	if ownSeq {
+		st.add("create_seq_sequence")
+		seqFile = "seq_nextval_column"
+	}
+	seqColumn, err := queries.Fill(seqFile, st.slots)
+	if err != nil {
+		return nil, fmt.Errorf("render statement: %w", err)
+	}
+	st.add("adopt_columns", "seq_column", seqColumn)
+	if ownSeq {
+		st.add("own_seq_sequence")
+	}
+	st.add("adopt_unpublished_seq_index", "index", idx("_unpublished_seq_idx"))
+	st.add("adopt_unpublished_aggregate_index", "index", idx("_unpublished_aggregate_idx"))
+	st.add("adopt_dead_letters_index", "index", idx("_dead_letters_idx"))
+	st.add("adopt_published_at_index", "index", idx("_published_at_idx"))
+	st.add("adopt_order_guard")
+	if err := st.err(); err != nil {
+		return nil, err
+	}
+	keys, err := keyPartitionStatements(table, cols.AggregateID, cols.Payload, DefaultPartitions, compression)
+	if err != nil {
+		return nil, err
+	}
+	return append(st.stmts, keys...), nil
+}
+
+// addRowChecks adds table's row checks (checks, rowChecks') in tx: it
+// checks the payload column and plans the rules on the table's columns,
+// then drops the CHECK constraints an earlier adopt added and creates the
+// function and its two triggers.
+func addRowChecks(ctx context.Context, tx pgx.Tx, table string, cols AdoptColumns, checks []rowCheck) error {
+	// The insert trigger reads the payload column: one the table lacks
+	// would fail every producer's INSERT after a successful adopt.
+	payload, err := renderTable[noArgs]("payload_column_check", table, "payload", sqlname.Column(cols.Payload))
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, payload.SQL); err != nil {
+		return fmt.Errorf("payload column %q (AdoptColumns.Payload, --column-payload): %w", cols.Payload, err)
+	}
+	// The function goes into the table's own schema, wherever the
+	// search_path found the table.
+	var schema string
+	if err := tx.QueryRow(ctx, tableSchemaStmt.SQL, tableSchemaStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&schema); err != nil {
+		return err
+	}
+	name := tableName(table)
+	fn := sqlname.Column(schema) + "." + sqlname.Column(rowCheckFunctionName(schema, name))
+	on := []string{sqlname.Column(cols.AggregateID)}
+	if cols.EventType != "" {
+		on = append(on, sqlname.Column(cols.EventType))
+	}
+	on = append(on, "headers", "topic")
+	exprs := make([]string, len(checks))
+	drops := make([]string, len(checks))
+	for i, c := range checks {
+		exprs[i] = "(" + c.expr + ")"
+		if drops[i], err = queries.Fill("drop_constraint", map[string]string{"constraint": sqlname.Column(c.name)}); err != nil {
+			return fmt.Errorf("render statement: %w", err)
+		}
+	}
+	body, err := rowCheckBody(checks)
+	if err != nil {
+		return err
+	}
+	trigger, onUpdate := sqlname.Column(constraintName(name, "_row_checks")), sqlname.Column(constraintName(name, "_row_checks_on_update"))
+	st := newScript(with(tableSlots(table),
+		"rules", strings.Join(exprs, ", "),
+		"drops", strings.Join(drops, ",\n  "),
+		"function", fn, "body_literal", sqlname.Literal(body),
+		"columns", strings.Join(on, ", ")))
+	st.add("plan_row_checks")
+	// The CHECK constraints an earlier adopt added are replaced by the
+	// triggers; two triggers, for the reason migration 00008 gives.
+	st.add("drop_row_check_constraints")
+	st.add("create_row_check_function")
+	st.add("drop_trigger", "trigger", trigger)
+	st.add("create_row_check_insert_trigger", "trigger", trigger)
+	st.add("drop_trigger", "trigger", onUpdate)
+	st.add("create_row_check_update_trigger", "trigger", onUpdate)
+	if err := st.err(); err != nil {
+		return err
+	}
+	// PL/pgSQL checks a body's types only when it first runs: the rules
+	// are planned here on the table's columns.
+	if _, err := tx.Exec(ctx, st.stmts[0]); err != nil {
+		return fmt.Errorf("the row checks do not apply to its columns (headers must be jsonb, topic text or varchar): %w", err)
+	}
+	for _, s := range st.stmts[1:] {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -304,51 +323,66 @@ type rowCheck struct {
 }
 
 // rowChecks returns the rules for the table called table (unqualified)
-// with columns cols; an empty cols.EventType leaves out the event type's.
-// For pgoutbox's own column names they must stay the ones of
-// migrations/00008_row_check_trigger.sql (TestAdoptAddsTheMigrationsChecks
-// compares the functions). Text casts let them apply to varchar (Debezium)
-// columns and to columns of other types, as the relay reads them (::text).
-func rowChecks(table string, cols AdoptColumns) []rowCheck {
-	agg := "NEW." + sqlname.Column(cols.AggregateID) + "::text"
-	checks := []rowCheck{
-		{constraintName(table, "_aggregate_id_check"),
-			agg + ` <> '' AND octet_length(` + agg + `) <= ` + strconv.Itoa(maxAggregateIDBytes),
+// with columns cols (queries/row_check_*.sql); an empty cols.EventType
+// leaves out the event type's. For pgoutbox's own column names they must
+// stay the ones of migrations/00008_row_check_trigger.sql
+// (TestAdoptAddsTheMigrationsChecks compares the functions). Text casts
+// let them apply to varchar (Debezium) columns and to columns of other
+// types, as the relay reads them (::text).
+func rowChecks(table string, cols AdoptColumns) ([]rowCheck, error) {
+	type rule struct{ name, file, detail string }
+	rules := []rule{
+		{constraintName(table, "_aggregate_id_check"), "row_check_aggregate_id",
 			cols.AggregateID + ` must be 1 to ` + strconv.Itoa(maxAggregateIDBytes) + ` bytes.`},
 	}
 	if cols.EventType != "" {
-		typ := "NEW." + sqlname.Column(cols.EventType) + "::text"
-		checks = append(checks, rowCheck{constraintName(table, "_event_type_check"), typ + ` <> ''`, cols.EventType + ` must not be empty.`})
+		rules = append(rules, rule{constraintName(table, "_event_type_check"), "row_check_event_type", cols.EventType + ` must not be empty.`})
 	}
-	return append(checks,
-		rowCheck{constraintName(table, "_headers_check"),
-			`NEW.headers IS NULL OR (jsonb_typeof(NEW.headers) = 'object' AND NOT jsonb_path_exists(NEW.headers, 'strict $.* ? (@.type() != "string")')` +
-				` AND NOT (NEW.headers ?| ARRAY['', 'event_id', 'event_type', 'aggregate_id']))`,
+	rules = append(rules,
+		rule{constraintName(table, "_headers_check"), "row_check_headers",
 			`headers must be NULL or a JSON object of strings, with no empty name and none of event_id, event_type, aggregate_id.`},
-		rowCheck{constraintName(table, "_topic_check"),
-			`NEW.topic IS NULL OR (NEW.topic ~ '^[a-zA-Z0-9._-]+$' AND octet_length(NEW.topic) <= 249 AND NEW.topic NOT IN ('.', '..'))`,
+		rule{constraintName(table, "_topic_check"), "row_check_topic",
 			`topic must be NULL or a Kafka topic name: 1 to 249 characters of a-z A-Z 0-9 . _ -, not "." or "..".`},
 	)
+	slots := map[string]string{
+		"aggregate":  sqlname.Column(cols.AggregateID),
+		"event_type": sqlname.Column(cols.EventType),
+		"max_bytes":  strconv.Itoa(maxAggregateIDBytes),
+	}
+	checks := make([]rowCheck, len(rules))
+	for i, r := range rules {
+		expr, err := queries.Fill(r.file, slots)
+		if err != nil {
+			return nil, fmt.Errorf("render statement: %w", err)
+		}
+		checks[i] = rowCheck{name: r.name, expr: expr, detail: r.detail}
+	}
+	return checks, nil
 }
 
-// rowCheckBody returns the body of table's row-check trigger function:
-// each rule of rowChecks, raising a check_violation (SQLSTATE 23514) that
-// names the rule's constraint with PostgreSQL's own message for a CHECK
-// constraint, as migration 00008 writes it.
-func rowCheckBody(table string, cols AdoptColumns) string {
-	var b strings.Builder
-	b.WriteString("\nBEGIN\n")
-	for _, c := range rowChecks(table, cols) {
+// rowCheckBody returns the body of the row-check trigger function of the
+// rules checks (queries/row_check_body.sql): each rule raising a
+// check_violation (SQLSTATE 23514) that names the rule's constraint with
+// PostgreSQL's own message for a CHECK constraint
+// (queries/row_check_rule.sql), as migration 00008 writes it, between
+// newlines as there.
+func rowCheckBody(checks []rowCheck) (string, error) {
+	rules := make([]string, len(checks))
+	for i, c := range checks {
 		lit := sqlname.Literal(c.name)
-		b.WriteString("    IF NOT (" + c.expr + ") THEN\n" +
-			"        RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = " + lit + ",\n" +
-			"            TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA,\n" +
-			"            MESSAGE = format('new row for relation \"%s\" violates check constraint \"%s\"', TG_TABLE_NAME, " + lit + "),\n" +
-			"            DETAIL = " + sqlname.Literal(c.detail) + ";\n" +
-			"    END IF;\n")
+		rule, err := queries.Fill("row_check_rule", map[string]string{
+			"rule": c.expr, "constraint_literal": lit, "detail_literal": sqlname.Literal(c.detail),
+		})
+		if err != nil {
+			return "", fmt.Errorf("render statement: %w", err)
+		}
+		rules[i] = rule
 	}
-	b.WriteString("    RETURN NEW;\nEND\n")
-	return b.String()
+	body, err := queries.Fill("row_check_body", map[string]string{"rules": strings.Join(rules, "\n")})
+	if err != nil {
+		return "", fmt.Errorf("render statement: %w", err)
+	}
+	return "\n" + body + "\n", nil
 }
 
 // rowCheckFunctionName returns the name of the row-check function of the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -75,9 +76,13 @@ type SequenceBehindError struct {
 }
 
 // Fix returns the statement that moves the sequence past MaxSeq:
-// SELECT setval(pg_get_serial_sequence('<table>','seq'), <MaxSeq>).
+// SELECT setval(pg_get_serial_sequence('<table>','seq'), <MaxSeq>)
+// (queries/sequence_fix.sql).
 func (e *SequenceBehindError) Fix() string {
-	return fmt.Sprintf("SELECT setval(pg_get_serial_sequence(%s,'seq'), %d)", sqlname.Literal(sqlname.Readable(e.Table)), e.MaxSeq)
+	return mustFill("sequence_fix", map[string]string{
+		"table_literal": sqlname.Literal(sqlname.Readable(e.Table)),
+		"max_seq":       strconv.FormatInt(e.MaxSeq, 10),
+	})
 }
 
 // Error names the sequence, the values and the fix.
@@ -133,7 +138,7 @@ func CheckDurability(ctx context.Context, q Querier, table string) error {
 	var seq *string
 	var seqUnlogged *bool
 	var partition *string
-	err := q.QueryRow(ctx, durabilitySQL, sqlname.Quote(table)).Scan(&exists, &unlogged, &seq, &seqUnlogged, &partition)
+	err := q.QueryRow(ctx, durabilityStmt.SQL, durabilityStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&exists, &unlogged, &seq, &seqUnlogged, &partition)
 	if err != nil {
 		return fmt.Errorf("check table %s: %w", table, err)
 	}
@@ -150,32 +155,12 @@ func CheckDurability(ctx context.Context, q Querier, table string) error {
 	return nil
 }
 
-// durabilitySQL reads the persistence of table $1 (quoted) and of its seq
-// sequence from the catalog; no row of the table is read. The sequence is
-// found through pg_depend, as pg_get_serial_sequence finds it (an identity
-// column's sequence depends on it with deptype 'i', a serial's with 'a'):
-// pg_get_serial_sequence raises an error for a missing table or column,
-// and the planner may evaluate it with constant arguments (estimating a
-// selectivity) even where a CASE would not. On a partitioned table (whose
-// own relpersistence says nothing about its partitions') the first
-// unlogged partition, at any level, is read too (unloggedPartitionSQL).
-const durabilitySQL = `SELECT c.oid IS NOT NULL, coalesce(c.relpersistence = 'u', false), s.oid::regclass::text, s.relpersistence = 'u',
-  (` + unloggedPartitionSQL + `)
-FROM (SELECT to_regclass($1) AS oid) r
-LEFT JOIN pg_class c ON c.oid = r.oid
-LEFT JOIN pg_class s ON s.oid = (` + seqOfSQL + `)`
-
-// unloggedPartitionSQL names the first unlogged partition of the table c,
-// NULL when it has none (or is not partitioned).
-const unloggedPartitionSQL = `SELECT min(u.oid::regclass::text) FROM pg_partition_tree(c.oid) pt JOIN pg_class u ON u.oid = pt.relid
-  WHERE c.relkind = 'p' AND pt.level > 0 AND u.relpersistence = 'u'`
-
 // SequenceOf returns the sequence of table's seq column as regclass
 // prints it (quoted and schema-qualified as needed), or "" when the
 // column has none. Errors are wrapped as "sequence of <table>: ...".
 func SequenceOf(ctx context.Context, q RowQuerier, table string) (string, error) {
 	var seq *string
-	if err := q.QueryRow(ctx, `SELECT (`+seqOfSQL+`)::regclass::text FROM pg_class c WHERE c.oid = $1::regclass`, sqlname.Quote(table)).Scan(&seq); err != nil {
+	if err := q.QueryRow(ctx, sequenceOfStmt.SQL, sequenceOfStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&seq); err != nil {
 		return "", fmt.Errorf("sequence of %s: %w", table, err)
 	}
 	if seq == nil {
@@ -188,11 +173,6 @@ func SequenceOf(ctx context.Context, q RowQuerier, table string) (string, error)
 type RowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
-
-// seqOfSQL finds the sequence of the seq column of the table c.
-const seqOfSQL = `SELECT d.objid FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-  WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass AND d.refobjid = c.oid
-    AND a.attname = 'seq' AND NOT a.attisdropped AND d.deptype IN ('a', 'i') LIMIT 1`
 
 // TableReport is what Inspect found about an outbox table and its
 // database.
@@ -298,9 +278,7 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 	r := &TableReport{Table: table, Publications: []Publication{}, Slots: []Slot{}}
 	quoted := sqlname.Quote(table)
 	var seq, part *string
-	if err := q.QueryRow(ctx, `SELECT c.relpersistence = 'u', (`+seqOfSQL+`)::regclass::text, (`+unloggedPartitionSQL+`), c.relkind = 'p',
-  (SELECT count(*) FROM pg_partition_tree(c.oid) pt WHERE c.relkind = 'p' AND pt.isleaf)
-FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq, &part, &r.Partitioned, &r.Partitions); err != nil {
+	if err := q.QueryRow(ctx, inspectTableStmt.SQL, inspectTableStmt.Args(tableArgs{quoted})...).Scan(&r.Unlogged, &seq, &part, &r.Partitioned, &r.Partitions); err != nil {
 		return nil, wrap(err)
 	}
 	if part != nil {
@@ -310,14 +288,22 @@ FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq, &pa
 		r.Sequence = *seq
 		var last int64
 		var called, unlogged bool
-		if err := q.QueryRow(ctx, `SELECT last_value, is_called, (SELECT relpersistence = 'u' FROM pg_class WHERE oid = $1::regclass) FROM `+r.Sequence, r.Sequence).Scan(&last, &called, &unlogged); err != nil {
+		state, err := renderTable[sequenceArgs]("sequence_state", table, "sequence", r.Sequence)
+		if err == nil {
+			err = q.QueryRow(ctx, state.SQL, state.Args(sequenceArgs{r.Sequence})...).Scan(&last, &called, &unlogged)
+		}
+		if err != nil {
 			return nil, wrap(fmt.Errorf("sequence %s: %w", r.Sequence, err))
 		}
 		r.SequenceNext, r.UnloggedSequence = last, unlogged
 		if called {
 			r.SequenceNext++
 		}
-		if err := q.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM `+quoted).Scan(&r.MaxSeq); err != nil {
+		maxSeq, err := renderTable[noArgs]("max_seq", table)
+		if err == nil {
+			err = q.QueryRow(ctx, maxSeq.SQL).Scan(&r.MaxSeq)
+		}
+		if err != nil {
 			return nil, wrap(err)
 		}
 	}
@@ -333,24 +319,21 @@ FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&r.Unlogged, &seq, &pa
 	return r, nil
 }
 
+// sequenceArgs are the arguments of sequence_state.sql: the sequence as
+// regclass prints it.
+type sequenceArgs struct {
+	Sequence string `arg:"sequence"`
+}
+
 // publications returns table's replica identity as TableReport names it
 // and the publications that cover it: catalog lookups only.
 func publications(ctx context.Context, q Querier, table string) (string, []Publication, error) {
 	quoted := sqlname.Quote(table)
 	var ident string
-	if err := q.QueryRow(ctx, `SELECT CASE c.relreplident
-    WHEN 'f' THEN 'full'
-    WHEN 'd' THEN CASE WHEN EXISTS (SELECT 1 FROM pg_index WHERE indrelid = c.oid AND indisprimary) THEN 'default' ELSE 'none' END
-    WHEN 'i' THEN CASE WHEN EXISTS (SELECT 1 FROM pg_index WHERE indrelid = c.oid AND indisreplident) THEN 'index' ELSE 'none' END
-    ELSE 'none' END
-FROM pg_class c WHERE c.oid = $1::regclass`, quoted).Scan(&ident); err != nil {
+	if err := q.QueryRow(ctx, replicaIdentityStmt.SQL, replicaIdentityStmt.Args(tableArgs{quoted})...).Scan(&ident); err != nil {
 		return "", nil, err
 	}
-	rows, err := q.Query(ctx, `SELECT p.pubname::text, p.puballtables, p.pubupdate, p.pubdelete FROM pg_publication p
-WHERE EXISTS (SELECT 1 FROM pg_publication_tables pt JOIN pg_class c ON c.relname = pt.tablename
-  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = pt.schemaname
-  WHERE pt.pubname = p.pubname AND c.oid = $1::regclass)
-ORDER BY p.pubname`, quoted)
+	rows, err := q.Query(ctx, publicationsStmt.SQL, publicationsStmt.Args(tableArgs{quoted})...)
 	if err != nil {
 		return "", nil, err
 	}
@@ -383,10 +366,10 @@ func CheckReplicaIdentity(ctx context.Context, q Querier, table string) error {
 
 // SlotsSQL lists the logical replication slots of the current database,
 // with the WAL each retains (NULL on a standby, where
-// pg_current_wal_lsn() cannot run, and for a slot without restart_lsn).
-const SlotsSQL = `SELECT slot_name::text, coalesce(plugin::text, ''), active,
-  CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint END
-FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() ORDER BY slot_name`
+// pg_current_wal_lsn() cannot run, and for a slot without restart_lsn):
+// queries/slots.sql, rendered. A variable, as it is read from that file:
+// do not change it.
+var SlotsSQL = mustRender[noArgs]("slots", nil).SQL
 
 // ReplicationSlots returns the logical replication slots of the current
 // database (SlotsSQL).

@@ -22,44 +22,37 @@ const backfillBatch = 1000
 // inserted meanwhile get theirs from the trigger. A table already done is
 // left alone.
 func backfillKeyPartitions(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn string) error {
-	meta := sqlname.Beside(table, "_partitioning")
+	st := newScript(tableSlots(table))
+	st.add("backfilled")
+	st.add("mark_backfilled")
+	if err := st.err(); err != nil {
+		return fmt.Errorf("migrate: key partitions: %w", err)
+	}
+	backfilled, mark := st.stmts[0], st.stmts[1]
 	var done bool
-	if err := pool.QueryRow(ctx, `SELECT backfilled_at IS NOT NULL FROM `+meta).Scan(&done); err != nil {
+	if err := pool.QueryRow(ctx, backfilled).Scan(&done); err != nil {
 		return fmt.Errorf("migrate: key partitions: %w", err)
 	}
 	if done {
 		return nil
 	}
-	t := sqlname.Quote(table)
-	fn := sqlname.Beside(table, "_key_partition")
 	var partitioned bool
-	if err := pool.QueryRow(ctx, `SELECT relkind = 'p' FROM pg_class WHERE oid = $1::regclass`, t).Scan(&partitioned); err != nil {
+	if err := pool.QueryRow(ctx, isPartitionedStmt.SQL, isPartitionedStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&partitioned); err != nil {
 		return fmt.Errorf("migrate: key partitions: %w", err)
 	}
-	// In seq order from where the last batch ended, through the
-	// unpublished rows' index: each batch reads only its own rows. On a
-	// partitioned table a ctid names a row only within its partition: rows
-	// are named by partition (tableoid) and ctid, and created_at lets the
-	// executor look in the row's partition alone.
-	fill := `WITH batch AS (
-  SELECT ctid, seq FROM ` + t + ` WHERE published_at IS NULL AND seq > $1 ORDER BY seq LIMIT ` + fmt.Sprint(backfillBatch) + `
-), filled AS (
-  UPDATE ` + t + ` SET key_partition = ` + fn + `(` + sqlname.Column(aggregateColumn) + `::text)
-  WHERE ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND key_partition IS NULL
-)
-SELECT max(seq) FROM batch`
+	// In seq order from where the last batch ended; on a partitioned table
+	// rows are named by partition and ctid (see the files).
+	name := "backfill_key_partitions"
 	if partitioned {
-		fill = `WITH batch AS (
-  SELECT tableoid, ctid, created_at, seq FROM ` + t + ` WHERE published_at IS NULL AND seq > $1 ORDER BY seq LIMIT ` + fmt.Sprint(backfillBatch) + `
-), filled AS (
-  UPDATE ` + t + ` o SET key_partition = ` + fn + `(o.` + sqlname.Column(aggregateColumn) + `::text)
-  FROM batch b WHERE o.tableoid = b.tableoid AND o.ctid = b.ctid AND o.created_at = b.created_at AND o.key_partition IS NULL
-)
-SELECT max(seq) FROM batch`
+		name = "backfill_key_partitions_partitioned"
+	}
+	fill, err := renderTable[backfillArgs](name, table, "aggregate", sqlname.Column(aggregateColumn), "batch_size", strconv.Itoa(backfillBatch))
+	if err != nil {
+		return fmt.Errorf("migrate: key partitions: %w", err)
 	}
 	for last := int64(-1); ; {
 		var next *int64
-		if err := pool.QueryRow(ctx, fill, last).Scan(&next); err != nil {
+		if err := pool.QueryRow(ctx, fill.SQL, fill.Args(backfillArgs{last})...).Scan(&next); err != nil {
 			return fmt.Errorf("migrate: fill in key partitions: %w", err)
 		}
 		if next == nil {
@@ -67,10 +60,16 @@ SELECT max(seq) FROM batch`
 		}
 		last = *next
 	}
-	if _, err := pool.Exec(ctx, `UPDATE `+meta+` SET backfilled_at = now(), generation = generation + 1`); err != nil {
+	if _, err := pool.Exec(ctx, mark); err != nil {
 		return fmt.Errorf("migrate: key partitions: %w", err)
 	}
 	return nil
+}
+
+// backfillArgs are the arguments of backfill_key_partitions.sql: the seq
+// the batch starts after.
+type backfillArgs struct {
+	After int64 `arg:"after"`
 }
 
 // checkPartitions returns an error when opts asks for a number of key
@@ -79,8 +78,12 @@ func checkPartitions(ctx context.Context, pool *pgxpool.Pool, opts MigrateOption
 	if opts.Partitions == 0 {
 		return nil
 	}
+	count, err := renderTable[noArgs]("partition_count", opts.Table)
+	if err != nil {
+		return fmt.Errorf("migrate: key partitions: %w", err)
+	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT partitions FROM `+sqlname.Beside(opts.Table, "_partitioning")).Scan(&n); err != nil {
+	if err := pool.QueryRow(ctx, count.SQL).Scan(&n); err != nil {
 		return fmt.Errorf("migrate: key partitions: %w", err)
 	}
 	if n != opts.Partitions {
@@ -93,64 +96,57 @@ func checkPartitions(ctx context.Context, pool *pgxpool.Pool, opts MigrateOption
 // an adopted table whose aggregate ID is in aggregateColumn and payload in
 // payloadColumn: the key_partition and payload_size columns, the function
 // and the insert trigger that fill them in, and the tables of the relays
-// and the partitions' owners. compression says the server has
-// pg_column_compression (PostgreSQL 14+; see payloadSizeExpr). It is
-// idempotent (an adopted table keeps its partition count).
-func keyPartitionStatements(table, aggregateColumn, payloadColumn string, partitions int, compression bool) []string {
-	parts := strings.Split(table, ".")
-	name := parts[len(parts)-1]
-	t := sqlname.Quote(table)
-	meta, relays, owners := sqlname.Beside(table, "_partitioning"), sqlname.Beside(table, "_relays"), sqlname.Beside(table, "_partitions")
-	fn, setFn := sqlname.Beside(table, "_key_partition"), sqlname.Beside(table, "_set_key_partition")
-	trigger := sqlname.Column(constraintName(name, "_key_partition_fill"))
-	return []string{
-		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS key_partition integer, ADD COLUMN IF NOT EXISTS payload_size integer`,
-		`CREATE TABLE IF NOT EXISTS ` + meta + ` (
-    singleton     boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
-    partitions    integer     NOT NULL CHECK (partitions BETWEEN 1 AND 4096),
-    generation    bigint      NOT NULL DEFAULT 0,
-    backfilled_at timestamptz)`,
-		// Migration 00011's columns: an adopted table's time partitions
-		// are its owner's (NULL), but the columns are read.
-		`ALTER TABLE ` + meta + ` ADD COLUMN IF NOT EXISTS time_partition_interval interval, ADD COLUMN IF NOT EXISTS time_partitions_ahead integer`,
-		`INSERT INTO ` + meta + ` (partitions) VALUES (` + strconv.Itoa(partitions) + `) ON CONFLICT DO NOTHING`,
-		`CREATE TABLE IF NOT EXISTS ` + relays + ` (
-    member     text        PRIMARY KEY,
-    relay_id   text        NOT NULL,
-    started_at timestamptz NOT NULL DEFAULT now(),
-    renewed_at timestamptz NOT NULL DEFAULT now(),
-    until      timestamptz NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS ` + owners + ` (
-    partition integer     PRIMARY KEY,
-    owner     text,
-    epoch     bigint      NOT NULL DEFAULT 0,
-    since     timestamptz,
-    handovers bigint      NOT NULL DEFAULT 0)`,
-		`INSERT INTO ` + owners + ` (partition) SELECT generate_series(0, (SELECT partitions FROM ` + meta + `) - 1) ON CONFLICT DO NOTHING`,
-		// The partition count the table has (an earlier adopt may have
-		// chosen it) goes into the functions, through a DO block.
-		`DO $adopt$ DECLARE n integer := (SELECT partitions FROM ` + meta + `); BEGIN
-  EXECUTE format($f$CREATE OR REPLACE FUNCTION ` + fn + `(aggregate_id text) RETURNS integer
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-    AS 'SELECT (((get_byte(h, 0)::bigint << 24) | (get_byte(h, 1) << 16) | (get_byte(h, 2) << 8) | get_byte(h, 3)) %% %s)::integer FROM (SELECT sha256(convert_to(aggregate_id, ''UTF8'')) AS h) s'$f$, n);
-  EXECUTE format($f$CREATE OR REPLACE FUNCTION ` + setFn + `() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
-    AS 'DECLARE h bytea := sha256(convert_to(NEW.` + strings.ReplaceAll(sqlname.Column(aggregateColumn), "'", "''") + `::text, ''UTF8'')); BEGIN NEW.key_partition := (((get_byte(h, 0)::bigint << 24) | (get_byte(h, 1) << 16) | (get_byte(h, 2) << 8) | get_byte(h, 3)) %% %s)::integer; NEW.payload_size := ` + strings.ReplaceAll(strings.ReplaceAll(payloadSizeExpr(payloadColumn, compression), "'", "''"), "%", "%%") + `; RETURN NEW; END'$f$, n);
-END $adopt$`,
-		`DROP TRIGGER IF EXISTS ` + trigger + ` ON ` + t,
-		`CREATE TRIGGER ` + trigger + ` BEFORE INSERT ON ` + t + ` FOR EACH ROW EXECUTE FUNCTION ` + setFn + `()`,
+// and the partitions' owners (queries/adopt_*.sql and the files they
+// name). compression says the server has pg_column_compression
+// (PostgreSQL 14+; see payloadSizeExpr). It is idempotent (an adopted
+// table keeps its partition count).
+func keyPartitionStatements(table, aggregateColumn, payloadColumn string, partitions int, compression bool) ([]string, error) {
+	size, err := payloadSizeExpr(payloadColumn, compression)
+	if err != nil {
+		return nil, err
 	}
+	// The trigger function's body is a format() string (%s: the number of
+	// partitions), in a literal.
+	body, err := queries.Fill("key_partition_trigger_body", map[string]string{
+		"aggregate":    sqlname.Column(aggregateColumn),
+		"payload_size": strings.ReplaceAll(size, "%", "%%"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("render statement: %w", err)
+	}
+	st := newScript(with(tableSlots(table),
+		"trigger", sqlname.Column(constraintName(tableName(table), "_key_partition_fill")),
+		"partition_count", strconv.Itoa(partitions),
+		"set_key_partition_body", sqlname.Literal(body)))
+	for _, file := range []string{
+		"adopt_key_partition_columns",
+		"adopt_partitioning_table",
+		"adopt_partitioning_time_columns",
+		"adopt_partitioning_row",
+		"adopt_relays_table",
+		"adopt_partitions_table",
+		"adopt_partitions_rows",
+		"adopt_key_partition_functions",
+		"drop_trigger",
+		"create_key_partition_trigger",
+	} {
+		st.add(file)
+	}
+	return st.stmts, st.err()
 }
 
 // payloadSizeExpr is the size migration 00010's trigger writes to
-// payload_size, for the payload column column of the new row: its
-// pg_column_size, uncompressed in a BEFORE INSERT trigger, O(1); a value
-// already compressed there (INSERT ... SELECT of a stored payload) is
-// measured as text instead. Without compression (PostgreSQL 13: no
-// pg_column_compression) pg_column_size alone. NULL is 0.
-func payloadSizeExpr(column string, compression bool) string {
-	p := "NEW." + sqlname.Column(column)
-	if !compression {
-		return "coalesce(pg_column_size(" + p + "), 0)"
+// payload_size, for the payload column column of the new row
+// (queries/payload_size_compressed.sql; without compression, on
+// PostgreSQL 13, queries/payload_size.sql).
+func payloadSizeExpr(column string, compression bool) (string, error) {
+	name := "payload_size"
+	if compression {
+		name = "payload_size_compressed"
 	}
-	return "CASE WHEN pg_column_compression(" + p + ") IS NULL THEN coalesce(pg_column_size(" + p + "), 0) ELSE octet_length(" + p + "::text) END"
+	s, err := queries.Fill(name, map[string]string{"payload": sqlname.Column(column)})
+	if err != nil {
+		return "", fmt.Errorf("render statement: %w", err)
+	}
+	return s, nil
 }

@@ -69,20 +69,7 @@ func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs
 	var owner, create *bool
 	var seq, ownerName *string
 	meta, relays, parts := sqlname.Beside(table, "_partitioning"), sqlname.Beside(table, "_relays"), sqlname.Beside(table, "_partitions")
-	err = q.QueryRow(ctx, `SELECT current_user::text,
-  has_table_privilege(c.oid, 'SELECT'), has_table_privilege(c.oid, 'UPDATE'), has_table_privilege(c.oid, 'DELETE'),
-  has_table_privilege(g.oid, 'SELECT'), has_table_privilege(g.oid, 'INSERT'), has_table_privilege(g.oid, 'UPDATE'), has_table_privilege(g.oid, 'DELETE'),
-  s.oid::regclass::text, has_sequence_privilege(s.oid, 'SELECT') OR has_sequence_privilege(s.oid, 'USAGE'),
-  pg_has_role('pg_read_all_stats', 'USAGE'),
-  has_table_privilege(m.oid, 'SELECT'), has_table_privilege(m.oid, 'UPDATE'),
-  has_table_privilege(r.oid, 'SELECT'), has_table_privilege(r.oid, 'INSERT'), has_table_privilege(r.oid, 'UPDATE'), has_table_privilege(r.oid, 'DELETE'),
-  has_table_privilege(p.oid, 'SELECT'), has_table_privilege(p.oid, 'UPDATE'),
-  (SELECT pg_has_role(k.relowner, 'USAGE') FROM pg_class k WHERE k.oid = c.oid AND k.relkind = 'p'),
-  (SELECT has_schema_privilege(k.relnamespace, 'CREATE') FROM pg_class k WHERE k.oid = c.oid AND k.relkind = 'p'),
-  (SELECT pg_get_userbyid(k.relowner)::text FROM pg_class k WHERE k.oid = c.oid)
-FROM (SELECT to_regclass($1) AS oid) c, (SELECT to_regclass($2) AS oid) g,
-  (SELECT to_regclass($3) AS oid) m, (SELECT to_regclass($4) AS oid) r, (SELECT to_regclass($5) AS oid) p,
-  LATERAL (SELECT (`+seqOfSQL+`) AS oid) s`, t, guard, meta, relays, parts).
+	err = q.QueryRow(ctx, privilegesStmt.SQL, privilegesStmt.Args(privilegeArgs{t, guard, meta, relays, parts})...).
 		Scan(&role, &sel, &upd, &del, &gSel, &gIns, &gUpd, &gDel, &seq, &seqSel, &stats, &mSel, &mUpd, &rSel, &rIns, &rUpd, &rDel, &pSel, &pUpd, &owner, &create, &ownerName)
 	if err != nil {
 		return "", nil, fmt.Errorf("check privileges: %w", err)
@@ -136,43 +123,41 @@ FROM (SELECT to_regclass($1) AS oid) c, (SELECT to_regclass($2) AS oid) g,
 // block), so an unqualified table is found through the search_path as the
 // relay finds it.
 func GrantScript(role, table, writerRole string) string {
-	t := sqlname.Quote(table)
-	r := sqlname.Column(role)
+	// The statements are queries/grant_*.sql; the comments between them
+	// are the script's own, written here, since rendering drops a file's.
+	slots := with(tableSlots(table), "role", sqlname.Column(role), "role_literal", sqlname.Literal(sqlname.Column(role)))
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- Privileges of the outbox relay's role %s on outbox table %s (outbox-relay grants).\n", role, table)
 	b.WriteString("-- Run as the table's owner or a superuser, in its database, after outbox-relay migrate or adopt.\n")
 	b.WriteString("-- The table's schema, and its seq sequence, whose last value the claim floor reads:\n")
-	writeLookups(&b, t, r, true)
+	writeLookups(&b, slots, true)
 	b.WriteString("-- Claims and marks (SELECT, UPDATE); retention deletes published rows (DELETE; --retention, on by default):\n")
-	fmt.Fprintf(&b, "GRANT SELECT, UPDATE, DELETE ON TABLE %s TO %s;\n", t, r)
+	b.WriteString(mustFill("grant_relay_table", slots) + "\n")
 	b.WriteString("-- The claims' order guard:\n")
-	fmt.Fprintf(&b, "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %s TO %s;\n", sqlname.OrderGuard(table), r)
+	b.WriteString(mustFill("grant_order_guard", slots) + "\n")
 	b.WriteString("-- Ownership of key partitions: the members' heartbeat, who owns which partition, the generation:\n")
-	fmt.Fprintf(&b, "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %s TO %s;\n", sqlname.Beside(table, "_relays"), r)
-	fmt.Fprintf(&b, "GRANT SELECT, UPDATE ON TABLE %s, %s TO %s;\n", sqlname.Beside(table, "_partitions"), sqlname.Beside(table, "_partitioning"), r)
+	b.WriteString(mustFill("grant_relays", slots) + "\n")
+	b.WriteString(mustFill("grant_key_partitions", slots) + "\n")
 	b.WriteString("-- The held-snapshot watch sees other roles' transactions (needs a superuser, or ADMIN OPTION on pg_read_all_stats):\n")
-	fmt.Fprintf(&b, "GRANT pg_read_all_stats TO %s;\n", r)
+	b.WriteString(mustFill("grant_read_all_stats", slots) + "\n")
 	if writerRole != "" {
-		w := sqlname.Column(writerRole)
+		w := with(slots, "role", sqlname.Column(writerRole), "role_literal", sqlname.Literal(sqlname.Column(writerRole)))
 		fmt.Fprintf(&b, "\n-- Writers of role %s (outbox.Add or a plain INSERT): INSERT only; the seq identity needs no privilege on its sequence.\n", writerRole)
-		writeLookups(&b, t, w, false)
-		fmt.Fprintf(&b, "GRANT INSERT ON TABLE %s TO %s;\n", t, w)
+		writeLookups(&b, w, false)
+		b.WriteString(mustFill("grant_writer", w) + "\n")
 	}
 	return b.String()
 }
 
-// writeLookups writes the DO block that grants USAGE on table t's schema
-// (and, with sequence, SELECT on its seq sequence) to role r; t and r are
-// quoted identifiers.
-func writeLookups(b *strings.Builder, t, r string, sequence bool) {
-	b.WriteString("DO $grant$\nBEGIN\n")
-	fmt.Fprintf(b, "  EXECUTE format('GRANT USAGE ON SCHEMA %%s TO %%s', (SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = %s::regclass), %s);\n",
-		sqlname.Literal(t), sqlname.Literal(r))
+// writeLookups writes the DO block that grants USAGE on the table's
+// schema (and, with sequence, SELECT on its seq sequence) to the role of
+// slots (queries/grant_lookups.sql).
+func writeLookups(b *strings.Builder, slots map[string]string, sequence bool) {
+	seq := ""
 	if sequence {
-		fmt.Fprintf(b, "  EXECUTE format('GRANT SELECT ON SEQUENCE %%s TO %%s', pg_get_serial_sequence(%s, 'seq'), %s);\n",
-			sqlname.Literal(t), sqlname.Literal(r))
+		seq = mustFill("grant_sequence", slots)
 	}
-	b.WriteString("END\n$grant$;\n")
+	b.WriteString(mustFill("grant_lookups", with(slots, "sequence_grant", seq)) + "\n")
 }
 
 // besideReadable is sqlname.Beside's name of suffix beside table, as a

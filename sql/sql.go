@@ -178,7 +178,7 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 	}
 	if opts.TimePartitioned {
 		var kind *string
-		if err := pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, sqlname.Quote(opts.Table)).Scan(&kind); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		if err := pool.QueryRow(ctx, relkindStmt.SQL, relkindStmt.Args(tableArgs{sqlname.Quote(opts.Table)})...).Scan(&kind); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
 		if kind != nil && *kind != "p" {
@@ -215,17 +215,18 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 func setTimePartitioning(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) error {
 	t := sqlname.Quote(opts.Table)
 	var byCreatedAt bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table p JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
-  WHERE p.partrelid = $1::regclass AND p.partstrat = 'r' AND p.partnatts = 1 AND a.attname = 'created_at')`, t).Scan(&byCreatedAt); err != nil {
+	if err := pool.QueryRow(ctx, byCreatedAtStmt.SQL, byCreatedAtStmt.Args(tableArgs{t})...).Scan(&byCreatedAt); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if !byCreatedAt {
 		return fmt.Errorf("migrate: --time-partitioned: table %s is partitioned, but not by RANGE (created_at) alone", opts.Table)
 	}
-	meta := sqlname.Beside(opts.Table, "_partitioning")
+	set, err := renderTable[timePartitioningArgs]("set_time_partitioning", opts.Table)
+	if err != nil {
+		return fmt.Errorf("migrate: time partitions: %w", err)
+	}
 	var secs int64
-	err := pool.QueryRow(ctx, `UPDATE `+meta+` SET time_partition_interval = coalesce(time_partition_interval, $1 * interval '1 second'), time_partitions_ahead = CASE WHEN time_partition_interval IS NULL OR time_partition_interval = $1 * interval '1 second' THEN $2 ELSE time_partitions_ahead END
-RETURNING extract(epoch FROM time_partition_interval)::bigint`, int64(opts.TimePartitionInterval/time.Second), opts.TimePartitionsAhead).Scan(&secs)
+	err = pool.QueryRow(ctx, set.SQL, set.Args(timePartitioningArgs{int64(opts.TimePartitionInterval / time.Second), opts.TimePartitionsAhead})...).Scan(&secs)
 	if err != nil {
 		return fmt.Errorf("migrate: time partitions: %w", err)
 	}
@@ -233,17 +234,29 @@ RETURNING extract(epoch FROM time_partition_interval)::bigint`, int64(opts.TimeP
 		return fmt.Errorf("migrate: table %s has time partitions of %s, fixed when it was created; it cannot change to %s", opts.Table, got, opts.TimePartitionInterval)
 	}
 	var hasDefault bool
-	if err := pool.QueryRow(ctx, `SELECT partdefid <> 0 FROM pg_partitioned_table WHERE partrelid = $1::regclass`, t).Scan(&hasDefault); err != nil {
+	if err := pool.QueryRow(ctx, hasDefaultPartitionStmt.SQL, hasDefaultPartitionStmt.Args(tableArgs{t})...).Scan(&hasDefault); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if !hasDefault {
 		parts := strings.Split(opts.Table, ".")
 		parts[len(parts)-1] = DefaultPartitionName(opts.Table)
-		if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+sqlname.Quote(strings.Join(parts, "."))+` PARTITION OF `+t+` DEFAULT WITH (`+PartitionStorage+`)`); err != nil {
+		create, err := renderTable[noArgs]("create_default_partition", opts.Table,
+			"partition", sqlname.Quote(strings.Join(parts, ".")), "storage", PartitionStorage)
+		if err == nil {
+			_, err = pool.Exec(ctx, create.SQL)
+		}
+		if err != nil {
 			return fmt.Errorf("migrate: default partition: %w", err)
 		}
 	}
 	return nil
+}
+
+// timePartitioningArgs are the arguments of set_time_partitioning.sql:
+// the interval in seconds and the partitions ahead.
+type timePartitioningArgs struct {
+	IntervalSeconds int64 `arg:"interval_seconds"`
+	Ahead           int   `arg:"ahead"`
 }
 
 // MissingSchemaError is MigrateTable's error when the table's schema (or,
@@ -269,7 +282,7 @@ func (e *MissingSchemaError) Error() string {
 func checkSchema(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	if schema, _, ok := strings.Cut(table, "."); ok {
 		var exists bool
-		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+		if err := pool.QueryRow(ctx, schemaExistsStmt.SQL, schemaExistsStmt.Args(schemaArgs{schema})...).Scan(&exists); err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
 		if !exists {
@@ -279,7 +292,7 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	}
 	var current *string
 	var path string
-	if err := pool.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path')").Scan(&current, &path); err != nil {
+	if err := pool.QueryRow(ctx, currentSchemaStmt.SQL).Scan(&current, &path); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if current == nil {

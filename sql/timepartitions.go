@@ -62,11 +62,10 @@ type TimePartitioning struct {
 func ReadTimePartitioning(ctx context.Context, q RowQuerier, table string) (TimePartitioning, error) {
 	var secs *int64
 	var ahead *int32
-	// Through to_jsonb: a table from before migration 00011 (or adopted
-	// before it) lacks the columns, and a missing column would abort the
-	// caller's transaction.
-	err := q.QueryRow(ctx, `SELECT extract(epoch FROM (to_jsonb(m)->>'time_partition_interval')::interval)::bigint, (to_jsonb(m)->>'time_partitions_ahead')::int
-FROM `+sqlname.Beside(table, "_partitioning")+` m`).Scan(&secs, &ahead)
+	read, err := renderTable[noArgs]("read_time_partitioning", table)
+	if err == nil {
+		err = q.QueryRow(ctx, read.SQL).Scan(&secs, &ahead)
+	}
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return TimePartitioning{}, nil
@@ -109,7 +108,7 @@ func EnsureTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string)
 		return nil, err
 	}
 	var now time.Time
-	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	if err := pool.QueryRow(ctx, nowStmt.SQL).Scan(&now); err != nil {
 		return nil, fmt.Errorf("time partitions of %s: %w", table, err)
 	}
 	// The partition holding now + Ahead intervals, even when that is
@@ -140,20 +139,24 @@ func CreateTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string,
 		return nil, wrap(fmt.Errorf("the table is not time-partitioned by pgoutbox (outbox-relay migrate --time-partitioned)"))
 	}
 	t := sqlname.Quote(table)
+	lock, err := renderTable[noArgs]("xact_lock", table, "lock", sqlname.XactLock(sqlname.LockTimePartitions, table))
+	if err != nil {
+		return nil, wrap(err)
+	}
 	var created []string
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+partitionLockTimeout+`'`); err != nil {
+		if _, err := tx.Exec(ctx, setLockTimeoutStmt.SQL); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT `+sqlname.XactLock(sqlname.LockTimePartitions, table)); err != nil {
+		if _, err := tx.Exec(ctx, lock.SQL); err != nil {
 			return err
 		}
 		var schema string
-		if err := tx.QueryRow(ctx, `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`, t).Scan(&schema); err != nil {
+		if err := tx.QueryRow(ctx, tableSchemaStmt.SQL, tableSchemaStmt.Args(tableArgs{t})...).Scan(&schema); err != nil {
 			return err
 		}
 		have := map[string]bool{}
-		rows, err := tx.Query(ctx, `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass`, t)
+		rows, err := tx.Query(ctx, childPartitionsStmt.SQL, childPartitionsStmt.Args(tableArgs{t})...)
 		if err != nil {
 			return err
 		}
@@ -177,12 +180,15 @@ func CreateTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string,
 			if have[name] {
 				continue
 			}
-			q := pgx.Identifier{schema, name}.Sanitize()
 			lit := func(ts time.Time) string { return sqlname.Literal(ts.UTC().Format("2006-01-02 15:04:05+00")) }
-			for _, s := range []string{
-				`CREATE TABLE ` + q + ` (LIKE ` + t + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH (` + PartitionStorage + `)`,
-				`ALTER TABLE ` + t + ` ATTACH PARTITION ` + q + ` FOR VALUES FROM (` + lit(start) + `) TO (` + lit(start.Add(tp.Interval)) + `)`,
-			} {
+			st := newScript(with(tableSlots(table), "partition", pgx.Identifier{schema, name}.Sanitize(), "storage", PartitionStorage,
+				"from", lit(start), "to", lit(start.Add(tp.Interval))))
+			st.add("create_time_partition")
+			st.add("attach_time_partition")
+			if err := st.err(); err != nil {
+				return fmt.Errorf("partition %s: %w", name, err)
+			}
+			for _, s := range st.stmts {
 				if _, err := tx.Exec(ctx, s); err != nil {
 					return fmt.Errorf("partition %s: %w", name, err)
 				}
@@ -216,14 +222,7 @@ type TimePartition struct {
 // their bounds (the DEFAULT partition last); none for a plain table.
 // Errors are wrapped as "partitions of <table>: ...".
 func ListTimePartitions(ctx context.Context, q Querier, table string) ([]TimePartition, error) {
-	rows, err := q.Query(ctx, `SELECT c.oid::regclass::text, c.relpersistence = 'u', b.bound = 'DEFAULT',
-  (regexp_match(b.bound, '^FOR VALUES FROM \(''([^'']*)''\)'))[1]::timestamptz,
-  (regexp_match(b.bound, ' TO \(''([^'']*)''\)$'))[1]::timestamptz
-FROM pg_partition_tree($1::regclass) p
-JOIN pg_class c ON c.oid = p.relid
-CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
-WHERE p.isleaf AND p.level > 0
-ORDER BY b.bound = 'DEFAULT', 4 NULLS FIRST, 1`, sqlname.Quote(table))
+	rows, err := q.Query(ctx, listPartitionsStmt.SQL, listPartitionsStmt.Args(tableArgs{sqlname.Quote(table)})...)
 	if err != nil {
 		return nil, fmt.Errorf("partitions of %s: %w", table, err)
 	}

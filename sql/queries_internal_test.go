@@ -1,0 +1,161 @@
+package sql
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// leftover is what no rendered statement may hold outside its quoted
+// identifiers and literals: a slot, an argument, a comment.
+var leftover = regexp.MustCompile(`TEMPLATE|@[A-Za-z_]|--|/\*`)
+
+// bare is sql without its quoted identifiers and literals, which may hold
+// anything.
+func bare(sql string) string {
+	return regexp.MustCompile(`'[^']*'|"[^"]*"`).ReplaceAllString(sql, "")
+}
+
+// Every file of queries/ renders with the slots the package fills in, is
+// named in the package's Go code, and every statement the package builds
+// renders, for tables of every kind of name, with no slot, argument or
+// comment left in it.
+func TestQueriesRender(t *testing.T) {
+	t.Parallel()
+	files, err := fs.Glob(queryFS, "queries/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatal(files, err)
+	}
+	var src strings.Builder
+	goFiles, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range goFiles {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	slots := tableSlots(`app.Out"box`)
+	for k, v := range fragments {
+		slots[k] = v
+	}
+	for _, k := range []string{"aggregate", "batch_size", "body_literal", "columns", "constraint", "constraint_literal",
+		"detail_literal", "drops", "event_type", "from", "function", "index", "lock", "lock_timeout", "max_bytes", "max_seq",
+		"partition", "partition_count", "payload", "payload_size", "role", "role_literal", "rule", "rules", "seq_column",
+		"sequence", "sequence_grant", "sequence_literal", "set_key_partition_body", "storage", "storage_literal", "to", "trigger"} {
+		slots[k] = "x"
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(strings.TrimPrefix(f, "queries/"), ".sql")
+		text, err := queries.Fill(name, slots)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if text == "" || regexp.MustCompile(`TEMPLATE|--|/\*`).MatchString(bare(text)) {
+			t.Errorf("%s rendered as %q", f, text)
+		}
+		if !strings.Contains(src.String(), `"`+name+`"`) {
+			t.Errorf("%s: no Go code of the package names %q", f, name)
+		}
+	}
+
+	check := func(what, sql string) {
+		t.Helper()
+		if sql == "" || leftover.MatchString(bare(sql)) {
+			t.Errorf("%s rendered as %q", what, sql)
+		}
+	}
+	for _, s := range []string{relkindStmt.SQL, byCreatedAtStmt.SQL, hasDefaultPartitionStmt.SQL, schemaExistsStmt.SQL,
+		currentSchemaStmt.SQL, durabilityStmt.SQL, sequenceOfStmt.SQL, inspectTableStmt.SQL, replicaIdentityStmt.SQL,
+		publicationsStmt.SQL, isPartitionedStmt.SQL, nowStmt.SQL, tableSchemaStmt.SQL, childPartitionsStmt.SQL,
+		listPartitionsStmt.SQL, eventTypeColumnStmt.SQL, columnCompressionStmt.SQL, adoptTableShapeStmt.SQL,
+		privilegesStmt.SQL, setLockTimeoutStmt.SQL, SlotsSQL} {
+		check("a statement rendered once", s)
+	}
+	for _, table := range []string{"outbox", `app.Out"box`, "billing.o'utbox", strings.Repeat("ü", 30)} {
+		for _, r := range []func() (string, error){
+			func() (string, error) {
+				s, err := renderTable[timePartitioningArgs]("set_time_partitioning", table)
+				return s.SQL, err
+			},
+			func() (string, error) {
+				s, err := renderTable[noArgs]("create_default_partition", table, "partition", "p", "storage", PartitionStorage)
+				return s.SQL, err
+			},
+			func() (string, error) {
+				s, err := renderTable[sequenceArgs]("sequence_state", table, "sequence", "s")
+				return s.SQL, err
+			},
+			func() (string, error) { s, err := renderTable[noArgs]("max_seq", table); return s.SQL, err },
+			func() (string, error) { s, err := renderTable[noArgs]("partition_count", table); return s.SQL, err },
+			func() (string, error) {
+				s, err := renderTable[noArgs]("read_time_partitioning", table)
+				return s.SQL, err
+			},
+			func() (string, error) {
+				s, err := renderTable[noArgs]("xact_lock", table, "lock", "pg_advisory_xact_lock(1)")
+				return s.SQL, err
+			},
+			func() (string, error) {
+				s, err := renderTable[noArgs]("payload_column_check", table, "payload", `"payload"`)
+				return s.SQL, err
+			},
+		} {
+			s, err := r()
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(table, s)
+		}
+		for _, name := range []string{"backfill_key_partitions", "backfill_key_partitions_partitioned"} {
+			s, err := renderTable[backfillArgs](name, table, "aggregate", `"aggregate_id"`, "batch_size", "1000")
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(table+" "+name, s.SQL)
+		}
+		for _, partitioned := range []bool{false, true} {
+			for _, compression := range []bool{false, true} {
+				stmts, err := adoptStatements(table, AdoptColumns{AggregateID: "aggregateid", EventType: "type", Payload: "pay%load"}, partitioned, false, compression)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range stmts {
+					check(table+" adopt", s)
+				}
+			}
+		}
+		for _, cols := range []AdoptColumns{{AggregateID: "aggregate_id", EventType: "event_type"}, {AggregateID: "a'b"}} {
+			checks, err := rowChecks(tableName(table), cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := rowCheckBody(checks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(body, "\nBEGIN\n    IF NOT (") || !strings.HasSuffix(body, "    END IF;\n    RETURN NEW;\nEND\n") {
+				t.Errorf("%s: the row checks' body %q", table, body)
+			}
+		}
+		// The script's own comments, between its statements, aside.
+		var script []string
+		for _, l := range strings.Split(GrantScript("relay", table, "writer"), "\n") {
+			if !strings.HasPrefix(l, "--") {
+				script = append(script, l)
+			}
+		}
+		check(table+" grants", strings.Join(script, "\n"))
+		check(table+" fix", (&SequenceBehindError{Table: table, MaxSeq: 7}).Fix())
+	}
+}
