@@ -13,7 +13,6 @@ import (
 
 	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/internal/owners"
-	"github.com/pgoutbox/outbox/internal/sqlname"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -205,7 +204,11 @@ func (s *Service) checkTable(ctx context.Context) error {
 	table := s.claimer.Config().Table
 	cctx, cancel := context.WithTimeout(ctx, DefaultDBTimeout)
 	defer cancel()
-	_, err := s.pool.Exec(cctx, "SELECT FROM "+sqlname.Quote(table)+" LIMIT 0")
+	q, err := checkTableSQL(table)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(cctx, q)
 	if lease.IsMissingTable(err) {
 		return fmt.Errorf("relay: outbox table %q not found: create it with sql.Migrate (github.com/pgoutbox/outbox/sql; sql.MigrateTable for another name) or `outbox-relay migrate`: %w", table, err)
 	}

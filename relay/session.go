@@ -37,18 +37,6 @@ import (
 // connection of the pooler's, not every one: set the role's settings
 // there instead (docs/database.md).
 
-// poolSettingsSQL resets, for a pooled session, idle_session_timeout and a
-// statement_timeout shorter than $1 milliseconds.
-const poolSettingsSQL = `SELECT set_config(name, CASE name WHEN 'statement_timeout' THEN $1::text ELSE '0' END, false)
-FROM pg_settings
-WHERE name = 'idle_session_timeout' AND setting <> '0'
-   OR name = 'statement_timeout' AND setting <> '0' AND setting::bigint < $1::bigint`
-
-// listenerSettingsSQL resets, for the LISTEN session, idle_session_timeout
-// and idle_in_transaction_session_timeout.
-const listenerSettingsSQL = `SELECT set_config(name, '0', false) FROM pg_settings
-WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout') AND setting <> '0'`
-
 // ConfigurePool makes every session of a pool built from cfg override the
 // database settings that would break or churn the relay's sessions (see
 // above: idle_session_timeout off, statement_timeout at least
@@ -67,7 +55,7 @@ func ConfigurePool(cfg *pgxpool.Config, relayCfg Config) {
 		}
 		// The simple protocol: no prepared statement, whatever the exec
 		// mode and whatever pooler is in between.
-		_, _ = conn.Exec(ctx, poolSettingsSQL, pgx.QueryExecModeSimpleProtocol, ms)
+		_, _ = conn.Exec(ctx, poolSettings.SQL, append([]any{pgx.QueryExecModeSimpleProtocol}, poolSettings.Args(poolSettingsArgs{DBTimeoutMS: ms})...)...)
 		return nil
 	}
 }
@@ -83,7 +71,7 @@ func configureListener(cc *pgx.ConnConfig) {
 				return err
 			}
 		}
-		_, _ = conn.Exec(ctx, listenerSettingsSQL).ReadAll()
+		_, _ = conn.Exec(ctx, listenerSettings.SQL).ReadAll()
 		return nil
 	}
 }

@@ -1,0 +1,26 @@
+package relay
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Every statement of sql/ renders: no slot, argument or comment is left,
+// and the table check names the table it is given.
+func TestStatementsRender(t *testing.T) {
+	t.Parallel()
+	leftover := regexp.MustCompile(`TEMPLATE|@[A-Za-z_]|--|/\*`)
+	check, err := checkTableSQL(`app.Out"box`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(check, `"app"."Out""box"`) {
+		t.Errorf("check_table.sql does not name the table: %q", check)
+	}
+	for name, sql := range map[string]string{"pool_settings": poolSettings.SQL, "listener_settings": listenerSettings.SQL, "check_table": check} {
+		if sql == "" || leftover.MatchString(regexp.MustCompile(`'[^']*'|"[^"]*"`).ReplaceAllString(sql, "")) {
+			t.Errorf("%s rendered as %q", name, sql)
+		}
+	}
+}
