@@ -25,20 +25,12 @@ type poolSettingsArgs struct {
 // The statements that take nothing from a Config, rendered once; a broken
 // file fails every test of the package (TestStatementsRender).
 var (
-	poolSettings     = mustRender[poolSettingsArgs]("pool_settings", nil)
-	listenerSettings = mustRender[sqlfile.NoArgs]("listener_settings", nil)
+	poolSettings     = sqlfile.MustRender[poolSettingsArgs](sqlFiles, "pool_settings", nil)
+	listenerSettings = sqlfile.MustRender[sqlfile.NoArgs](sqlFiles, "listener_settings", nil)
 )
 
 // checkTableSQL renders sql/check_table.sql for table.
 func checkTableSQL(table string) (string, error) {
 	s, err := sqlfile.Render[sqlfile.NoArgs](sqlFiles, "check_table", map[string]string{"table": sqlname.Quote(table)})
 	return s.SQL, err
-}
-
-func mustRender[A any](name string, slots map[string]string) sqlfile.Stmt[A] {
-	s, err := sqlfile.Render[A](sqlFiles, name, slots)
-	if err != nil {
-		panic(err)
-	}
-	return s
 }

@@ -90,11 +90,7 @@ type privilegeArgs struct {
 // files are fixed at build time (TestQueriesRender renders each), so an
 // error is a bug of this package.
 func mustRender[A any](name string, slots map[string]string) stmt[A] {
-	s, err := sqlfile.Render[A](queries, name, slots)
-	if err != nil {
-		panic(err)
-	}
-	return s
+	return sqlfile.MustRender[A](queries, name, slots)
 }
 
 // mustFill is mustRender for a fragment, or a statement that pgoutbox

@@ -93,6 +93,17 @@ func Render[A any](f Files, name string, slots map[string]string) (Stmt[A], erro
 	return Stmt[A]{SQL: sql}, nil
 }
 
+// MustRender is Render for statements rendered once when their package is
+// initialized, from files embedded in the binary: a file that does not
+// render is a bug of the package, which its tests catch, so it panics.
+func MustRender[A any](f Files, name string, slots map[string]string) Stmt[A] {
+	s, err := Render[A](f, name, slots)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
 // Renderer renders statements of Files with Slots until the first error,
 // which it keeps in Err: a caller renders all its statements, then checks
 // Err once.
