@@ -70,8 +70,9 @@ func legalTopicRune(r rune) bool {
 // Publisher's own metadata is a cache), for the topics' metadata, without
 // letting the broker create them, unless Config.AutoCreateTopic is set: then
 // the request allows auto-creation (Metadata v4+ allow_auto_topic_creation),
-// and topics the broker reports as being created (LEADER_NOT_AVAILABLE)
-// are asked for again with backoff until ctx ends. The first broker that
+// topics the broker reports as being created (LEADER_NOT_AVAILABLE) are
+// asked for again with backoff until ctx ends, and topics it still reports
+// unknown, for up to 3 s (a broker may answer so while it creates them). The first broker that
 // answers decides. Without a ctx deadline it is bounded by
 // Config.DialTimeout + Config.WriteTimeout.
 //
@@ -136,15 +137,24 @@ func (p *Publisher) CheckTopics(ctx context.Context, topics ...string) error {
 // the topics); otherwise err is why it could not be asked.
 func (p *Publisher) checkTopicsOn(ctx context.Context, broker string, topics []string) (answered bool, err error) {
 	backoff := 100 * time.Millisecond
+	began := time.Now()
 	for {
 		creating, answered, err := p.topicMetadata(ctx, broker, topics)
 		if !answered || len(creating) == 0 {
 			return answered, err
 		}
+		if err != nil && time.Since(began) >= autoCreateWait {
+			// Still unknown after autoCreateWait: the broker did not
+			// create them (err is the *MissingTopicError).
+			return true, err
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if err != nil {
+				return true, err
+			}
 			return true, fmt.Errorf("topics %q are being created (LEADER_NOT_AVAILABLE) and were not ready in time: %w",
 				creating, kafkago.LeaderNotAvailable)
 		case <-t.C:
@@ -152,6 +162,14 @@ func (p *Publisher) checkTopicsOn(ctx context.Context, broker string, topics []s
 		backoff = min(2*backoff, time.Second)
 	}
 }
+
+// autoCreateWait is how long CheckTopics, with Config.AutoCreateTopic,
+// asks again for a topic the broker still reports unknown: a broker that
+// creates topics on request may answer UNKNOWN_TOPIC_OR_PARTITION to the
+// request that starts the creation (Kafka 4.x in KRaft mode does, for
+// under a second here), so only a topic still unknown after this long
+// is one the broker did not create.
+const autoCreateWait = 3 * time.Second
 
 // topicMetadata asks broker once, on a fresh kafka-go Transport (whose
 // first metadata request, made by its discover goroutine for exactly these
@@ -195,9 +213,17 @@ func (p *Publisher) topicMetadata(ctx context.Context, broker string, topics []s
 	}
 	if len(missing) > 0 {
 		errs = append([]error{&MissingTopicError{Topics: missing, Broker: broker, AutoCreate: p.cfg.AutoCreateTopic}}, errs...)
+		if p.cfg.AutoCreateTopic {
+			// Asked to create them: they may be on their way
+			// (autoCreateWait); the caller asks again.
+			creating = append(creating, missing...)
+		}
 	}
 	if len(errs) > 0 {
-		return nil, true, errors.Join(errs...)
+		if !p.cfg.AutoCreateTopic {
+			creating = nil // nothing of errs is asked for again
+		}
+		return creating, true, errors.Join(errs...)
 	}
 	return creating, true, nil
 }

@@ -154,6 +154,35 @@ func TestCheckTopics(t *testing.T) {
 		}
 	})
 
+	t.Run("auto-create answered unknown at first", func(t *testing.T) {
+		// Kafka 4.x answers the request that starts a topic's creation
+		// with UNKNOWN_TOPIC_OR_PARTITION; the topic exists a moment
+		// later. The first auto-creating request is answered so, the
+		// next ones as usual (kfake creates the topic then).
+		fresh := topic + "-slow"
+		b.cluster.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			req := kreq.(*kmsg.MetadataRequest)
+			if !req.AllowAutoTopicCreation {
+				return nil, nil, false // kept for the next request
+			}
+			resp := req.ResponseKind().(*kmsg.MetadataResponse)
+			for _, rt := range req.Topics {
+				st := kmsg.NewMetadataResponseTopic()
+				st.Topic = rt.Topic
+				st.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				resp.Topics = append(resp.Topics, st)
+			}
+			return resp, nil, true
+		})
+		ap := newTestPublisher(t, Config{Brokers: b.addrs, AutoCreateTopic: true})
+		if err := ap.CheckTopics(ctx, fresh); err != nil {
+			t.Fatalf("CheckTopics with AutoCreateTopic, the first answer unknown = %v, want nil (the broker created it)", err)
+		}
+		if !topicExists(t, b.addrs, fresh) {
+			t.Errorf("%s not created", fresh)
+		}
+	})
+
 	t.Run("broker refuses auto-create", func(t *testing.T) {
 		nb, _ := newFakeBroker(t, 1)
 		ap := newTestPublisher(t, Config{Brokers: nb.addrs, AutoCreateTopic: true})
