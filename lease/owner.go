@@ -63,7 +63,8 @@ type Ownership struct {
 	Members int
 	// Acquired and Released count partitions acquired and given back
 	// since the Claimer started; TakenOver counts those acquired from
-	// another member (a handover).
+	// another member whose membership had run out (a handover): a
+	// partition a member gave back has no owner when it is acquired.
 	Acquired, Released, TakenOver int64
 	// Legacy names a relay of an older version, without key partitions,
 	// that holds leases on the table (its locked_by); "" when none. While

@@ -748,7 +748,7 @@ var (
 	descMembers      = prometheus.NewDesc("outbox_relay_relays", "Relays running on the table, as this relay saw at its last rebalance.", nil, nil)
 	descAcquired     = prometheus.NewDesc("outbox_relay_partitions_acquired_total", "Key partitions this relay acquired.", nil, nil)
 	descGivenBack    = prometheus.NewDesc("outbox_relay_partitions_released_total", "Key partitions this relay gave back (to a relay that joined, or at shutdown).", nil, nil)
-	descHandovers    = prometheus.NewDesc("outbox_relay_partition_handovers_total", "Key partitions this relay acquired from another relay (one that left, died or gave them back).", nil, nil)
+	descHandovers    = prometheus.NewDesc("outbox_relay_partition_handovers_total", "Key partitions this relay took over from a relay whose membership had run out (it died, was paused or lost the database); partitions a relay gave back (on SIGTERM, or to rebalance) are acquired free and count in outbox_relay_partitions_acquired_total only.", nil, nil)
 )
 
 func (c *componentCollector) Describe(ch chan<- *prometheus.Desc) {
