@@ -303,3 +303,18 @@ func TestAddCarriesTheCallersTraceContext(t *testing.T) {
 		t.Fatalf("traceparent without a span: %v", *got["c"])
 	}
 }
+
+// On a database the migrations have not reached, Add says which table is
+// missing and the command that creates it, and wraps the server's error.
+func TestAddNamesTheMigrationWhenTheTableIsMissing(t *testing.T) {
+	t.Parallel()
+	db := testenv.MigratedDB(t)
+	w, err := outbox.NewWriter(outbox.WriterConfig{Table: "no_such_outbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Add(context.Background(), db.Pool, outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{}`)})
+	if err == nil || !strings.Contains(err.Error(), "no_such_outbox not found") || !strings.Contains(err.Error(), "outbox-relay migrate") || !strings.Contains(err.Error(), "42P01") {
+		t.Fatalf("Add on a missing table = %v, want the table, the migrate command and the server's error", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -131,6 +132,10 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 		_, err = q.Exec(ctx, w.insertSQL, ids, aggs, types, payloads, headers, topics)
 	}
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return fmt.Errorf("outbox: insert events: table %s not found: create it with `outbox-relay migrate` (or sql.Migrate from github.com/pgoutbox/outbox/sql; WriterConfig.Table names another table): %w", w.cfg.Table, err)
+		}
 		return fmt.Errorf("outbox: insert events: %w", err)
 	}
 	return nil
