@@ -84,9 +84,10 @@ check-deploy: $(HELM)
 # a real Apache Kafka broker instead of the embedded one (java and mvn):
 # make run ARGS='--kafka 4.4.0'. The command is built into bin/ and run
 # from there (not with go run, whose exit status after Ctrl-C is 1 even
-# when outbox-dev stopped cleanly, which make reported as an error).
+# when outbox-dev stopped cleanly, which make reported as an error), with
+# bin/outbox-relay beside it for the status command it prints.
 run:
-	$(GO) build -o bin/outbox-dev ./cmd/outbox-dev
+	$(GO) build -o bin/ ./cmd/outbox-dev ./cmd/outbox-relay
 	./bin/outbox-dev $(ARGS)
 
 # A benchmark suite (about 17 minutes) on a throwaway Postgres (fsync

@@ -241,7 +241,7 @@ func TestThrowawayStackStartsAndCleansUp(t *testing.T) {
 	for _, want := range []string{
 		"Kafka (embedded, in memory): " + broker,
 		fmt.Sprintf("kcat -b localhost:%d -t devtest -C -o beginning -f 'key=%%k headers=%%h value=%%s\\n'", port),
-		"outbox-relay status --database-url '" + dsn[1] + "'",
+		" status --database-url '" + dsn[1] + "'",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
@@ -405,7 +405,7 @@ func TestBannerEndpointsAndStatusCommandWork(t *testing.T) {
 		}
 	}
 
-	m := regexp.MustCompile(`(?m)^  outbox-relay status --database-url '([^']+)'$`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`(?m)^  (?:\./bin/outbox-relay|go run \./cmd/outbox-relay) status --database-url '([^']+)'$`).FindStringSubmatch(out)
 	if m == nil || m[1] != db.ConnString {
 		t.Fatalf("stdout has no outbox-relay status command for %s:\n%s", db.ConnString, out)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -516,7 +517,7 @@ func printBanner(out *lockedWriter, o *options, pg *pgtemp.Cluster, real *kafkat
 	if pg != nil {
 		statusDSN = dsn // the throwaway cluster has no password
 	}
-	out.printf("Ask the relay's questions (make build puts outbox-relay in bin/; or go run ./cmd/outbox-relay):\n  outbox-relay status --database-url '%s'\n", statusDSN)
+	out.printf("Ask the relay's questions:\n  %s status --database-url '%s'\n", relayCommand(), statusDSN)
 	out.printf("The relay's metrics and health, as outbox-relay run serves them on --metrics-addr:\n  curl http://%s/metrics\n  curl http://%s/healthz\n  curl http://%s/readyz\n\n", metricsAddr, metricsAddr, metricsAddr)
 	db := fmt.Sprintf("database %q at %s:%d (--database-url)", pcfg.ConnConfig.Database, pcfg.ConnConfig.Host, pcfg.ConnConfig.Port)
 	if pg != nil {
@@ -569,4 +570,14 @@ func (l *lockedWriter) printf(format string, args ...any) {
 			l.onError(err)
 		}
 	}
+}
+
+// relayCommand is how the printed outbox-relay commands run it:
+// ./bin/outbox-relay where make run (or make build) put it, else go run
+// from the repository.
+func relayCommand() string {
+	if fi, err := os.Stat(filepath.Join("bin", "outbox-relay")); err == nil && !fi.IsDir() {
+		return "./bin/outbox-relay"
+	}
+	return "go run ./cmd/outbox-relay"
 }
