@@ -159,7 +159,10 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			continue
 		}
 		if len(b.Rows) == 0 {
-			t.claimed(0, false)
+			// An empty batch may still say to claim again at once: the
+			// relays' ownership moved since this relay's last rebalance
+			// (lease.Batch.More).
+			t.claimed(0, b.More)
 			continue
 		}
 		select {

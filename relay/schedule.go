@@ -49,7 +49,7 @@ const (
 	schedWoke    schedEventKind = iota // the claimer woke up for cause
 	schedBegin                         // a claim begins; drained: a notification was pending
 	schedFailed                        // the claim failed
-	schedClaimed                       // the claim found rows (0: empty), more says it stopped at its byte bound
+	schedClaimed                       // the claim found rows (0: empty); more: claim again at once (lease.Batch.More: its byte bound, or ownership moved)
 )
 
 // schedEvent is one input of the schedule.
@@ -110,7 +110,7 @@ func (c schedConfig) next(s schedState, e schedEvent) (schedState, schedDecision
 		s.backlog = true
 	case schedClaimed:
 		s.failures = 0
-		if e.rows == 0 {
+		if e.rows == 0 && !e.more {
 			return c.empty(s, e.at)
 		}
 		return c.found(s, e)

@@ -67,6 +67,11 @@ func TestSchedule(t *testing.T) {
 			backlog: true,
 		},
 		{
+			name:    "an empty claim that says more (ownership moved) claims again at once",
+			steps:   []step{{e: woke(0, causeBacklog), want: none}, {e: begin(0, false), want: polled}, {e: schedEvent{kind: schedClaimed, at: at(100), rows: 0, more: true}, want: none}},
+			backlog: true,
+		},
+		{
 			name: "a notification right after a claim waits ClaimWindowPoll after it (debounce)",
 			steps: cat(claim(0, causeBacklog, false, 0, none), []step{
 				{e: woke(200, causeNotify), want: schedDecision{notBefore: at(500)}},
