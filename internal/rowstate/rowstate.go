@@ -18,10 +18,13 @@ const (
 	// StateBackingOff: a failed publish waits for its retry.
 	StateBackingOff = "backing_off"
 	// StateHeld: its own lease is free, but an earlier unpublished event
-	// of its aggregate is leased, backing off or held as a dead letter
+	// of its aggregate is backing off or held as a dead letter
 	// (locked_until 'infinity'): the claim's order guard keeps it back.
 	StateHeld = "held"
-	// StateClaimable: the next claim may take it.
+	// StateClaimable: the next claim may take it. An earlier event of its
+	// aggregate that a relay leased does not hold it back: the relay that
+	// owns the aggregate's key partition claims it next (its own leases
+	// never block its claims).
 	StateClaimable = "claimable"
 )
 
@@ -82,22 +85,28 @@ func (s States) Waiting(a, holder, floor string) string {
       LIMIT 1), false)`
 }
 
-// Claimable: live, its lease free, and not held behind an earlier row of
-// its aggregate that is backing off or held as a dead letter (locked_by
-// NULL, locked_until in the future). An earlier row leased by a relay does
-// not hold it: every row of an aggregate belongs to the key partition its
-// owner claims from, and a relay's own leases never block its claims, so
-// the owner claims the row next. (The gauges read the oldest such row;
-// counting leases as blockers made them walk the whole backlog while the
-// relays drained it, and report nothing claimable.)
-func (s States) Claimable(a string) string {
-	return s.Live(a) + " AND " + s.LeaseFree(a) + ` AND NOT COALESCE((SELECT true FROM ` + s.table + ` p
+// HeldBehind: an earlier unpublished row of a's aggregate is backing off
+// or held as a dead letter (locked_by NULL, locked_until in the future):
+// the claim's order guard keeps a back. An earlier row leased by a relay
+// does not hold it: every row of an aggregate belongs to the key partition
+// its owner claims from, and a relay's own leases never block its claims,
+// so the owner claims the row next. (The gauges read the oldest row not
+// held so; counting leases as holding rows back made them walk the whole
+// backlog while the relays drained it, and report nothing claimable.)
+func (s States) HeldBehind(a string) string {
+	return `COALESCE((SELECT true FROM ` + s.table + ` p
       WHERE p.` + s.agg + ` = ` + a + `.` + s.agg + `
         AND p.published_at IS NULL
         AND p.seq < ` + a + `.seq
         AND p.locked_until > now()
         AND p.locked_by IS NULL
       LIMIT 1), false)`
+}
+
+// Claimable: live, its lease free, and not held behind an earlier row of
+// its aggregate (HeldBehind).
+func (s States) Claimable(a string) string {
+	return s.Live(a) + " AND " + s.LeaseFree(a) + " AND NOT " + s.HeldBehind(a)
 }
 
 // State is a CASE expression giving a's state, one of the State* names.
@@ -107,19 +116,7 @@ func (s States) State(a string) string {
     WHEN ` + a + `.dead_lettered_at IS NOT NULL THEN '` + StateDeadLettered + `'
     WHEN ` + a + `.locked_by IS NOT NULL AND ` + a + `.locked_until > now() THEN '` + StateLeased + `'
     WHEN ` + a + `.locked_by IS NULL AND ` + a + `.locked_until > now() THEN '` + StateBackingOff + `'
-    WHEN ` + s.Waiting(a, "", "") + ` THEN '` + StateHeld + `'
+    WHEN ` + s.HeldBehind(a) + ` THEN '` + StateHeld + `'
     ELSE '` + StateClaimable + `'
   END`
-}
-
-// Blocker returns a query for the row a waiting row is held behind: the
-// lowest-seq earlier unpublished row of its aggregate whose locked_until is
-// in the future. Parameters: $1 the aggregate ID, $2 the waiting row's
-// seq. Columns: seq, id (text), state, locked_until (NULL for 'infinity'),
-// dead_lettered_at.
-func (s States) Blocker(idCol string) string {
-	return `SELECT p.seq, p.` + sqlname.Column(idCol) + `::text, ` + s.State("p") + `, NULLIF(p.locked_until, 'infinity'), p.dead_lettered_at
-FROM ` + s.table + ` p
-WHERE p.` + s.agg + ` = $1 AND p.published_at IS NULL AND p.seq < $2 AND p.locked_until > now()
-ORDER BY p.seq LIMIT 1`
 }
