@@ -76,8 +76,8 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 
 // move acquires and gives back the partitions of plan (its Owned updated
 // with what moved), owners the owner of each partition before; it sets
-// *gen to the generation the move bumped, if it did. Called with c.mu
-// held.
+// *gen to the generation the move bumped, if it did and nothing else
+// changed since *gen was read. Called with c.mu held.
 func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string, gen *int64) error {
 	o, q := c.own, c.st.move
 	var got, gave []int32
@@ -103,9 +103,14 @@ func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string
 	o.acquired += int64(len(got))
 	o.takenOver += takenOver
 	o.released += int64(len(gave))
-	if bumped != nil {
+	if bumped != nil && *bumped == *gen+1 {
+		// Only this move changed members or owners since the rebalance
+		// read them: the new generation is what this relay knows.
 		*gen = *bumped
 	}
+	// Otherwise another relay changed them in between (it gave back
+	// partitions assigned to this one, say): the generation read with the
+	// owners stays, so the next claim finds it moved and rebalances again.
 	return nil
 }
 
