@@ -10,6 +10,7 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 )
 
 // PartitionError is a per-message error of a Publish call for a condition
@@ -60,7 +61,8 @@ type partitionInfo struct {
 // answers metadata requests from a cache that may be seconds old. It runs
 // only when a publish fails for a condition of the cluster.
 type describer struct {
-	dial    func(ctx context.Context, broker string) (*kafkago.Conn, error)
+	// read asks broker for topic's partitions (Publisher.readPartitions).
+	read    func(ctx context.Context, broker, topic string) ([]kafkago.Partition, error)
 	brokers []string
 	timeout time.Duration
 
@@ -122,18 +124,56 @@ func (d *describer) remember(topic string, info *partitionInfo) {
 	d.cache[topic] = info
 }
 
-func (d *describer) read(ctx context.Context, broker, topic string) ([]kafkago.Partition, error) {
-	conn, err := d.dial(ctx, broker)
+// readPartitions asks broker for topic's partitions with a Metadata
+// request that never asks the broker to create the topic, on a fresh
+// kafka-go Transport (as CheckTopics asks: its discover request is for
+// exactly this topic, allow_auto_topic_creation false). Not kafka-go's
+// Conn.ReadPartitions, which sets allow_auto_topic_creation (Metadata v6;
+// v1 creates implicitly): after a publish failed on a deleted topic, on a
+// broker with auto.create.topics.enable (Kafka's default), it created the
+// topic again with the broker's default partition count.
+func (p *Publisher) readPartitions(ctx context.Context, broker, topic string) ([]kafkago.Partition, error) {
+	t := p.newTransport(p.dialer.dialConn, []string{topic})
+	defer t.CloseIdleConnections()
+	r, err := t.RoundTrip(ctx, kafkago.TCP(broker), &metadataAPI.Request{TopicNames: []string{topic}})
 	if err != nil {
-		return nil, err
+		return nil, p.explain("", err)
 	}
-	defer func() { _ = conn.Close() }()
-	if dl, ok := ctx.Deadline(); ok {
-		if err := conn.SetDeadline(dl); err != nil {
-			return nil, err
+	resp, ok := r.(*metadataAPI.Response)
+	if !ok {
+		return nil, fmt.Errorf("unexpected metadata response %T", r)
+	}
+	brokers := make(map[int32]kafkago.Broker, len(resp.Brokers))
+	for _, b := range resp.Brokers {
+		brokers[b.NodeID] = kafkago.Broker{ID: int(b.NodeID), Host: b.Host, Port: int(b.Port), Rack: b.Rack}
+	}
+	node := func(id int32) kafkago.Broker {
+		if b, ok := brokers[id]; ok {
+			return b
 		}
+		return kafkago.Broker{ID: int(id)}
 	}
-	return conn.ReadPartitions(topic)
+	for _, rt := range resp.Topics {
+		if rt.Name != topic {
+			continue
+		}
+		if rt.ErrorCode != 0 {
+			return nil, fmt.Errorf("topic %q: %w", topic, kafkago.Error(rt.ErrorCode))
+		}
+		parts := make([]kafkago.Partition, 0, len(rt.Partitions))
+		for _, rp := range rt.Partitions {
+			part := kafkago.Partition{Topic: topic, ID: int(rp.PartitionIndex), Leader: node(rp.LeaderID)}
+			for _, id := range rp.ReplicaNodes {
+				part.Replicas = append(part.Replicas, node(id))
+			}
+			for _, id := range rp.IsrNodes {
+				part.Isr = append(part.Isr, node(id))
+			}
+			parts = append(parts, part)
+		}
+		return parts, nil
+	}
+	return nil, fmt.Errorf("topic %q: %w", topic, kafkago.UnknownTopicOrPartition)
 }
 
 // explainPartitions wraps each per-message error of errs (one per msgs

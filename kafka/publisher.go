@@ -106,7 +106,7 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 		clientID: cfg.ClientID,
 	}
 	p := &Publisher{cfg: cfg, log: log, mech: mech, dialer: dialer, conns: conns, writing: make(chan struct{}, 1)}
-	p.describe = &describer{dial: p.dialBroker, brokers: cfg.Brokers, timeout: min(cfg.DialTimeout+cfg.WriteTimeout, describeTimeout)}
+	p.describe = &describer{read: p.readPartitions, brokers: cfg.Brokers, timeout: min(cfg.DialTimeout+cfg.WriteTimeout, describeTimeout)}
 	addr := kafkago.TCP(cfg.Brokers...)
 	p.transport = newRefreshingTransport(func() *kafkago.Transport {
 		// Track every broker connection so Close can cut the ones with a

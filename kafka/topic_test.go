@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -321,4 +322,26 @@ func TestPublishTopicErrors(t *testing.T) {
 			t.Fatal("no message on partition 0")
 		}
 	})
+}
+
+// The metadata request that explains a failed publish (the describer) must
+// not create the topic: after a publish failed on a topic that was
+// deleted, on a broker that creates topics on request (Kafka's default),
+// kafka-go's Conn.ReadPartitions, which it used, created the topic again
+// with the broker's default partition count, behind the operator's back
+// (TestRealKafka/TopicRecreated found it: its own CreateTopic failed with
+// TOPIC_ALREADY_EXISTS).
+func TestDescribeDoesNotCreateTheTopic(t *testing.T) {
+	t.Parallel()
+	b, _ := newFakeBroker(t, 1, kfake.AllowAutoTopicCreation())
+	p := newTestPublisher(t, Config{Brokers: b.addrs})
+	missing := fmt.Sprintf("deleted-%d", time.Now().UnixNano())
+	info, err := p.describe.topic(context.Background(), missing)
+	if err == nil && info != nil && len(info.partitions) > 0 {
+		t.Errorf("describe found %d partitions of a topic that does not exist", len(info.partitions))
+	}
+	if topicExists(t, b.addrs, missing) {
+		t.Fatalf("describing a missing topic created it")
+	}
+	t.Logf("describe of a missing topic: %v", err)
 }

@@ -76,7 +76,7 @@ func majorVersion(v string) int {
 //     KIP-896 floor (Produce v3).
 //   - The bootstrap connections of Ping, CheckTopics, the error describer
 //     and the Writer go through a recording proxy: every request header
-//     seen (API key and version: ApiVersions v0, Metadata v1, v6, v8) must
+//     seen (API key and version: ApiVersions v0, Metadata v1, v8) must
 //     be in the broker's range. Produce requests go to the broker's
 //     advertised address, not through the proxy; the first bullet and a
 //     successful Publish cover them.
@@ -127,8 +127,8 @@ func TestRequestVersionsAreSupportedByTheBroker(t *testing.T) {
 	if err := p.Publish(ctx, []Message{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	// The metadata request that explains a failed publish (kafka-go's
-	// Conn.ReadPartitions), made here without a failure.
+	// The metadata request that explains a failed publish (the
+	// describer's), made here without a failure.
 	if _, err := p.describe.topic(ctx, topic); err != nil {
 		t.Fatalf("describe: %v", err)
 	}
