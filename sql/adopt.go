@@ -189,7 +189,7 @@ func tableName(table string) string {
 func adoptStatements(table string, cols AdoptColumns, partitioned, hasSeq, compression bool) ([]string, error) {
 	name := tableName(table)
 	idx := func(suffix string) string { return sqlname.Column(name + suffix) }
-	seqName := sqlname.Sibling(table, "_seq_seq")
+	seqName := sqlname.Beside(table, "_seq_seq")
 	st := newScript(with(tableSlots(table),
 		"lock", sqlname.XactLock(sqlname.LockAdopt, table),
 		"storage", PartitionStorage, "storage_literal", sqlname.Literal(PartitionStorage),

@@ -106,18 +106,23 @@ func keyPartitionStatements(table, aggregateColumn, payloadColumn string, partit
 		return nil, err
 	}
 	// The trigger function's body is a format() string (%s: the number of
-	// partitions), in a literal.
+	// partitions), in a literal: every '%' of the names in it doubled.
 	body, err := queries.Fill("key_partition_trigger_body", map[string]string{
-		"aggregate":    sqlname.Column(aggregateColumn),
+		"aggregate":    strings.ReplaceAll(sqlname.Column(aggregateColumn), "%", "%%"),
 		"payload_size": strings.ReplaceAll(size, "%", "%%"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("render statement: %w", err)
 	}
-	st := newScript(with(tableSlots(table),
+	slots := with(tableSlots(table),
 		"trigger", sqlname.Column(constraintName(tableName(table), "_key_partition_fill")),
 		"partition_count", strconv.Itoa(partitions),
-		"set_key_partition_body", sqlname.Literal(body)))
+		"set_key_partition_body", sqlname.Literal(body))
+	slots = with(slots,
+		"key_partition_fn_literal", sqlname.Literal(slots["key_partition_fn"]),
+		"set_key_partition_fn_literal", sqlname.Literal(slots["set_key_partition_fn"]))
+	slots["do_tag"] = dollarTag("adopt", slots)
+	st := newScript(slots)
 	for _, file := range []string{
 		"adopt_key_partition_columns",
 		"adopt_partitioning_table",
@@ -149,4 +154,26 @@ func payloadSizeExpr(column string, compression bool) (string, error) {
 		return "", fmt.Errorf("render statement: %w", err)
 	}
 	return s, nil
+}
+
+// dollarTag returns a dollar quote, $<base>$ or $<base><n>$, that none of
+// slots' values holds, for a block of SQL that they are rendered into: a
+// quoted name may hold any text, "$adopt$" too.
+func dollarTag(base string, slots map[string]string) string {
+	for n := 0; ; n++ {
+		tag := "$" + base + "$"
+		if n > 0 {
+			tag = "$" + base + strconv.Itoa(n) + "$"
+		}
+		clash := false
+		for _, v := range slots {
+			if strings.Contains(v, tag) {
+				clash = true
+				break
+			}
+		}
+		if !clash {
+			return tag
+		}
+	}
 }

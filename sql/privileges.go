@@ -79,7 +79,7 @@ func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs
 			missing = append(missing, Privilege{Privilege: priv, On: on, For: why})
 		}
 	}
-	tn, gn := "TABLE "+sqlname.Readable(table), "TABLE "+sqlname.Readable(guardName(table))
+	tn, gn := "TABLE "+sqlname.Readable(table), "TABLE "+besideReadable(table, "_order_guard")
 	lack(sel, "SELECT", tn, "claims, and the start-up check of the table")
 	lack(upd, "UPDATE", tn, "claims and marks")
 	if needs.Retention {
@@ -169,11 +169,4 @@ func besideReadable(table, suffix string) string {
 		parts = append(parts, strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(p, `"`), `"`), `""`, `"`))
 	}
 	return sqlname.Readable(strings.Join(parts, "."))
-}
-
-// guardName is the order-guard table's name beside table, unquoted.
-func guardName(table string) string {
-	parts := strings.Split(table, ".")
-	parts[len(parts)-1] += "_order_guard"
-	return strings.Join(parts, ".")
 }

@@ -51,7 +51,7 @@ func TestQueriesRender(t *testing.T) {
 	for _, k := range []string{"aggregate", "batch_size", "body_literal", "columns", "constraint", "constraint_literal",
 		"detail_literal", "drops", "event_type", "from", "function", "index", "lock", "lock_timeout", "max_bytes", "max_seq",
 		"partition", "partition_count", "payload", "payload_size", "role", "role_literal", "rule", "rules", "seq_column",
-		"sequence", "sequence_grant", "sequence_literal", "set_key_partition_body", "storage", "storage_literal", "to", "trigger"} {
+		"sequence", "sequence_grant", "sequence_literal", "set_key_partition_body", "key_partition_fn_literal", "set_key_partition_fn_literal", "do_tag", "storage", "storage_literal", "to", "trigger"} {
 		slots[k] = "x"
 	}
 	for _, f := range files {

@@ -379,12 +379,14 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 	_, err = pool.Exec(ctx, check.SQL)
 	switch {
 	case err == nil:
+		if err := checkOrderGuard(ctx, pool, table); err != nil {
+			return err
+		}
 		err := owners.CheckPartitions(ctx, pool, table)
-		var pgErr *pgconn.PgError
 		switch {
 		case errors.Is(err, lease.ErrNotMigrated):
 			return fmt.Errorf("table %q has no key partitions yet: run `%s` (it adds them and fills them in; `outbox-relay adopt` for an adopted table)", table, migrateCommand(table))
-		case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		case isInsufficientPrivilege(err):
 			// Insufficient privilege: the relay's start-up check names
 			// every missing privilege in one line, the grants command
 			// prints the fix; the relay starts and says it is not ready.
@@ -397,6 +399,34 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 		return fmt.Errorf("table %q is not an outbox table of this version: run `%s` (or `outbox-relay adopt` for an existing table such as Debezium's), and give every command the relay's --debezium or --column-* flags (%v)", table, migrateCommand(table), err)
 	}
 	return fmt.Errorf("check outbox table %q: %w", table, err)
+}
+
+// isInsufficientPrivilege says err is PostgreSQL's SQLSTATE 42501.
+func isInsufficientPrivilege(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
+// checkOrderGuard fails, naming the fix, when the claims' order guard
+// beside the outbox table is missing: every claim would fail on it.
+func checkOrderGuard(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	check, guard, err := renderCheckOrderGuard(table)
+	if err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, check.SQL)
+	switch {
+	case err == nil:
+		return nil
+	case isInsufficientPrivilege(err):
+		// The relay's start-up check names every missing privilege, the
+		// guard's too, in one line (see checkTable).
+		return nil
+	case lease.IsMissingTable(err):
+		return fmt.Errorf("table %q has no order guard %s: run `%s` (or `outbox-relay adopt` again, with its flags, for an adopted table), which creates it (%v)",
+			table, guard, migrateCommand(table), err)
+	}
+	return fmt.Errorf("check order guard of %q: %w", table, err)
 }
 
 // databaseReady waits (within startCtx) until the database answers and is

@@ -151,3 +151,14 @@ func renderCheckTable(table string, cols lease.Columns) (stmt[noArgs], error) {
 	}
 	return s, nil
 }
+
+// renderCheckOrderGuard renders sql/check_order_guard.sql for table, and
+// returns the guard's quoted name with it.
+func renderCheckOrderGuard(table string) (stmt[noArgs], string, error) {
+	guard := sqlname.OrderGuard(table)
+	s, err := sqlfile.Render[noArgs](sqlFiles, "check_order_guard", map[string]string{"guard": guard})
+	if err != nil {
+		return s, guard, fmt.Errorf("check order guard of %q: render: %w", table, err)
+	}
+	return s, guard, nil
+}

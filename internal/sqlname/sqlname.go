@@ -27,13 +27,11 @@ func Column(name string) string { return pgx.Identifier{name}.Sanitize() }
 func Literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // OrderGuard returns the quoted name of table's order-guard table:
-// <table>_order_guard, in the same schema (migration 00005).
-func OrderGuard(table string) string { return Sibling(table, "_order_guard") }
-
-// RowCheckFunction returns the quoted name of the trigger function that
-// checks table's new rows: <table>_check_row, in the same schema
-// (migration 00008).
-func RowCheckFunction(table string) string { return Sibling(table, "_check_row") }
+// <table>_order_guard, in the same schema (migration 00005), named as
+// Beside names: a table name too long for it gets a hash instead of being
+// cut by the server (a 63-byte name cut so would be the table's own, and
+// two long names sharing their first 51 bytes would share one guard).
+func OrderGuard(table string) string { return Beside(table, "_order_guard") }
 
 // Sibling returns the quoted name of an object beside table, in the same
 // schema: table's own name followed by suffix ("app.outbox", "_x" gives
