@@ -61,15 +61,22 @@ type eventReport struct {
 	heldForever bool
 	template    string // the --topic-template that routed Topic
 	tableArgs   string // the table flags, to repeat in the requeue hint
+	// badIDType is the ID column's type when EventID is not a value of it
+	// (e.g. not a UUID for a uuid column); "" otherwise.
+	badIDType string
 	// CheckedAt is the database's now() when the row was read.
 	CheckedAt time.Time `json:"checked_at"`
 	Message   string    `json:"message,omitempty"`
 }
 
-// errEventNotFound is inspect's failure for an unknown event ID (exit 1).
-type errEventNotFound struct{ id, table string }
+// errEventNotFound is inspect's failure for an unknown event ID (exit 1);
+// idType is the ID column's type when the ID is not a value of it.
+type errEventNotFound struct{ id, table, column, idType string }
 
 func (e errEventNotFound) Error() string {
+	if e.idType != "" {
+		return fmt.Sprintf("event %s is not in table %s: %q is not a %s, the type of its ID column %s (an event ID is the Kafka header event_id)", e.id, e.table, e.id, e.idType, e.column)
+	}
 	return fmt.Sprintf("event %s is not in table %s: it was never written, its transaction rolled back, or the retention cleaner deleted it after it was published (see `outbox-relay run --retention`, default 7 days)", e.id, e.table)
 }
 
@@ -102,6 +109,9 @@ func queryEvent(ctx context.Context, q interface {
 	if isNoRows(err) || (errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation) {
 		// Not in the table, or not even of the ID column's type.
 		r.CheckedAt = time.Now().UTC()
+		if !isNoRows(err) {
+			r.badIDType = idType
+		}
 		return r, nil
 	}
 	if err != nil {
@@ -299,7 +309,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	if !r.Found {
-		nf := errEventNotFound{id: id, table: tbl.table}
+		nf := errEventNotFound{id: id, table: tbl.table, column: cols.ID, idType: r.badIDType}
 		if *asJSON {
 			r.Message = nf.Error()
 			if err := writeJSON(stdout, r); err != nil {

@@ -208,7 +208,8 @@ func TestInspect(t *testing.T) {
 	}
 	// Event IDs may be text (adopted tables): one that is not of the ID
 	// column's type is simply not in the table.
-	if code, _, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", "nope"); code != exitFailure || !strings.Contains(stderr, "is not in table") {
+	if code, _, stderr := runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", "nope"); code != exitFailure || !strings.Contains(stderr, "is not in table") ||
+		!strings.Contains(stderr, `"nope" is not a uuid`) {
 		t.Errorf("--event-id of another type: %d %s", code, stderr)
 	}
 }
