@@ -383,11 +383,13 @@ func severity(c Class) int {
 	return 0
 }
 
-// isNetworkError reports whether err says the broker was not reached or
-// did not answer in time.
+// isNetworkError reports whether err says the broker was not reached, did
+// not answer in time, or answered in another protocol (io.ErrNoProgress:
+// kafka-go's reading of an answer that is not Kafka's, a condition of the
+// connection, not of a record).
 func isNetworkError(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.ErrNoProgress) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) {
 		return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	kafkago "github.com/segmentio/kafka-go"
 )
@@ -17,7 +18,8 @@ import (
 // whether retrying makes sense, Classify what went wrong: a refused SASL
 // exchange wraps ErrAuthentication, a failed TLS handshake ErrTLS (a
 // plaintext listener is recognized within about a quarter of a second),
-// both naming the broker.
+// both naming the broker; a server that answers in another protocol (an
+// HTTP or PostgreSQL port) is said not to answer as a Kafka broker.
 func (p *Publisher) Ping(ctx context.Context) error {
 	if p.closed.Load() {
 		return fmt.Errorf("ping: %w", ErrClosed)
@@ -68,5 +70,10 @@ func (p *Publisher) pingOne(ctx context.Context, broker string) error {
 	}
 	// Metadata request without topics: never auto-creates a topic.
 	_, err = conn.Brokers()
+	if errors.Is(err, io.ErrNoProgress) {
+		// kafka-go's reading of an answer that is not Kafka's (an HTTP
+		// or PostgreSQL port given as a broker).
+		return fmt.Errorf("the server did not answer as a Kafka broker (is it a Kafka listener's address, not another service's port?): %w", err)
+	}
 	return err
 }
