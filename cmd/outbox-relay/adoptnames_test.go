@@ -143,4 +143,3 @@ func TestRunRefusesATableWithoutItsOrderGuard(t *testing.T) {
 		t.Fatalf("status after adopting again: exit %d %q %q", code, out, stderr)
 	}
 }
-
