@@ -141,6 +141,9 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 	if err := checkAdoptable(ctx, pool, table); err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
 	}
+	if err := checkAdoptColumns(ctx, pool, table, cols); err != nil {
+		return fmt.Errorf("adopt %s: %w", table, err)
+	}
 	var compression bool
 	if err := pool.QueryRow(ctx, columnCompressionStmt.SQL).Scan(&compression); err != nil {
 		return fmt.Errorf("adopt %s: %w", table, err)
@@ -175,6 +178,39 @@ func adopt(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColu
 	return nil
 }
 
+// checkAdoptColumns returns an error naming each column of cols the table
+// lacks, with the AdoptColumns field and the flag that name it.
+func checkAdoptColumns(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
+	named := []struct{ column, role, field, flag string }{
+		{cols.AggregateID, "aggregate ID", "AggregateID", "--column-aggregate-id"},
+		{cols.EventType, "event type", "EventType", "--column-event-type"},
+		{cols.Payload, "payload", "Payload", "--column-payload"},
+	}
+	var names []string
+	for _, n := range named {
+		if n.column != "" {
+			names = append(names, n.column)
+		}
+	}
+	var missing []string
+	if err := pool.QueryRow(ctx, missingColumnsStmt.SQL, missingColumnsStmt.Args(columnsArgs{sqlname.Quote(table), names})...).Scan(&missing); err != nil {
+		return err
+	}
+	var lacks []string
+	for _, m := range missing {
+		for _, n := range named {
+			if n.column == m {
+				lacks = append(lacks, fmt.Sprintf("%s column %q (AdoptColumns.%s, %s)", n.role, m, n.field, n.flag))
+				break
+			}
+		}
+	}
+	if len(lacks) > 0 {
+		return fmt.Errorf("the table has no %s: name its columns with those flags (--debezium names Debezium's: aggregateid, type, payload); nothing was changed", strings.Join(lacks, ", "))
+	}
+	return nil
+}
+
 // tableName is table's own name, without its schema.
 func tableName(table string) string {
 	parts := strings.Split(table, ".")
@@ -188,7 +224,10 @@ func tableName(table string) string {
 // partitions (keyPartitionStatements), in that order.
 func adoptStatements(table string, cols AdoptColumns, partitioned, hasSeq, compression bool) ([]string, error) {
 	name := tableName(table)
-	idx := func(suffix string) string { return sqlname.Column(name + suffix) }
+	// Index names are cut with a hash when too long (sqlname.BesideName):
+	// cut by the server, a long table's four would be one name, or the
+	// table's own, and CREATE INDEX IF NOT EXISTS would skip them.
+	idx := func(suffix string) string { return sqlname.Column(sqlname.BesideName(name, suffix)) }
 	seqName := sqlname.Beside(table, "_seq_seq")
 	st := newScript(with(tableSlots(table),
 		"lock", sqlname.XactLock(sqlname.LockAdopt, table),

@@ -37,6 +37,12 @@ type tableArgs struct {
 	Table string `arg:"table"`
 }
 
+// columnsArgs are a quoted table and column names.
+type columnsArgs struct {
+	Table   string   `arg:"table"`
+	Columns []string `arg:"columns"`
+}
+
 // fragments are the fragment files the catalog statements fill in:
 // seq_of (the sequence of the seq column of the table c) and
 // unlogged_partition (the first unlogged partition of the table c).
@@ -48,6 +54,8 @@ var fragments = map[string]string{
 // The statements rendered once (see above).
 var (
 	relkindStmt             = mustRender[tableArgs]("relkind", nil)
+	foreignTableStmt        = mustRender[tableArgs]("foreign_table", nil)
+	missingColumnsStmt      = mustRender[columnsArgs]("missing_columns", nil)
 	byCreatedAtStmt         = mustRender[tableArgs]("partitioned_by_created_at", nil)
 	hasDefaultPartitionStmt = mustRender[tableArgs]("has_default_partition", nil)
 	schemaExistsStmt        = mustRender[schemaArgs]("schema_exists", nil)

@@ -162,6 +162,11 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	if opts.Table != DefaultTable {
+		if err := CheckTableName(opts.Table); err != nil {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+	}
 	if opts.TimePartitioned {
 		if opts.TimePartitionInterval == 0 {
 			opts.TimePartitionInterval = DefaultTimePartitionInterval
@@ -175,6 +180,13 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 	}
 	if err := CheckDurability(ctx, pool, opts.Table); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	var foreign bool
+	if err := pool.QueryRow(ctx, foreignTableStmt.SQL, foreignTableStmt.Args(tableArgs{sqlname.Quote(opts.Table)})...).Scan(&foreign); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if foreign {
+		return nil, fmt.Errorf("migrate: table %s exists without an aggregate_id column, so the migrations did not create it (e.g. a Debezium outbox table): migrate leaves it as it is; `outbox-relay adopt --table %s` prepares it, and the relay's commands then take --debezium or the --column-* flags that name its columns", opts.Table, opts.Table)
 	}
 	if opts.TimePartitioned {
 		var kind *string
@@ -342,11 +354,11 @@ func tableMigrations(table string, partitions int, timePartitioned bool) (fs.FS,
 	if partitions == 0 {
 		partitions = DefaultPartitions
 	}
+	if err := CheckTableName(table); err != nil {
+		return nil, err
+	}
 	parts := strings.Split(table, ".")
 	base := parts[len(parts)-1]
-	if !plainName.MatchString(base) {
-		return nil, fmt.Errorf("table name %q: migrate names the table's indexes and constraints after it, so it must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 40 bytes)", base)
-	}
 	quoted := sqlname.Quote(table)
 	siblingREs := make([]*regexp.Regexp, len(siblings))
 	for i, suffix := range siblings {
@@ -414,6 +426,30 @@ func timePartitionedTable(s string) (string, error) {
 	s = strings.Replace(s, "    last_error   text\n", "    last_error   text,\n    PRIMARY KEY (id, created_at)\n", 1)
 	return createTableRE.ReplaceAllLiteralString(s, "\n) PARTITION BY RANGE (created_at);"), nil
 }
+
+// CheckTableName returns the error MigrateTable gives, before it reads
+// the database, for a table name it cannot create: the table's own name
+// (without its schema) must be a plain lower-case identifier of at most
+// 40 bytes, since the migrations name its indexes, constraints and the
+// tables beside it after it. Any existing table's name can be adopted
+// instead (AdoptTable). nil for a name MigrateTable accepts.
+//
+// A schema in the name must be a plain lower-case identifier too: the
+// migration history table (<schema>.<name>_schema_migrations) is named
+// through goose, which does not quote it.
+func CheckTableName(table string) error {
+	parts := strings.Split(table, ".")
+	if base := parts[len(parts)-1]; !plainName.MatchString(base) {
+		return fmt.Errorf("table name %q: migrate names the table's indexes and constraints after it, so it must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 40 bytes)", base)
+	}
+	if len(parts) == 2 && !plainSchema.MatchString(parts[0]) {
+		return fmt.Errorf("schema name %q: migrate names the table's migration history <schema>.<name>_schema_migrations unquoted, so the schema must be a plain lower-case identifier ([a-z_][a-z0-9_]*); `outbox-relay adopt` takes a table in any schema", parts[0])
+	}
+	return nil
+}
+
+// plainSchema is a schema name that needs no quotes.
+var plainSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // plainName is a table name that can prefix its indexes' and constraints'
 // names unquoted, within PostgreSQL's 63-byte limit.

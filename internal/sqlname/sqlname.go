@@ -53,14 +53,18 @@ func Sibling(table, suffix string) string {
 // Sibling's.
 func Beside(table, suffix string) string {
 	parts := strings.Split(table, ".")
-	parts[len(parts)-1] = besideName(parts[len(parts)-1], suffix)
+	parts[len(parts)-1] = BesideName(parts[len(parts)-1], suffix)
 	return pgx.Identifier(parts).Sanitize()
 }
 
 // maxIdentifierBytes is PostgreSQL's NAMEDATALEN - 1.
 const maxIdentifierBytes = 63
 
-func besideName(base, suffix string) string {
+// BesideName is Beside's name for an object named after the table's own
+// name base (no schema), unquoted: base+suffix when it fits in 63 bytes,
+// else cut with a hash of the whole. For names that cannot be qualified
+// (an index's in CREATE INDEX).
+func BesideName(base, suffix string) string {
 	name := base + suffix
 	if len(name) <= maxIdentifierBytes {
 		return name
