@@ -63,6 +63,16 @@ var ErrAuthentication = errors.New("kafka: SASL authentication failed")
 // ClassOutage and ReasonTLS. Test with IsTLS.
 var ErrTLS = errors.New("kafka: TLS handshake failed")
 
+// ErrNotKafka is wrapped by Ping's error for a broker address whose
+// server answered in another protocol (an HTTP or PostgreSQL port given as
+// a broker): waiting will not make it a broker, so start-up stops at
+// once. Classify gives it ClassOutage (a condition of the connection,
+// never of a record). Test with IsNotKafka.
+var ErrNotKafka = errors.New("kafka: the server did not answer as a Kafka broker")
+
+// IsNotKafka reports whether err wraps ErrNotKafka.
+func IsNotKafka(err error) bool { return errors.Is(err, ErrNotKafka) }
+
 // IsAuthentication reports whether err wraps ErrAuthentication.
 func IsAuthentication(err error) bool { return errors.Is(err, ErrAuthentication) }
 

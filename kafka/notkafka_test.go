@@ -11,7 +11,8 @@ import (
 // Brokers that point at a server of another protocol (an HTTP port, a
 // PostgreSQL port): Ping says the server did not answer as a Kafka broker,
 // naming it, instead of the client library's "multiple Read calls return
-// no data or error"; it stays an outage (the right server may come up).
+// no data or error"; the error wraps ErrNotKafka, and is an outage (never
+// an event's attempt).
 func TestPingAtAServerThatIsNotKafka(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ name, reply string }{
@@ -47,8 +48,8 @@ func TestPingAtAServerThatIsNotKafka(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "did not answer as a Kafka broker") || !strings.Contains(err.Error(), l.Addr().String()) {
 				t.Fatalf("Ping = %v, want it to say the server at %s did not answer as a Kafka broker", err, l.Addr())
 			}
-			if !IsOutage(err) {
-				t.Errorf("Ping = %v: not an outage", err)
+			if !IsNotKafka(err) || !IsOutage(err) {
+				t.Errorf("Ping = %v: IsNotKafka %v, IsOutage %v; want both", err, IsNotKafka(err), IsOutage(err))
 			}
 			t.Logf("ping: %v", err)
 		})

@@ -19,7 +19,7 @@ import (
 // exchange wraps ErrAuthentication, a failed TLS handshake ErrTLS (a
 // plaintext listener is recognized within about a quarter of a second),
 // both naming the broker; a server that answers in another protocol (an
-// HTTP or PostgreSQL port) is said not to answer as a Kafka broker.
+// HTTP or PostgreSQL port) wraps ErrNotKafka.
 func (p *Publisher) Ping(ctx context.Context) error {
 	if p.closed.Load() {
 		return fmt.Errorf("ping: %w", ErrClosed)
@@ -73,7 +73,7 @@ func (p *Publisher) pingOne(ctx context.Context, broker string) error {
 	if errors.Is(err, io.ErrNoProgress) {
 		// kafka-go's reading of an answer that is not Kafka's (an HTTP
 		// or PostgreSQL port given as a broker).
-		return fmt.Errorf("the server did not answer as a Kafka broker (is it a Kafka listener's address, not another service's port?): %w", err)
+		return fmt.Errorf("%w (is it a Kafka listener's address, not another service's port?): %w", ErrNotKafka, err)
 	}
 	return err
 }

@@ -22,15 +22,18 @@ func cmdAdopt(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var tbl tableFlags
 	common.register(fs)
 	tbl.register(fs, "")
-	if err := parse(fs, args); err != nil {
+	from, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
 	pcfg, err := common.poolConfig()
 	if err != nil {
 		return err
 	}
-	if tbl.table == "outbox" && !tbl.debezium {
-		return usagef("--table: name the existing table to adopt (the outbox table itself is created by `outbox-relay migrate`)")
+	// The default table is the one migrate creates: adopt takes a table
+	// only when it is named (a Debezium table called outbox too).
+	if from["table"] == "" {
+		return usagef("--table: name the existing table to adopt, e.g. --table outboxevent (the outbox table itself is created by `outbox-relay migrate`)")
 	}
 	cols := tbl.columns()
 	agg := cols.AggregateID

@@ -22,7 +22,7 @@ import (
 // be one table), and names holding '%', "$f$" or "$adopt$", which once
 // went into adopt's format() strings and dollar quotes unescaped. Each
 // table gets its own order guard, and every event is published with its
-// key.
+// key. Each has its primary key and the four indexes adopt adds.
 func TestAdoptAndRelayOddTableNames(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -58,6 +58,13 @@ func TestAdoptAndRelayOddTableNames(t *testing.T) {
 		}
 		if fmt.Sprint(columns) != "[key until]" {
 			t.Fatalf("the order guard %s of %q has the columns %v, want [key until]", guard, c.table, columns)
+		}
+		// Its own four indexes besides the primary key (cut by the
+		// server, a long name's were one, or the table's own name, and
+		// skipped).
+		var indexes int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1)`, table).Scan(&indexes); err != nil || indexes != 5 {
+			t.Fatalf("%q has %d indexes, want 5 (%v)", c.table, indexes, err)
 		}
 		if other, ok := guards[guard]; ok && other != c.table {
 			t.Fatalf("%q and %q share the order guard %q", other, c.table, guard)

@@ -463,9 +463,10 @@ func permanent(err error) bool {
 	if errors.As(err, &certErr) || strings.Contains(err.Error(), "server refused TLS connection") {
 		return true
 	}
-	// The broker refused the SASL credentials or mechanism, or does not
-	// speak TLS where --kafka-tls expects it: waiting will not help.
-	return kafka.IsAuthentication(err) || kafka.IsTLS(err)
+	// The broker refused the SASL credentials or mechanism, does not
+	// speak TLS where --kafka-tls expects it, or is no Kafka broker at
+	// all: waiting will not help.
+	return kafka.IsAuthentication(err) || kafka.IsTLS(err) || kafka.IsNotKafka(err)
 }
 
 func connectFunc(cfg *pgx.ConnConfig) func(ctx context.Context) (*pgx.Conn, error) {

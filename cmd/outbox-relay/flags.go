@@ -45,7 +45,7 @@ func printUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprint(w, "\nFlags (each also read from the environment variable shown):\n")
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s %s\n    \t%s\n    \t[env %s]", f.Name, typ, usage, envName(f.Name))
+		fmt.Fprintf(w, "  %s\n    \t%s\n    \t[env %s]", strings.TrimSpace("--"+f.Name+" "+typ), usage, envName(f.Name))
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
 		}
@@ -356,7 +356,7 @@ func (t *tableFlags) columns() lease.Columns {
 // flags returns the table flags as given, to repeat them: "--table
 // outboxevent --debezium".
 func (t *tableFlags) flags() string {
-	s := "--table " + t.table
+	s := "--table " + shellArg(t.table)
 	if t.debezium {
 		s += " --debezium"
 	}
@@ -365,7 +365,7 @@ func (t *tableFlags) flags() string {
 		{"column-payload", t.cols.Payload}, {"column-aggregate-type", t.cols.AggregateType},
 	} {
 		if c.value != "" {
-			s += " --" + c.name + " " + c.value
+			s += " --" + c.name + " " + shellArg(c.value)
 		}
 	}
 	return s

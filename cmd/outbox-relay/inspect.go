@@ -106,7 +106,7 @@ func queryEvent(ctx context.Context, q interface {
 	err = q.QueryRow(ctx, st.event.SQL, st.event.Args(eventArgs{ID: id})...).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
 		&created, &r.PublishedAt, &r.Attempts, &r.LastError, &r.DeadLetteredAt, &r.LockedBy, &r.lockedUntil, &r.heldForever, &r.CheckedAt, &state)
 	var pgErr *pgconn.PgError
-	if isNoRows(err) || (errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTextRepresentation) {
+	if isNoRows(err) || (errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.InvalidTextRepresentation || pgErr.Code == pgerrcode.NumericValueOutOfRange)) {
 		// Not in the table, or not even of the ID column's type.
 		r.CheckedAt = time.Now().UTC()
 		if !isNoRows(err) {

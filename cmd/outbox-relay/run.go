@@ -394,11 +394,63 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 		}
 		return err
 	case lease.IsMissingTable(err):
+		if nameErr := outboxsql.CheckTableName(table); nameErr != nil {
+			return fmt.Errorf("outbox table %q not found (%v); migrate cannot create it under this name (%v): use a plain lower-case name, or create the table and run `outbox-relay adopt --table %s`", table, err, nameErr, shellArg(table))
+		}
 		return fmt.Errorf("outbox table %q not found: run `%s` first (%v)", table, migrateCommand(table), err)
 	case lease.IsSchemaMismatch(err):
+		if flag, ok := columnFlag(err, c.Columns); ok {
+			return fmt.Errorf("table %q has no column the relay was told to read: %v; it is named by %s: give every command the flags that name the table's columns (--debezium for a Debezium outbox table: id, aggregatetype, aggregateid, type, payload)", table, err, flag)
+		}
 		return fmt.Errorf("table %q is not an outbox table of this version: run `%s` (or `outbox-relay adopt` for an existing table such as Debezium's), and give every command the relay's --debezium or --column-* flags (%v)", table, migrateCommand(table), err)
+	case isInsufficientPrivilege(err):
+		return missingPrivilegesError(ctx, pool, table, err)
 	}
 	return fmt.Errorf("check outbox table %q: %w", table, err)
+}
+
+// undefinedColumnRE reads the column out of PostgreSQL's undefined_column
+// message.
+var undefinedColumnRE = regexp.MustCompile(`^column "(.+)" does not exist$`)
+
+// columnFlag returns the flag that names the column err says is missing,
+// when it is one of the configured event columns cols (a table read with
+// the wrong --debezium or --column-* flags, not an unmigrated one).
+func columnFlag(err error, cols lease.Columns) (string, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return "", false
+	}
+	m := undefinedColumnRE.FindStringSubmatch(pgErr.Message)
+	if m == nil {
+		return "", false
+	}
+	for _, c := range []struct{ flag, name string }{
+		{"--column-id", cols.ID}, {"--column-aggregate-id", cols.AggregateID}, {"--column-event-type", cols.EventType},
+		{"--column-payload", cols.Payload}, {"--column-aggregate-type", cols.AggregateType},
+	} {
+		if c.name != "" && c.name == m[1] {
+			return c.flag, true
+		}
+	}
+	return "", false
+}
+
+// missingPrivilegesError is checkTable's error when the role cannot even
+// read the outbox table: the relay can do nothing, so it stops, naming
+// every privilege it lacks (as the running relay's start-up check does)
+// and the command that prints the grants. cause is the check's error.
+func missingPrivilegesError(ctx context.Context, pool *pgxpool.Pool, table string, cause error) error {
+	role, missing, err := outboxsql.MissingPrivileges(ctx, pool, table, outboxsql.Needs{})
+	if err != nil || len(missing) == 0 {
+		return fmt.Errorf("check outbox table %q: %w", table, cause)
+	}
+	names := make([]string, len(missing))
+	for i, p := range missing {
+		names[i] = p.String()
+	}
+	return fmt.Errorf("role %q lacks privileges on outbox table %q: %s; `outbox-relay grants --role %s --table %s` prints the GRANT script (docs/database.md)",
+		role, table, strings.Join(names, "; "), shellArg(role), shellArg(table))
 }
 
 // isInsufficientPrivilege says err is PostgreSQL's SQLSTATE 42501.
@@ -467,7 +519,20 @@ func migrateCommand(table string) string {
 	if table == outbox.DefaultTable {
 		return "outbox-relay migrate"
 	}
-	return "outbox-relay migrate --table " + table
+	return "outbox-relay migrate --table " + shellArg(table)
+}
+
+// shellSafeRE is text a POSIX shell reads as one word, unquoted.
+var shellSafeRE = regexp.MustCompile(`^[A-Za-z0-9_./:@%+=,-]+$`)
+
+// shellArg returns s as one word of a command line that a message tells
+// the user to run: unchanged when that is safe, in single quotes
+// otherwise.
+func shellArg(s string) string {
+	if shellSafeRE.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // configFlags maps "<package>.<Config field>" onto the flag that sets it.
