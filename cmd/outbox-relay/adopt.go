@@ -49,6 +49,18 @@ func cmdAdopt(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "table %s is ready for outbox-relay (give run, status, inspect and requeue %s)\n", tbl.table, tbl.flags())
+	count, err := renderUnpublishedCount(tbl.table)
+	if err != nil {
+		return err
+	}
+	var unpublished int64
+	if err := pool.QueryRow(ctx, count.SQL).Scan(&unpublished); err != nil {
+		return fmt.Errorf("count unpublished rows: %w", err)
+	}
+	if unpublished > 0 {
+		// A switch from Debezium: its connector published these already.
+		fmt.Fprintf(stdout, "note: %d rows already in the table are unpublished: the relay publishes them when it starts; if another relay (e.g. Debezium) published them already, mark them published first (docs/operating.md, \"Rows already in an adopted table\")\n", unpublished)
+	}
 	r, err := outboxsql.Inspect(ctx, pool, tbl.table)
 	if err != nil {
 		return err

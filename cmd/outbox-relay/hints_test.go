@@ -92,10 +92,17 @@ func TestHintsNameTheFixThatWorks(t *testing.T) {
 		t.Errorf("inspect --json of an out-of-range bigint ID: stdout %q, want found false", out)
 	}
 
+	// Rows already in the table: adopt says the relay will publish them.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO weird VALUES (gen_random_uuid(), 'a', 'k', '{}'), (gen_random_uuid(), 'b', 'k', '{}')`); err != nil {
+		t.Fatal(err)
+	}
 	code, out, stderr = runMain(t, ctx, "adopt", "--database-url", url, "--table", "weird", "--column-aggregate-id", "agg", "--column-event-type", "kind", "--column-payload", "body")
 	want("adopt naming the columns", code, stderr, 0)
 	if !strings.Contains(out, "--column-aggregate-id agg") {
 		t.Errorf("adopt naming the columns: stdout %q does not repeat the flags", out)
+	}
+	if !strings.Contains(out, "note: 2 rows already in the table are unpublished") || !strings.Contains(out, "Rows already in an adopted table") {
+		t.Errorf("adopt of a table holding 2 rows: stdout %q does not say the relay will publish them", out)
 	}
 }
 

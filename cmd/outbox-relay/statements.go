@@ -162,3 +162,12 @@ func renderCheckOrderGuard(table string) (stmt[noArgs], string, error) {
 	}
 	return s, guard, nil
 }
+
+// renderUnpublishedCount renders sql/unpublished_count.sql for table.
+func renderUnpublishedCount(table string) (stmt[noArgs], error) {
+	s, err := sqlfile.Render[noArgs](sqlFiles, "unpublished_count", map[string]string{"table": sqlname.Quote(table)})
+	if err != nil {
+		return s, fmt.Errorf("count unpublished rows of %q: render: %w", table, err)
+	}
+	return s, nil
+}

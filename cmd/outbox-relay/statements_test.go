@@ -40,10 +40,14 @@ func TestStatementsRender(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", cfg.Table, err)
 		}
+		unpublished, err := renderUnpublishedCount(cfg.Table)
+		if err != nil {
+			t.Fatalf("%s: %v", cfg.Table, err)
+		}
 		for name, sql := range map[string]string{
 			"status_counts": status.counts.SQL, "oldest_unpublished": status.oldest.SQL, "relay_leases": status.relays.SQL,
 			"id_column_type": inspect.idColumnType.SQL, "event": inspect.event.SQL, "blocker": inspect.blocker.SQL,
-			"check_table": check.SQL, "check_order_guard": guard.SQL,
+			"check_table": check.SQL, "check_order_guard": guard.SQL, "unpublished_count": unpublished.SQL,
 		} {
 			if sql == "" || leftover.MatchString(quoted.ReplaceAllString(sql, "")) {
 				t.Errorf("%s: %s rendered as %q", cfg.Table, name, sql)
