@@ -145,3 +145,27 @@ func TestRunStopsAtOnceAtAServerThatIsNotKafka(t *testing.T) {
 	}
 	t.Logf("stopped after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
 }
+
+// While run waits at start for a broker it cannot reach, /readyz's relay
+// check says what it waits for and why (the database is fine), as the
+// log does, instead of "waiting for the database and the broker".
+func TestReadyzSaysWhatTheStartWaitsFor(t *testing.T) {
+	t.Parallel()
+	db := testenv.MigratedDB(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	_ = l.Close() // nothing listens there: connection refused
+	r := startRun(t, "--database-url", db.ConnString, "--brokers", down, "--topic", "t", "--metrics-addr", "127.0.0.1:0")
+	var detail string
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		code, body := getReadyz(t, r.addr)
+		checks, _ := body["checks"].(map[string]any)
+		rel, _ := checks["relay"].(map[string]any)
+		detail, _ = rel["detail"].(string)
+		return code == 503 && strings.Contains(detail, "starting: waiting for the broker") && strings.Contains(detail, down)
+	}, "readyz never said the start waits for the broker %s:\n%s", down, r.stderr)
+	t.Logf("relay check: %s", detail)
+}

@@ -278,7 +278,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			obs.stop()
 		}
 	}()
-	if err := f.databaseReady(ctx, startCtx, log, pool, waitPromotion); err != nil {
+	if err := f.databaseReady(ctx, startCtx, log, pool, waitPromotion, obs.m.SetStarting); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting
 		}
@@ -304,7 +304,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			_ = svc.Close()
 		}
 	}()
-	if err := f.kafkaReady(ctx, startCtx, log, svc); err != nil {
+	if err := f.kafkaReady(ctx, startCtx, log, svc, obs.m.SetStarting); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -483,11 +483,12 @@ func checkOrderGuard(ctx context.Context, pool *pgxpool.Pool, table string) erro
 
 // databaseReady waits (within startCtx) until the database answers and is
 // a primary (or, with waitPromotion, until it is promoted), then checks
-// the outbox table.
-func (f *runFlags) databaseReady(ctx, startCtx context.Context, log *zap.Logger, pool *pgxpool.Pool, waitPromotion bool) error {
-	if err := waitFor(startCtx, log, "database", func(ctx context.Context) error { return pool.Ping(ctx) }); err != nil {
+// the outbox table. starting is told what it waits for (/readyz says it).
+func (f *runFlags) databaseReady(ctx, startCtx context.Context, log *zap.Logger, pool *pgxpool.Pool, waitPromotion bool, starting func(string)) error {
+	if err := waitFor(startCtx, log, "database", waiting(starting, "the database", pool.Ping)); err != nil {
 		return err
 	}
+	starting("checking the database and the outbox table")
 	if err := f.checkPrimaries(startCtx, log, pool, waitPromotion); err != nil {
 		return err
 	}
@@ -501,10 +502,12 @@ func (f *runFlags) databaseReady(ctx, startCtx context.Context, log *zap.Logger,
 // checks --topic. A topic that does not exist fails every publish to it;
 // it is said once, now, and the relay still starts (the topic may be
 // created in a moment): /readyz names the topic until it exists.
-func (f *runFlags) kafkaReady(ctx, startCtx context.Context, log *zap.Logger, svc *relay.Service) error {
-	if err := waitFor(startCtx, log, "kafka", svc.Publisher().Ping); err != nil {
+// starting is told what it waits for (/readyz says it).
+func (f *runFlags) kafkaReady(ctx, startCtx context.Context, log *zap.Logger, svc *relay.Service, starting func(string)) error {
+	if err := waitFor(startCtx, log, "kafka", waiting(starting, "the broker", svc.Publisher().Ping)); err != nil {
 		return err
 	}
+	starting("checking the topic")
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := svc.Publisher().CheckTopics(tctx, f.relay.Topic); err != nil {
@@ -512,6 +515,18 @@ func (f *runFlags) kafkaReady(ctx, startCtx context.Context, log *zap.Logger, sv
 			zap.String("topic", f.relay.Topic), zap.Bool("kafka_auto_create_topics", f.kafka.AutoCreateTopic), zap.Error(err))
 	}
 	return nil
+}
+
+// waiting wraps a start-up check so that each failure tells starting what
+// the relay waits for and why: "waiting for the broker: <error>".
+func waiting(starting func(string), what string, check func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := check(ctx)
+		if err != nil {
+			starting("waiting for " + what + ": " + err.Error())
+		}
+		return err
+	}
 }
 
 // migrateCommand is the command that creates or upgrades table.

@@ -69,10 +69,14 @@ type Readiness struct {
 //   - "broker": Components.Broker.Ping, and, when it implements
 //     TopicChecker, that Config.Topics exist (a missing topic is named);
 //   - "backlog": with Config.ReadyMaxAge, the oldest claimable event is
-//     not older than it;
+//     not older than it; it fails too while the table stats, which read
+//     that age, have failed since the start (the age is unknown);
 //   - "stopping": fails after SetStopping.
 //
 // Concurrent callers share one run of the checks.
+//
+// Before Attach, the "relay" check fails with "starting", followed by
+// what SetStarting last said.
 func (m *Metrics) Ready(ctx context.Context) Readiness {
 	m.readyMu.Lock()
 	defer m.readyMu.Unlock()
@@ -110,14 +114,21 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 	}()
 	set("table", m.tableProblem(), "ok")
 	if comps == nil || comps.Relay == nil {
-		set("relay", errors.New("starting: waiting for the database and the broker"), "")
+		detail := "starting: waiting for the database and the broker"
+		if st := m.starting.Load(); st != nil {
+			detail = "starting: " + *st
+		}
+		set("relay", errors.New(detail), "")
 	} else if h := comps.Relay.Health(); !h.Moving {
 		set("relay", fmt.Errorf("stalled since %s: %s: %s", h.Since.UTC().Format(time.RFC3339), h.Step, h.Reason), "")
 	} else {
 		set("relay", nil, "moving events")
 	}
 	if m.cfg.ReadyMaxAge > 0 {
-		if o := m.oldest.Load(); o != nil {
+		if o := m.oldest.Load(); o == nil && m.refreshFailing.Load() {
+			// Never read: the age may be anything.
+			set("backlog", errors.New("the age of the oldest claimable event is unknown: the table stats have failed since the start (the log line \"table stats failed\" says why)"), "")
+		} else if o != nil {
 			if age := o.age(o.claimable, time.Now()); age > m.cfg.ReadyMaxAge.Seconds() {
 				set("backlog", fmt.Errorf("the oldest claimable event is %.0fs old, over %s (--ready-max-age)", age, m.cfg.ReadyMaxAge), "")
 			} else {
@@ -245,3 +256,9 @@ func (m *Metrics) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return err
 }
+
+// SetStarting records what the relay waits for before Attach (e.g.
+// "waiting for the broker: dial tcp ...: connection refused"): the
+// "relay" check of /readyz says it, so that the probe names the cause the
+// log gives. Safe for concurrent use.
+func (m *Metrics) SetStarting(what string) { m.starting.Store(&what) }

@@ -249,9 +249,11 @@ type Metrics struct {
 
 	oview          oldestView
 	refreshFailing atomic.Bool
-	snap           snapshotWatch
-	tcheck         tableCheck
-	tableChecks    prometheus.Counter
+	// starting is what the relay waits for before Attach (SetStarting).
+	starting    atomic.Pointer[string]
+	snap        snapshotWatch
+	tcheck      tableCheck
+	tableChecks prometheus.Counter
 	// oldest is the last refresh's view of the oldest events, from which
 	// the age gauges are computed at scrape time.
 	oldest atomic.Pointer[oldestSnapshot]

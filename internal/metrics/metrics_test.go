@@ -517,6 +517,36 @@ VALUES (gen_random_uuid(), 'leased', 't', '{}', now() - interval '2 minutes')`);
 	}
 }
 
+// With ReadyMaxAge, table stats that have failed since the start leave the
+// oldest claimable age unknown: the backlog check fails saying so, rather
+// than being left out (which read as ready while events could be stuck).
+func TestReadinessBacklogUnknownWhileTheStatsFail(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	db := testenv.MigratedDB(t)
+	// Every refresh times out at once.
+	m, err := metrics.New(metrics.Config{ReadyCacheTTL: -1, ReadyMaxAge: time.Minute, QueryTimeout: time.Nanosecond, Interval: 100 * time.Millisecond}, db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	m.Attach(metrics.Components{Relay: &fakeRelay{}, Broker: pingFunc(func(context.Context) error { return nil })})
+	done := make(chan error, 1)
+	go func() { done <- m.RunRefresher(ctx) }()
+	var r readyz
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		r = getReady(t, srv.URL)
+		return r.code == 503 && strings.Join(r.body.Failed, ",") == "backlog"
+	}, "the backlog check fails while the stats fail")
+	if d := r.body.Checks["backlog"].Detail; !strings.Contains(d, "unknown") || !strings.Contains(d, "table stats failed") {
+		t.Errorf("backlog detail %q", d)
+	}
+	cancel()
+	<-done
+}
+
 // A session holding an old snapshot is found and named, its age exported,
 // and a warning logged once (the database is shared with the other tests:
 // the oldest holder may be another test's, at least as old as ours).
