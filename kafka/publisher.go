@@ -69,6 +69,11 @@ type Publisher struct {
 	describe  *describer
 	// watch is the Writer's Balancer (partitionWatch).
 	watch *partitionWatch
+	// createAsked holds, per topic, when publishOneTopic last waited for
+	// the broker to create it (a time.Time), so that a broker that does
+	// not create topics costs that wait once per createRetryAfter, not at
+	// every publish.
+	createAsked sync.Map
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -198,8 +203,11 @@ func (p *Publisher) explain(topic string, err error) error {
 	}
 	err = annotateAuth(err, string(p.cfg.SASLMechanism), p.cfg.SASLUsername)
 	if topic != "" && errors.Is(err, kafkago.UnknownTopicOrPartition) && !IsAuthentication(err) {
-		err = fmt.Errorf("topic %q not found in the cluster metadata (create it, or enable Config.AutoCreateTopic): %w",
-			topic, err)
+		hint := "create it, or enable Config.AutoCreateTopic"
+		if p.cfg.AutoCreateTopic {
+			hint = "the broker did not create it: auto.create.topics.enable may be false on the broker"
+		}
+		err = fmt.Errorf("topic %q not found in the cluster metadata (%s): %w", topic, hint, err)
 	}
 	return err
 }
@@ -347,7 +355,60 @@ func (p *Publisher) publishByTopic(ctx context.Context, msgs []Message, groups [
 	return &PublishError{Errs: errs}
 }
 
+// publishOneTopic publishes msgs, all for one topic. With
+// Config.AutoCreateTopic, a call whose every message failed because the
+// topic is unknown waits for the broker to create it (CheckTopics asks it
+// to, and waits up to 3 s while it is being created) and sends once more:
+// Kafka answers UNKNOWN_TOPIC_OR_PARTITION while it creates a topic, which
+// is the normal first publish to a new topic, not a failure.
 func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
+	err := p.publishOneTopicOnce(ctx, msgs)
+	if err == nil || !p.cfg.AutoCreateTopic || !noneSentForUnknownTopic(err) {
+		return err
+	}
+	topic := msgs[0].Topic
+	if topic == "" {
+		topic = p.cfg.Topic
+	}
+	now := time.Now()
+	if last, ok := p.createAsked.Load(topic); ok && now.Sub(last.(time.Time)) < createRetryAfter {
+		return err
+	}
+	p.createAsked.Store(topic, now)
+	if cerr := p.CheckTopics(ctx, topic); cerr != nil {
+		return err
+	}
+	p.createAsked.Delete(topic)
+	return p.publishOneTopicOnce(ctx, msgs)
+}
+
+// createRetryAfter is how long publishOneTopic goes without waiting again
+// for the broker to create a topic it did not create.
+const createRetryAfter = 30 * time.Second
+
+// noneSentForUnknownTopic reports whether err says that no message of a
+// call was sent and that the topic was unknown: for every message, the
+// topic was unknown or it was not attempted.
+func noneSentForUnknownTopic(err error) bool {
+	var pe *PublishError
+	if !errors.As(err, &pe) {
+		return errors.Is(err, kafkago.UnknownTopicOrPartition)
+	}
+	unknown := false
+	for _, e := range pe.Errs {
+		switch {
+		case e == nil:
+			return false
+		case errors.Is(e, kafkago.UnknownTopicOrPartition):
+			unknown = true
+		case !errors.Is(e, ErrNotAttempted):
+			return false
+		}
+	}
+	return unknown
+}
+
+func (p *Publisher) publishOneTopicOnce(ctx context.Context, msgs []Message) error {
 	if p.closed.Load() {
 		return fmt.Errorf("publish: %w", ErrClosed)
 	}
