@@ -118,9 +118,9 @@ func (s *shutdown) logTo(log *zap.Logger, now time.Time, lease time.Duration, pu
 		what = append(what, "a claim got no answer: if the database committed it, its events stay leased until their lease ends (at most "+lease.String()+")")
 	}
 	if s.leaveErr != nil {
-		what = append(what, "this relay still owns its key partitions until its membership ends (at most "+lease.String()+"): the other relays take them then")
+		what = append(what, "this relay's membership stays until it ends (at most "+lease.String()+"): the key partitions it owns, if any, move to the other relays then")
 	}
-	log.Warn("shutdown incomplete (the database failed or did not answer in time): "+strings.Join(what, "; "),
+	log.Warn("shutdown incomplete (the database refused or did not answer in time; last_error says which): "+strings.Join(what, "; "),
 		zap.Int("unreleased", s.unreleased), zap.Int("unmarked", s.unmarked), zap.Bool("claim_lost", s.claimLost), zap.Bool("left", s.leaveErr == nil),
 		zap.Duration("took", took), zap.Int64("published", published), zap.NamedError("last_error", s.lastErr))
 }

@@ -187,7 +187,7 @@ func TestSamplesFlowToGivenDatabaseAndBrokers(t *testing.T) {
 		t.Fatalf("run after cancel: %v", err)
 	}
 	out = d.stdout.String()
-	m := regexp.MustCompile(`stopped: (\d+) sample events written, (\d+) events published`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`stopped: (\d+) sample events written, (\d+) events published by this relay`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no summary line in stdout:\n%s", out)
 	}

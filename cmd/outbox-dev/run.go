@@ -370,7 +370,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	err = g.Wait()
 	s := svc.Relay().Stats()
-	out.printf("stopped: %d sample events written, %d events published\n", written, s.Published)
+	out.printf("stopped: %d sample events written, %d events published by this relay\n", written, s.Published)
+	if s.Published < written {
+		// Another relay on the same table (an outside --database-url)
+		// publishes its share of the key partitions: the rest is theirs,
+		// or still to be published.
+		out.printf("(the others are published by other relays on the table, which own their key partitions, or by the next relay to start; `outbox-relay status` shows what is left)\n")
+	}
 	return err
 }
 

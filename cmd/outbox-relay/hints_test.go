@@ -169,3 +169,19 @@ func TestReadyzSaysWhatTheStartWaitsFor(t *testing.T) {
 	}, "readyz never said the start waits for the broker %s:\n%s", down, r.stderr)
 	t.Logf("relay check: %s", detail)
 }
+
+// A --claim-window shorter than the writers' wake-up interval is accepted
+// (writers may wake per transaction) but said, once, at start: with
+// debounced writers some events would wait for the poll interval.
+func TestShortClaimWindowIsWarnedOf(t *testing.T) {
+	t.Parallel()
+	db := testenv.MigratedDB(t)
+	k := testenv.KafkaFake(t)
+	r := startRun(t, "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", k.Topic(t, 1),
+		"--metrics-addr", "", "--claim-window", "1ms")
+	testenv.Eventually(t, 20*time.Second, func() bool { return strings.Contains(r.stderr.String(), "relay starting") },
+		"the relay never started:\n%s", r.stderr)
+	if n := strings.Count(r.stderr.String(), "--claim-window is shorter than the writers' default wake-up interval"); n != 1 {
+		t.Errorf("%d warnings of the short --claim-window, want 1:\n%s", n, r.stderr)
+	}
+}

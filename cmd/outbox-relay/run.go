@@ -231,6 +231,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := f.validate(); err != nil {
 		return err
 	}
+	if w := f.relay.ClaimWindow; w > 0 && w < outbox.DefaultWakeupInterval {
+		// Events committed inside a debounced writer's wake-up interval
+		// carry no notification: only the window's claims find them.
+		log.Warn("--claim-window is shorter than the writers' default wake-up interval: with debounced writers (the default) an event committed in that interval after an earlier one waits for --poll-interval; use at least the interval, or writers with outbox.WakeupEveryTx",
+			zap.Duration("claim_window", w), zap.Duration("writer_wakeup_interval", outbox.DefaultWakeupInterval), zap.Duration("poll_interval", f.relay.PollInterval))
+	}
 	// Spans still queued are exported after the relay stopped.
 	tp, err := tracerFromEnv(ctx, log)
 	if err != nil {
