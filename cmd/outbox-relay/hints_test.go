@@ -114,30 +114,11 @@ func TestRunStopsAtOnceAtAServerThatIsNotKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db := testenv.MigratedDB(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = conn.Close() }()
-				buf := make([]byte, 512)
-				if _, err := conn.Read(buf); err == nil {
-					_, _ = conn.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
-				}
-			}()
-		}
-	}()
+	addr := testenv.NotKafka(t, testenv.HTTPBadRequest)
 	start := time.Now()
-	code, _, stderr := runMain(t, ctx, "run", "--database-url", db.ConnString, "--brokers", l.Addr().String(), "--topic", "t",
+	code, _, stderr := runMain(t, ctx, "run", "--database-url", db.ConnString, "--brokers", addr, "--topic", "t",
 		"--metrics-addr", "", "--startup-wait", "0")
-	if code != exitFailure || !strings.Contains(stderr, "did not answer as a Kafka broker") || !strings.Contains(stderr, l.Addr().String()) {
+	if code != exitFailure || !strings.Contains(stderr, "did not answer as a Kafka broker") || !strings.Contains(stderr, addr) {
 		t.Fatalf("run at a non-Kafka server: exit %d, stderr %q", code, stderr)
 	}
 	if ctx.Err() != nil {
