@@ -260,7 +260,8 @@ func TestRequeue(t *testing.T) {
 	}
 	// Event IDs are any text (adopted tables have text and bigint IDs):
 	// one that is no event's is not a dead letter.
-	if code, _, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", "nope"); code != exitFailure || !strings.Contains(stderr, "not dead letters") {
+	if code, _, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", "nope"); code != exitFailure || !strings.Contains(stderr, "not dead letters") ||
+		!strings.Contains(stderr, "not a uuid, the type of the ID column id: nope") {
 		t.Fatalf("requeue of an unknown ID: %d %q", code, stderr)
 	}
 	code, out, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", ids[0])

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -58,7 +61,40 @@ func cmdRequeue(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "requeued %d dead-lettered event(s)\n", n)
 	if len(ids) > 0 && n < int64(len(ids)) {
-		return fmt.Errorf("%d of %d event IDs are not dead letters (unknown, published, or not dead-lettered)", int64(len(ids))-n, len(ids))
+		msg := fmt.Sprintf("%d of %d event IDs are not dead letters (unknown, published, or not dead-lettered)", int64(len(ids))-n, len(ids))
+		if bad, idType := idsNotOfType(ctx, pool, &tbl, cols, ids); len(bad) > 0 {
+			msg += fmt.Sprintf("; not a %s, the type of the ID column %s: %s", idType, cols.ID, strings.Join(bad, ", "))
+		}
+		return errors.New(msg)
 	}
 	return nil
+}
+
+// idsNotOfType returns the IDs of ids that cannot be values of the ID
+// column (a UUID column, an integer column), with the column's type, so
+// that requeue says why they matched nothing, as inspect does. Nothing
+// when the type cannot be read.
+func idsNotOfType(ctx context.Context, pool *pgxpool.Pool, tbl *tableFlags, cols lease.Columns, ids []string) ([]string, string) {
+	st, err := newInspectStatements(tbl.table, cols)
+	if err != nil {
+		return nil, ""
+	}
+	var idType string
+	if err := pool.QueryRow(ctx, st.idColumnType.SQL, st.idColumnType.Args(idColumnTypeArgs{Table: outbox.TableIdentifier(tbl.table), Column: cols.ID})...).Scan(&idType); err != nil {
+		return nil, ""
+	}
+	var bad []string
+	for _, id := range ids {
+		var err error
+		switch idType {
+		case "uuid":
+			_, err = uuid.Parse(id)
+		case "bigint", "integer", "smallint":
+			_, err = strconv.ParseInt(id, 10, 64)
+		}
+		if err != nil {
+			bad = append(bad, id)
+		}
+	}
+	return bad, idType
 }
