@@ -3,10 +3,11 @@ package main
 import (
 	"io/fs"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -15,9 +16,6 @@ import (
 // of table: no slot, argument or comment is left in the SQL.
 func TestStatementsRender(t *testing.T) {
 	t.Parallel()
-	leftover := regexp.MustCompile(`TEMPLATE|@[A-Za-z_]|--|/\*`)
-	// Quoted identifiers and literals may hold anything.
-	quoted := regexp.MustCompile(`'[^']*'|"[^"]*"`)
 	rendered := map[string]string{}
 	for _, cfg := range []lease.Config{{}, {Table: `app.Out"box`, Columns: lease.DebeziumColumns}, {Table: strings.Repeat("x", 60)}} {
 		cfg = cfg.WithDefaults()
@@ -49,7 +47,7 @@ func TestStatementsRender(t *testing.T) {
 			"id_column_type": inspect.idColumnType.SQL, "event": inspect.event.SQL, "blocker": inspect.blocker.SQL,
 			"check_table": check.SQL, "check_order_guard": guard.SQL, "unpublished_count": unpublished.SQL,
 		} {
-			if sql == "" || leftover.MatchString(quoted.ReplaceAllString(sql, "")) {
+			if sql == "" || sqlfile.Leftover(sql) {
 				t.Errorf("%s: %s rendered as %q", cfg.Table, name, sql)
 			}
 			rendered[name] = sql

@@ -3,9 +3,10 @@ package metrics
 import (
 	"io/fs"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
@@ -15,16 +16,13 @@ import (
 // renders with the Metrics' slots.
 func TestStatementsRender(t *testing.T) {
 	t.Parallel()
-	leftover := regexp.MustCompile("TEMPLATE|@[A-Za-z_]|--|/\\*")
-	// Quoted identifiers and literals may hold anything.
-	quoted := regexp.MustCompile(`'[^']*'|"[^"]*"`)
 	for _, cfg := range []Config{{}, {Table: `app.Out"box`, AggregateColumn: "agg col"}, {Table: strings.Repeat("x", 60)}} {
 		st, err := newStatements(cfg.WithDefaults())
 		if err != nil {
 			t.Fatalf("%+v: %v", cfg, err)
 		}
 		check := func(name, sql string) {
-			if sql == "" || leftover.MatchString(quoted.ReplaceAllString(sql, "")) {
+			if sql == "" || sqlfile.Leftover(sql) {
 				t.Errorf("%s: %s rendered as %q", cfg.Table, name, sql)
 			}
 		}

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"io/fs"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 )
 
 // Every statement renders for every kind of table: no slot, argument or
@@ -15,9 +16,6 @@ import (
 // the Cleaner's slots.
 func TestStatementsRender(t *testing.T) {
 	t.Parallel()
-	leftover := regexp.MustCompile("TEMPLATE|@[A-Za-z_]|--|/\\*")
-	// Quoted identifiers and literals may hold anything.
-	quoted := regexp.MustCompile(`'[^']*'|"[^"]*"`)
 	const part = `app."Out""box_p20260101_0000"`
 	for _, cfg := range []Config{{}, {Table: `app.Out"box`}, {Table: strings.Repeat("x", 60)}} {
 		st, err := newStatements(cfg.WithDefaults())
@@ -31,7 +29,7 @@ func TestStatementsRender(t *testing.T) {
 				continue
 			}
 			sql := v.Field(i).FieldByName("SQL").String()
-			if sql == "" || leftover.MatchString(quoted.ReplaceAllString(sql, "")) {
+			if sql == "" || sqlfile.Leftover(sql) {
 				t.Errorf("%s: %s rendered as %q", cfg.Table, name, sql)
 			}
 		}
@@ -39,7 +37,7 @@ func TestStatementsRender(t *testing.T) {
 		dropOK, err2 := onPartition[retentionArgs](st, "droppable", "partition", part)
 		drop, err3 := onPartition[noArgs](st, "drop_partition", "partition", part)
 		for name, sql := range map[string]string{"delete_batch": del.SQL, "droppable": dropOK.SQL, "drop_partition": drop.SQL} {
-			if !strings.Contains(sql, part) || leftover.MatchString(quoted.ReplaceAllString(sql, "")) {
+			if !strings.Contains(sql, part) || sqlfile.Leftover(sql) {
 				t.Errorf("%s: %s on a partition rendered as %q", cfg.Table, name, sql)
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io/fs"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -242,3 +243,19 @@ func BindArgs(text string, args reflect.Type) (string, error) {
 func identStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 func identPart(c byte) bool { return identStart(c) || c >= '0' && c <= '9' }
+
+// leftoverRE matches what a rendered statement must not hold: a template
+// slot, a named argument, a comment.
+var leftoverRE = regexp.MustCompile(`TEMPLATE|@[A-Za-z_]|--|/\*`)
+
+// quotedRE matches quoted identifiers and string literals, which may hold
+// anything.
+var quotedRE = regexp.MustCompile(`'[^']*'|"[^"]*"`)
+
+// Leftover reports whether a rendered statement still holds a template
+// slot, a named argument or a comment outside its quoted identifiers and
+// literals: the render tests of every package that keeps SQL in files
+// check each statement with it.
+func Leftover(sql string) bool {
+	return leftoverRE.MatchString(quotedRE.ReplaceAllString(sql, ""))
+}

@@ -77,3 +77,19 @@ func TestRenderFromFiles(t *testing.T) {
 		t.Fatal("Render of a missing file: no error")
 	}
 }
+
+func TestLeftover(t *testing.T) {
+	t.Parallel()
+	for sql, want := range map[string]bool{
+		`SELECT 1 FROM "app"."Out""box" WHERE x = $1`:           false,
+		`SELECT '-- not a comment', "/* a name */" FROM t`:      false,
+		`SELECT 1 FROM /* TEMPLATE: table */`:                   true,
+		`SELECT 1 FROM t WHERE id = @id`:                        true,
+		"SELECT 1 -- a comment\nFROM t":                         true,
+		`SELECT 'user@example.org', "@name" FROM t WHERE a = 1`: false,
+	} {
+		if got := Leftover(sql); got != want {
+			t.Errorf("Leftover(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}
