@@ -137,3 +137,34 @@ func TestInspectReportsASequenceBehindTheTable(t *testing.T) {
 		t.Fatalf("after the fix: %+v %v", r, err)
 	}
 }
+
+// An index on the seq column depends on the column in pg_depend as an
+// owned sequence does (deptype 'a'). The seq sequence is the sequence
+// only: a table whose seq column has an index and no sequence has none,
+// and one given a sequence later (after the index) has that one. The
+// index was once taken for the sequence when the catalog listed it first,
+// and Inspect failed with "... is an index".
+func TestSequenceOfIsNeverAnIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE ev (id uuid PRIMARY KEY, seq bigint NOT NULL);
+		CREATE INDEX ev_seq_idx ON ev (seq)`); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := outboxsql.SequenceOf(ctx, db.Pool, "ev"); err != nil || seq != "" {
+		t.Fatalf("SequenceOf a table without a seq sequence: %q %v; want \"\"", seq, err)
+	}
+	if r, err := outboxsql.Inspect(ctx, db.Pool, "ev"); err != nil || r.Sequence != "" {
+		t.Fatalf("Inspect a table without a seq sequence: %+v %v", r, err)
+	}
+	if _, err := db.Pool.Exec(ctx, `CREATE SEQUENCE ev_seq OWNED BY ev.seq`); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := outboxsql.SequenceOf(ctx, db.Pool, "ev"); err != nil || seq != "ev_seq" {
+		t.Fatalf("SequenceOf: %q %v; want ev_seq", seq, err)
+	}
+	if r, err := outboxsql.Inspect(ctx, db.Pool, "ev"); err != nil || r.Sequence != "ev_seq" {
+		t.Fatalf("Inspect: %+v %v; want the sequence ev_seq", r, err)
+	}
+}
