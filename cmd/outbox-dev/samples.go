@@ -51,14 +51,16 @@ func sampleEvent(i int64, now time.Time) outbox.Event {
 
 // writeSamples writes one sample event per 1/rate seconds, each in its own
 // transaction through outbox.Add, until ctx is done, and returns how many
-// it committed. Failures are logged and the next tick tries again.
+// it committed. Failures are logged and the next tick tries again. A
+// write under way when ctx ends is finished, not cancelled: a COMMIT cut
+// off after it was sent may have committed, and the count would be wrong.
 func writeSamples(ctx context.Context, pool *pgxpool.Pool, rate float64, lat *latencies, log *zap.Logger) int64 {
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
 	var i, written int64
 	for {
 		ev := sampleEvent(i, time.Now())
-		if err := writeOne(ctx, pool, ev, lat); err != nil {
+		if err := writeOne(context.WithoutCancel(ctx), pool, ev, lat); err != nil {
 			if ctx.Err() != nil {
 				return written
 			}
