@@ -265,7 +265,29 @@ func (c *commonFlags) poolConfig() (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, usagef("--database-url: not a valid PostgreSQL URL or DSN: %s", redact(err, c.databaseURL))
 	}
+	if err := checkHosts(cfg); err != nil {
+		return nil, err
+	}
 	return cfg, nil
+}
+
+// checkHosts refuses a URL whose host holds '@' or '#': what a password
+// (or user name) holding one of them, not percent-encoded, leaves of the
+// host. Connecting would retry a DNS lookup of that host for as long as
+// --startup-wait, and log it, the password's tail included; the error
+// names neither.
+func checkHosts(cfg *pgxpool.Config) error {
+	hosts := []string{cfg.ConnConfig.Host}
+	for _, f := range cfg.ConnConfig.Fallbacks {
+		hosts = append(hosts, f.Host)
+	}
+	for _, h := range hosts {
+		if strings.ContainsAny(h, "@#") {
+			return usagef("--database-url: its host part holds '@' or '#', which a user name or password must not hold unencoded: " +
+				"percent-encode them (@ as %%40, # as %%23, / as %%2F, ? as %%3F, : as %%3A, %% as %%25), e.g. postgres://relay:p%%40ss@db:5432/app")
+		}
+	}
+	return nil
 }
 
 // redact removes the DSN from an error text, in case it embeds a password.

@@ -112,6 +112,35 @@ func TestFlagErrorsNameTheFlagTheValueAndTheForm(t *testing.T) {
 	}
 }
 
+// A password holding '#' or '@' unencoded leaves them in the URL's host:
+// each command stops at once with exit 2, says to percent-encode, and
+// prints no part of the password (it used to retry a DNS lookup of
+// "ss#1@127.0.0.1" for --startup-wait, logging it).
+func TestUnencodedPasswordInTheURLIsNamed(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{
+		"postgres://relay:p@ss#1@127.0.0.1:1/postgres?sslmode=disable",
+		"postgres://relay:s3cr3t@p4rt@127.0.0.1:1/postgres",
+		"postgres://relay:x@h1:1,q#w@h2:2/postgres",
+	} {
+		for _, cmd := range []string{"run", "migrate", "status"} {
+			code, stdout, stderr := runMain(t, context.Background(), cmd, "--database-url", dsn, "--brokers", "127.0.0.1:1",
+				"--topic", "t", "--metrics-addr", "", "--startup-wait", "2s")
+			if cmd != "run" {
+				code, stdout, stderr = runMain(t, context.Background(), cmd, "--database-url", dsn)
+			}
+			if code != exitUsage || stdout != "" || lines(stderr) > 1 || !strings.Contains(stderr, "percent-encode") || !strings.Contains(stderr, "%40") {
+				t.Errorf("%s with %q: exit %d, stdout %q, stderr %q; want exit 2 and one line saying to percent-encode", cmd, dsn, code, stdout, stderr)
+			}
+			for _, secret := range []string{"ss#1", "p4rt", "q#w"} {
+				if strings.Contains(stderr, secret) {
+					t.Errorf("%s: stderr %q holds %q, a part of the password", cmd, stderr, secret)
+				}
+			}
+		}
+	}
+}
+
 func TestHelpOnEveryCommandGoesToStdout(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"run", "migrate", "adopt", "requeue", "status", "inspect", "version"} {
