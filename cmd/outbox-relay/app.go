@@ -115,6 +115,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox-relay: unknown command %q; see outbox-relay --help\n", cmd)
 		return exitUsage
 	}
+	for _, w := range misspelledEnv(os.Environ()) {
+		fmt.Fprintln(stderr, w)
+	}
 	err := run(ctx, args, stdout, stderr)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -259,7 +262,7 @@ func (c *commonFlags) poolConfig() (*pgxpool.Config, error) {
 		c.databaseURL = os.Getenv("DATABASE_URL")
 	}
 	if c.databaseURL == "" {
-		return nil, usagef("--database-url: required (or set DATABASE_URL)")
+		return nil, usagef("--database-url: required (or set DATABASE_URL or OUTBOX_DATABASE_URL)")
 	}
 	cfg, err := pgxpool.ParseConfig(c.databaseURL)
 	if err != nil {

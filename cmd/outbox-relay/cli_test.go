@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -387,5 +388,35 @@ func TestBadEnvironmentValuesNameTheVariable(t *testing.T) {
 	// A flag on the command line wins over the variable, as before.
 	if code, _, stderr = runMain(t, context.Background(), append(args, "--lease", "0.5s")...); code != exitUsage || !strings.Contains(stderr, "--lease: must be at least 1s") {
 		t.Errorf("--lease 0.5s with OUTBOX_LEASE=30: exit %d, stderr %q; want the flag's own error", code, stderr)
+	}
+}
+
+// A misspelled OUTBOX_* variable is warned of, naming the one meant; the
+// variables the project's other tools and tests read, and ones far from
+// every flag's, are not.
+func TestMisspelledEnvironmentVariableIsWarnedOf(t *testing.T) {
+	got := misspelledEnv([]string{
+		"OUTBOX_POLLINTERVAL=1s", "OUTBOX_BROKER=k:9092", "OUTBOX_LEASE_=5s", "OUTBOX_TOPIC=orders",
+		"PATH=/bin", "OUTBOX_MY_APP_SETTING=x",
+		// The other tools' and the tests' own.
+		"OUTBOX_TEST_KAFKA=kfake", "OUTBOX_TEST_KAFKA_BROKERS=k:9092", "OUTBOX_TEST_KAFKA_VERSION=3.9.1", "OUTBOX_TEST_PG=x",
+		"OUTBOX_TEST_KAFKA_BROKERS_3_9_1=k", "OUTBOX_FAULTS_REAL_SCALE=1", "OUTBOX_FAULTS_LOGDIR=d", "OUTBOX_FAULTS_CHAOS=1",
+		"OUTBOX_FAULTS_DEBUG=1", "OUTBOX_MODEL_SEEDS=9", "OUTBOX_DEPLOY_CHECKS=1", "OUTBOX_KAFKA_CACHE=d", "OUTBOX_KAFKA_CPUS=1",
+		"OUTBOX_KAFKA=4.4.0", "OUTBOX_BROKER_PORT=9092", "OUTBOX_RATE=2",
+	})
+	want := []string{
+		"outbox-relay: warning: OUTBOX_BROKER is read by no flag and is ignored; did you mean OUTBOX_BROKERS?",
+		"outbox-relay: warning: OUTBOX_LEASE_ is read by no flag and is ignored; did you mean OUTBOX_LEASE?",
+		"outbox-relay: warning: OUTBOX_POLLINTERVAL is read by no flag and is ignored; did you mean OUTBOX_POLL_INTERVAL?",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("warnings\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// On the command line: the warning, then the command's own error.
+	t.Setenv("OUTBOX_BROKER", "127.0.0.1:9092")
+	code, _, stderr := runMain(t, context.Background(), "run", "--database-url", "postgres://u@127.0.0.1:1/db", "--topic", "t")
+	if code != exitUsage || !strings.Contains(stderr, "did you mean OUTBOX_BROKERS?") || !strings.Contains(stderr, "--brokers: required") ||
+		!strings.Contains(stderr, "or set OUTBOX_BROKERS") {
+		t.Fatalf("run with OUTBOX_BROKER: exit %d, stderr %q", code, stderr)
 	}
 }

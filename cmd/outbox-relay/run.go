@@ -97,7 +97,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 // broker addresses, the TLS files and the SASL credentials.
 func (f *runFlags) validate() error {
 	if f.brokers == "" {
-		return usagef("--brokers: required, e.g. --brokers localhost:9092")
+		return usagef("--brokers: required, e.g. --brokers localhost:9092 (or set OUTBOX_BROKERS)")
 	}
 	for _, b := range strings.Split(f.brokers, ",") {
 		b = strings.TrimSpace(b)
@@ -124,7 +124,7 @@ func (f *runFlags) validate() error {
 		}
 	}
 	if f.relay.Topic == "" {
-		return usagef("--topic: required (events without a topic column need a destination)")
+		return usagef("--topic: required, or set OUTBOX_TOPIC (events without a topic column need a destination)")
 	}
 	if err := checkKafkaFiles(&f.kafka); err != nil {
 		return err
