@@ -14,6 +14,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/lease"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -227,4 +228,55 @@ func clusterPool(t *testing.T, c *pgtemp.Cluster) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// Rows published while the check's statement runs are newer than the
+// sequence value it read: the check compares that value only with the
+// seqs the relay had published before the statement, and never reports a
+// healthy table's sequence as behind (it did under load, naming a setval
+// that would have moved a live sequence back). Events are inserted and
+// "published" as fast as one session can while the check runs again and
+// again.
+func TestSequenceCheckIsNotFooledByEventsPublishedMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	m, err := metrics.New(metrics.Config{Interval: time.Hour, ReadyCacheTTL: -1}, db.Pool, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			var seq int64
+			if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, published_at)
+VALUES (gen_random_uuid(), 'a', 't', '{}', now()) RETURNING seq`).Scan(&seq); err != nil {
+				done <- err
+				return
+			}
+			m.Published([]lease.Row{{Seq: seq, CreatedAt: time.Now()}})
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for i := 0; i < 300; i++ {
+		problem, err := m.CheckTable(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if problem != nil {
+			t.Fatalf("check %d: %v", i, problem)
+		}
+	}
 }
