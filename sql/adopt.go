@@ -258,9 +258,23 @@ func adoptStatements(table string, cols AdoptColumns, partitioned, hasSeq, compr
 	if err != nil {
 		return nil, fmt.Errorf("render statement: %w", err)
 	}
+	// Adding seq numbers the rows already there in their order on disk:
+	// they are numbered again in the order they were written in.
+	if !hasSeq {
+		st.add("adopt_capture_order")
+	}
 	st.add("adopt_columns", "seq_column", seqColumn)
 	if ownSeq {
 		st.add("own_seq_sequence")
+	}
+	if !hasSeq {
+		if !ownSeq {
+			st.add("adopt_seq_by_default")
+		}
+		st.add("adopt_renumber_seq")
+		if !ownSeq {
+			st.add("adopt_seq_always")
+		}
 	}
 	st.add("adopt_unpublished_seq_index", "index", idx("_unpublished_seq_idx"))
 	st.add("adopt_unpublished_aggregate_index", "index", idx("_unpublished_aggregate_idx"))

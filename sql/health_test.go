@@ -3,6 +3,7 @@ package sql_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -166,5 +167,62 @@ func TestSequenceOfIsNeverAnIndex(t *testing.T) {
 	}
 	if r, err := outboxsql.Inspect(ctx, db.Pool, "ev"); err != nil || r.Sequence != "ev_seq" {
 		t.Fatalf("Inspect: %+v %v; want the sequence ev_seq", r, err)
+	}
+}
+
+// Rows already in an adopted table are numbered in the order they were
+// written, not in the order they lie on disk: after a delete and VACUUM
+// (a Debezium table's producers delete their rows), new rows fill the
+// freed space before older ones, and adding seq numbered them first, so
+// the relay published an aggregate's events out of order (a tester's
+// case: n=2, n=3, n=1). A second adopt changes nothing, and new rows come
+// after.
+func TestAdoptNumbersRowsInTheOrderTheyWereWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	add := func(n int) string {
+		return fmt.Sprintf(`INSERT INTO ev (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'x', 't', '{"n": %d}')`, n)
+	}
+	exec(`CREATE TABLE ev (id uuid PRIMARY KEY, aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb)`)
+	exec(`INSERT INTO ev (id, aggregate_id, event_type, payload) SELECT gen_random_uuid(), 'filler', 't', '{}' FROM generate_series(1, 300)`)
+	exec(add(1))
+	exec(`DELETE FROM ev WHERE aggregate_id = 'filler'`)
+	exec(`VACUUM ev`)
+	exec(add(2))
+	exec(add(3))
+	exec(add(4) + "; " + add(5)) // one transaction, two statements
+	order := func() string {
+		t.Helper()
+		var got string
+		if err := db.Pool.QueryRow(ctx, `SELECT string_agg(payload->>'n', ',' ORDER BY seq) FROM ev`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	var onDisk string
+	if err := db.Pool.QueryRow(ctx, `SELECT string_agg(payload->>'n', ',' ORDER BY ctid) FROM ev`).Scan(&onDisk); err != nil {
+		t.Fatal(err)
+	}
+	if onDisk == "1,2,3,4,5" {
+		t.Fatalf("the rows lie on disk in the order they were written (%s): the test proves nothing", onDisk)
+	}
+	for i := 0; i < 2; i++ {
+		if err := outboxsql.Adopt(ctx, db.Pool, "ev", ""); err != nil {
+			t.Fatal(err)
+		}
+		if got := order(); got != "1,2,3,4,5" {
+			t.Fatalf("adopt %d: seq order %s, want 1,2,3,4,5 (on disk: %s)", i+1, got, onDisk)
+		}
+	}
+	exec(add(6))
+	if got := order(); got != "1,2,3,4,5,6" {
+		t.Fatalf("after a new row: seq order %s, want 1,2,3,4,5,6", got)
 	}
 }
