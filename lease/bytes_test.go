@@ -108,3 +108,50 @@ func fmtAggs(aggs []string) string {
 	}
 	return s + "]"
 }
+
+// JSON that prints back far larger than jsonb stores it (a tester's case:
+// seven numbers 1e131000, payload_size 170, 917,056 bytes printed; a
+// claim of 500 held 458 MB): the claim keeps payloads while those before
+// come to less than MaxBatchBytes and a quarter, and the rest come without
+// (Unread),
+// so the memory a batch holds stays bounded. The first row is always
+// read.
+func TestClaimStopsReadingPayloadsAtMaxBatchBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), 'm' || g, 't', jsonb_build_object('n', g, 'pad', '[1e131000]'::jsonb) FROM generate_series(0, 9) g`); err != nil {
+		t.Fatal(err)
+	}
+	var stored, printed int
+	if err := db.Pool.QueryRow(ctx, `SELECT max(payload_size), max(octet_length(payload::text)) FROM outbox`).Scan(&stored, &printed); err != nil {
+		t.Fatal(err)
+	}
+	if stored > 1000 || printed < 131000 {
+		t.Fatalf("payload_size %d, printed %d bytes: the payloads do not print larger than stored", stored, printed)
+	}
+	c := newClaimer(t, db.Pool, lease.Config{RelayID: "printed", MaxBatchBytes: 300000})
+	b, err := c.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read, unread, bytes int
+	for _, r := range b.Rows {
+		switch {
+		case r.Unread && r.Payload == nil:
+			unread++
+		case !r.Unread && len(r.Payload) >= 131000:
+			read++
+			bytes += len(r.Payload)
+		default:
+			t.Fatalf("row %s: Unread %v with %d payload bytes", r.AggregateID, r.Unread, len(r.Payload))
+		}
+	}
+	// Read while the bytes before each are under the bound and a
+	// quarter (375,000): 0, 131k, 262k.
+	if len(b.Rows) != 10 || read != 3 || unread != 7 {
+		t.Fatalf("claim of 10 payloads of %d bytes printed (%d stored) under a 300,000-byte bound: %d rows, %d read (%d bytes), %d unread; want 10, 3, 7",
+			printed, stored, len(b.Rows), read, bytes, unread)
+	}
+}

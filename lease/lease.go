@@ -213,6 +213,18 @@ type Row struct {
 	// dead-letters it at once with this reason. The other fields are
 	// still filled in.
 	DecodeErr error
+	// Unread is set, with Payload nil, when the claim did not keep this
+	// row's payload: the payloads read before it (as printed) already came
+	// to Config.MaxBatchBytes and a quarter. The claim bounds its bytes by payload_size,
+	// jsonb's stored size, and some JSON prints back far larger than it
+	// is stored (a number such as 1e131000 takes a few bytes stored and
+	// 131,001 printed; a control character 1 and 6), so reading stops
+	// keeping payloads at the bound instead: the relay's memory stays
+	// bounded whatever the payloads. The relay gives an unread row back
+	// unpublished, without counting an attempt, and holds its aggregate's
+	// later rows back with it; a later claim reads it. At least one row of
+	// a batch is always read.
+	Unread bool
 }
 
 // Batch is the result of one claim.
@@ -282,6 +294,10 @@ type Claimer struct {
 	final    int64
 	scanFrom int64 // where the last claim scanned from
 	noResume bool  // every claim scans from the floor (tests)
+	// rowCap, when above 0, caps a claim's rows below Config.BatchSize
+	// after a claim left payloads unread (Row.Unread): what it could read,
+	// doubled back at each claim that read everything.
+	rowCap int
 	// rewind, set by every statement that gives rows back, makes the next
 	// claim scan from the floor; stuckUntil is when the leases of rows the
 	// relay could not give back end at the latest (Settled).

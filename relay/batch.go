@@ -27,6 +27,10 @@ var ErrUndecodableRow = errors.New("row cannot be published")
 // broker was down, or the relay is shutting down.
 const whyUnsent = "not sent (broker unreachable or shutting down)"
 
+// whyUnread is why a row the claim did not read (lease.Row.Unread) is
+// given back.
+const whyUnread = "not read: the claim's payloads came to its byte bound (--max-batch-bytes) before it"
+
 // failure is a row whose publish failed, with the error and, for an
 // AttemptObserver, the publish call's start and end (stamp).
 type failure struct {
@@ -68,8 +72,8 @@ func newBatchRun(b claimed, leaseFor time.Duration) *batchRun {
 
 // nextChunk builds the next rows to publish in one call: at most maxBytes of
 // records (one produce request per partition), in seq order. Rows that must
-// wait (hb) are given back; rows that can never be published (too large,
-// undecodable) fail. An aggregate's events in one chunk all go to one topic,
+// wait (hb) or that the claim did not read are given back; rows that can
+// never be published (too large, undecodable) fail. An aggregate's events in one chunk all go to one topic,
 // so to one partition, in one produce request: all or nothing, in order; an
 // event for another topic than its aggregate's earlier one in the chunk
 // starts the next chunk, which is only sent if this one delivered the
@@ -83,6 +87,18 @@ func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*leas
 		row := &br.rows[br.next]
 		if held, why := hb.heldBack(row); held {
 			br.returned = append(br.returned, returned{*row, why})
+			continue
+		}
+		if row.Unread {
+			// Given back, not failed; its aggregate's later rows in this
+			// batch wait behind it. Its aggregate's earlier rows in this
+			// chunk go out first: the hold would keep them from being
+			// marked, and they would be published twice.
+			if _, inChunk := br.topics[row.AggregateID]; inChunk {
+				break
+			}
+			br.returned = append(br.returned, returned{*row, whyUnread})
+			hb.fail(row)
 			continue
 		}
 		if row.DecodeErr != nil {

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -86,4 +87,81 @@ FROM outbox`).Scan(&published, &dead); err != nil {
 	if err := r.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
+}
+
+// TestProcPayloadsPrintedLargerThanStoredStayWithinTheMemoryBound: JSON
+// whose text is far larger than jsonb stores it (a tester's case: seven
+// numbers 1e131000, payload_size 170, 917,056 bytes as PostgreSQL prints
+// it back, which Add accepts). A claim bounded by payload_size alone took
+// 500 of them, 458 MB, and the relay grew to 1.36 GB. A relay process
+// with its defaults publishes them all, each aggregate's in order, and
+// its peak RSS stays under relayMemoryBound.
+func TestProcPayloadsPrintedLargerThanStoredStayWithinTheMemoryBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 4)
+	const events, aggregates = 400, 20
+	for lo := 0; lo < events; lo += 100 {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), 'agg-' || (i % $2), 't', jsonb_build_object('n', i, 'pad', '[1e131000,1e131000,1e131000,1e131000,1e131000,1e131000,1e131000]'::jsonb)
+FROM generate_series($1::int, $1::int + 99) i`, lo, aggregates); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stored, printed int
+	if err := db.Pool.QueryRow(ctx, `SELECT max(payload_size), max(octet_length(payload::text)) FROM outbox`).Scan(&stored, &printed); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	r := startRelayProc(t, db.ConnString, k.Brokers, topic)
+	var left int
+	if !faultkit.Wait(4*time.Minute, func() bool {
+		if r.Exited() {
+			t.Fatalf("%s exited: %v\n%s", r.Name, r.Err(), tail(r.Stderr(), 5000))
+		}
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return left == 0
+	}) {
+		t.Fatalf("%d of %d events unpublished after 4 minutes", left, events)
+	}
+	drained := time.Since(began)
+	peak, err := r.PeakRSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d events of %d bytes printed (%d stored) published in %s; relay peak RSS %.1f MiB",
+		events, printed, stored, drained.Round(100*time.Millisecond), float64(peak)/(1<<20))
+	if peak >= relayMemoryBound {
+		t.Errorf("relay peak RSS %.1f MiB, want under %d MiB", float64(peak)/(1<<20), relayMemoryBound>>20)
+	}
+	r.Term()
+	if err := r.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	// Each aggregate's events in the order written: n rises per key at
+	// each event's first delivery (a repeat is at-least-once).
+	last, seen, repeats := map[string]int{}, map[int]bool{}, 0
+	for _, rec := range k.Consume(t, topic, events, time.Minute) {
+		var p struct{ N int }
+		if err := json.Unmarshal(rec.Value, &p); err != nil {
+			t.Fatal(err)
+		}
+		if seen[p.N] {
+			repeats++
+			continue
+		}
+		seen[p.N] = true
+		if n, ok := last[string(rec.Key)]; ok && p.N <= n {
+			t.Fatalf("key %s: n=%d first delivered after n=%d", rec.Key, p.N, n)
+		}
+		last[string(rec.Key)] = p.N
+	}
+	if len(seen) != events {
+		t.Fatalf("%d distinct events on the topic, want %d", len(seen), events)
+	}
+	t.Logf("in order per key; %d repeats", repeats)
 }
