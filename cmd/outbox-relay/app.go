@@ -104,7 +104,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd, args = args[0], args[1:]
 	}
 	if cmd == "help" {
-		if len(args) == 0 {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 			fmt.Fprint(stdout, topUsage)
 			return exitOK
 		}

@@ -84,6 +84,7 @@ func TestFlagErrorsNameTheFlagTheValueAndTheForm(t *testing.T) {
 		want []string
 	}{
 		{[]string{"run", "--lease", "30"}, []string{`--lease: invalid value "30": want a duration with a unit, e.g. 30s`}},
+		{[]string{"run", "--retention", "7d"}, []string{`--retention: invalid value "7d": want a duration with a unit, e.g. 30s (units: ms, s, m, h; no d: 7d is 168h)`}},
 		{[]string{"run", "--poll-interval=fast"}, []string{`--poll-interval: invalid value "fast": want a duration with a unit, e.g. 30s`}},
 		{[]string{"run", "--batch-size", "ten"}, []string{`--batch-size: invalid value "ten": want an integer`}},
 		{[]string{"run", "--no-notify=yes"}, []string{`--no-notify: invalid value "yes": want true or false`, "1, 0, t, f"}},
@@ -151,7 +152,11 @@ func TestHelpOnEveryCommandGoesToStdout(t *testing.T) {
 				t.Errorf("%s %s: exit %d, stderr %q, stdout %.80q; want exit 0 and the usage on stdout only", cmd, h, code, stderr, stdout)
 			}
 		}
-		code, stdout, stderr := runMain(t, context.Background(), "help", cmd)
+		code, stdout, stderr := runMain(t, context.Background(), "help", "--help")
+		if code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "outbox-relay publishes") {
+			t.Errorf("help --help: exit %d, stderr %q, stdout %.80q; want the command list", code, stderr, stdout)
+		}
+		code, stdout, stderr = runMain(t, context.Background(), "help", cmd)
 		if code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "Usage: outbox-relay "+cmd) {
 			t.Errorf("help %s: exit %d, stderr %q, stdout %.80q", cmd, code, stderr, stdout)
 		}

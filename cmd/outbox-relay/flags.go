@@ -8,6 +8,7 @@ import (
 	"github.com/pgoutbox/outbox/relay"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/peterbourgon/ff/v3"
@@ -153,6 +154,9 @@ func (s *setFailure) want() string {
 	switch s.kind {
 	case "duration":
 		w = "want a duration with a unit, e.g. 30s"
+		if days, ok := strings.CutSuffix(s.value, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
+			w += " (units: ms, s, m, h; no d: " + s.value + " is " + daysInHours(days) + ")"
+		}
 	case "int":
 		w = "want an integer"
 	case "uint":
@@ -423,4 +427,14 @@ func (t *tableFlags) route(topicColumn, aggregateType *string) (topic, source st
 		return t.topic, topicFromFlag
 	}
 	return "", ""
+}
+
+// daysInHours writes a whole number of days (digits) as hours, for a
+// duration flag given in days: "7" is "168h".
+func daysInHours(days string) string {
+	n, err := strconv.Atoi(days)
+	if err != nil || n > 1<<20 {
+		return "not a duration"
+	}
+	return strconv.Itoa(n*24) + "h"
 }

@@ -264,9 +264,10 @@ func TestRequeue(t *testing.T) {
 		!strings.Contains(stderr, "not a uuid, the type of the ID column id: nope") {
 		t.Fatalf("requeue of an unknown ID: %d %q", code, stderr)
 	}
-	code, out, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", ids[0])
+	// An ID given twice (in either form) is one event.
+	code, out, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", ids[0]+","+strings.ToUpper(ids[0]))
 	if code != 0 || !strings.Contains(out, "requeued 1") {
-		t.Fatalf("requeue one: %d %q %q", code, out, stderr)
+		t.Fatalf("requeue one, given twice: %d %q %q", code, out, stderr)
 	}
 	if code, _, stderr := runMain(t, ctx, "requeue", "--database-url", db.ConnString, "--event-id", ids[0]); code != exitFailure || !strings.Contains(stderr, "not dead letters") {
 		t.Fatalf("requeue of an event that is no longer a dead letter: %d %q", code, stderr)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -43,7 +44,10 @@ func cmdRequeue(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			if id, err := uuid.Parse(s); err == nil {
 				s = id.String()
 			}
-			ids = append(ids, s)
+			// An ID given twice is requeued, and counted, once.
+			if !slices.Contains(ids, s) {
+				ids = append(ids, s)
+			}
 		}
 	}
 	pool, cols, err := connectForCommand(ctx, &common, &tbl)
