@@ -178,10 +178,13 @@ func (r *statusReport) writeOwners(w io.Writer) {
 	if o == nil {
 		return
 	}
-	live := 0
+	live, silent := 0, 0
 	for _, m := range o.Relays {
 		if m.Live {
 			live++
+		}
+		if _, ok := silentFor(m, r.CheckedAt); ok {
+			silent++
 		}
 	}
 	state := "settled: every partition is with the relay the assignment gives it"
@@ -190,6 +193,10 @@ func (r *statusReport) writeOwners(w io.Writer) {
 		state = "no relay running"
 	case !r.KeyPartitionsSettled:
 		state = "rebalancing: partitions are being handed over"
+	}
+	if silent > 0 {
+		state += fmt.Sprintf("; %d of them silent, missing their renewals (stopped, killed or cut off from the database?): "+
+			"their partitions' events wait until their membership runs out", silent)
 	}
 	fmt.Fprintf(w, "\nkey partitions: %d, %d relay(s) running, %s\n", o.Partitions, live, state)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -200,6 +207,9 @@ func (r *statusReport) writeOwners(w io.Writer) {
 			since = m.Since.UTC().Format(timeLayout)
 		}
 		state := fmt.Sprintf("ends in %s", fmtSeconds(m.Until.Sub(r.CheckedAt).Seconds()))
+		if d, ok := silentFor(m, r.CheckedAt); ok {
+			state += fmt.Sprintf(", silent for %s (renews every %s)", fmtSeconds(d.Seconds()), fmtSeconds(m.Until.Sub(m.RenewedAt).Seconds()/renewEvery))
+		}
 		if !m.Live {
 			state = fmt.Sprintf("ran out %s ago (its partitions are free)", fmtSeconds(r.CheckedAt.Sub(m.Until).Seconds()))
 		}
@@ -210,6 +220,22 @@ func (r *statusReport) writeOwners(w io.Writer) {
 }
 
 const timeLayout = "2006-01-02 15:04:05.000000Z07:00"
+
+// renewEvery is how often a relay renews its membership, as a fraction of
+// its lease (the membership's until minus its last renewal), as the
+// claimer does.
+const renewEvery = 6
+
+// silentFor returns how long ago live member m last renewed its
+// membership, and whether that is more than two renewals and a second
+// ago: a relay that stopped without leaving (SIGKILL, a frozen process,
+// a cut connection) still owns its partitions until the membership runs
+// out, and their events wait meanwhile.
+func silentFor(m owners.MemberOwnership, now time.Time) (time.Duration, bool) {
+	lease := m.Until.Sub(m.RenewedAt)
+	d := now.Sub(m.RenewedAt)
+	return d, m.Live && lease > 0 && d > 2*lease/renewEvery+time.Second
+}
 
 func (r *statusReport) writeHuman(w io.Writer) {
 	fmt.Fprintf(w, "outbox table %s at %s\n\n", r.Table, r.CheckedAt.Format(timeLayout))

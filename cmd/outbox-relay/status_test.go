@@ -383,3 +383,36 @@ func TestStatusShowsKeyPartitionOwners(t *testing.T) {
 		return code == 0 && strings.Contains(out, "1 relay(s) running, rebalancing") && strings.Contains(out, "ran out")
 	}, "status did not report relay-y's membership ending:\n%s", out)
 }
+
+// A relay killed without leaving keeps its membership, and its partitions,
+// until the membership runs out (a new user saw "3 relay(s) running,
+// settled" 15 s after a SIGKILL while 945 events waited). Status says which
+// member is silent: its last renewal is more than two renewals old.
+func TestStatusNamesASilentRelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	c, err := lease.New(db.Pool, lease.Config{RelayID: "alive", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leasetest.Settle(t, db.Pool, "outbox", c)
+	// A member with a 30 s membership that last renewed 20 s ago (it
+	// renews every 5 s).
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox_relays (member, relay_id, started_at, renewed_at, until)
+VALUES ('killed/1', 'killed', now() - interval '1 minute', now() - interval '20 seconds', now() + interval '10 seconds')`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runMain(t, ctx, "status", "--database-url", db.ConnString)
+	if code != 0 {
+		t.Fatalf("status: exit %d %s", code, stderr)
+	}
+	for _, want := range []string{"2 relay(s) running", "1 of them silent", "silent for 20.", "(renews every 5s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "silent for") != 1 {
+		t.Errorf("status calls more than the killed member silent:\n%s", out)
+	}
+}
