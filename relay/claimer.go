@@ -20,6 +20,8 @@ type claimTimer struct {
 	st     schedState
 	poll   timer // the fallback poll (Config.PollInterval, jittered)
 	linger timer // the next claim inside the claim window
+	cause  wakeCause
+	unann  unannounced
 }
 
 func newClaimTimer(r *Relay) *claimTimer {
@@ -67,6 +69,7 @@ func (t *claimTimer) wait(ctx context.Context) bool {
 			cause = causeWindow
 		}
 	}
+	t.cause = cause
 	r.record(report{kind: reportWoke, cause: cause})
 	if d := t.apply(schedEvent{kind: schedWoke, at: r.clock.Now(), cause: cause}); !d.notBefore.IsZero() {
 		if !sleepCtx(ctx, r.clock, d.notBefore.Sub(r.clock.Now())) {
@@ -88,8 +91,17 @@ func (t *claimTimer) failed(ctx context.Context) bool {
 
 // claimed schedules after a claim that found rows (0: empty); more says
 // it stopped at its byte bound with claimable rows left (lease.Batch.More).
+// With notifications on, it warns when only the poll finds events
+// (unannounced).
 func (t *claimTimer) claimed(rows int, more bool) {
-	t.apply(schedEvent{kind: schedClaimed, at: t.r.clock.Now(), rows: rows, more: more, share: t.r.ownedShare})
+	now := t.r.clock.Now()
+	if t.r.wake != nil && t.unann.claimed(t.cause, rows, now) {
+		t.r.log.Warn("events are found only by the fallback poll, no notification announced them: do the writers notify the channel "+
+			"the relay listens on (--channel, OUTBOX_CHANNEL), not another one, and with pg_notify when they write plain SQL? "+
+			"(Or the LISTEN session is down: see the notify lines.) Until then each event waits up to a poll interval",
+			zap.Int("poll_claims_in_a_row", t.unann.inARow), zap.Duration("poll_interval", t.r.cfg.PollInterval))
+	}
+	t.apply(schedEvent{kind: schedClaimed, at: now, rows: rows, more: more, share: t.r.ownedShare})
 }
 
 // claim runs one claim, carrying the marks waiting (marks.go), and records
