@@ -24,7 +24,19 @@ type storm struct {
 }
 
 // logDisconnect logs a session that ended with err, once per storm.
+// failures counts the connection attempts in a row that ended before the
+// session was up (0: it was up): the database restarting or unreachable,
+// not something closing idle connections, so they are no storm: the
+// first in a row is a warning, the rest are debug.
 func (l *Listener) logDisconnect(err error, delay time.Duration, failures int) {
+	if failures > 0 {
+		if failures == 1 {
+			l.log.Warn("listener could not connect; retrying", zap.Error(err), zap.Duration("delay", delay))
+		} else {
+			l.log.Debug("listener could not connect again; retrying", zap.Error(err), zap.Int("failures", failures), zap.Duration("delay", delay))
+		}
+		return
+	}
 	s := &l.storm
 	now := time.Now()
 	if now.Sub(s.last) >= stormWindow {
@@ -34,7 +46,7 @@ func (l *Listener) logDisconnect(err error, delay time.Duration, failures int) {
 	s.disconnects++
 	switch {
 	case s.disconnects == 1:
-		l.log.Warn("listener disconnected; reconnecting", zap.Error(err), zap.Duration("delay", delay), zap.Int("failures", failures))
+		l.log.Warn("listener disconnected; reconnecting", zap.Error(err), zap.Duration("delay", delay))
 	case !s.on:
 		s.on = true
 		l.log.Warn("listener keeps disconnecting; later disconnects are logged at debug level until it stays connected for 1m: does something close idle connections (idle_session_timeout, a proxy, a pooler)?",

@@ -50,3 +50,41 @@ func TestReconnectStormIsLoggedOnce(t *testing.T) {
 		t.Errorf("%d info lines \"listening\", want 2 (the first connection and the reconnect after the first disconnect; the storm's are at debug level)", n)
 	}
 }
+
+// One restart of the database is one disconnect, then connection attempts
+// that fail until it is back: no storm, so no word of something closing
+// idle connections (a tester's pg_ctl restart logged "listener keeps
+// disconnecting ... idle_session_timeout?"). The first failed attempt in
+// a row is a warning, the rest debug; a storm still needs sessions that
+// were up.
+func TestFailedReconnectsAreNoStorm(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	l := &Listener{log: zap.New(core)}
+	boom := errorString("connection refused")
+	l.logDisconnect(boom, time.Millisecond, 0) // the session ends
+	for f := 1; f <= 5; f++ {
+		l.logDisconnect(boom, time.Millisecond, f) // the restart
+	}
+	l.logDisconnect(boom, time.Millisecond, 0) // up again, then closed
+	var warns []string
+	for _, e := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
+		warns = append(warns, e.Message)
+	}
+	want := []string{"listener disconnected; reconnecting", "listener could not connect; retrying",
+		"listener keeps disconnecting; later disconnects are logged at debug level until it stays connected for 1m: does something close idle connections (idle_session_timeout, a proxy, a pooler)?"}
+	if len(warns) != len(want) {
+		t.Fatalf("warnings %q, want %q", warns, want)
+	}
+	for i := range want {
+		if warns[i] != want[i] {
+			t.Fatalf("warnings %q, want %q", warns, want)
+		}
+	}
+	if n := logs.FilterMessage("listener could not connect again; retrying").Len(); n != 4 {
+		t.Fatalf("%d debug lines for the later failed attempts, want 4", n)
+	}
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
