@@ -244,6 +244,9 @@ func (c *commonFlags) logger(stderr io.Writer) (*zap.Logger, error) {
 	case "json":
 		ec := zap.NewProductionEncoderConfig()
 		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		// "30s", not zap's unitless 30 (seconds): the keys do not say
+		// the unit, and --lease 30s reads back as it was given.
+		ec.EncodeDuration = zapcore.StringDurationEncoder
 		enc = zapcore.NewJSONEncoder(ec)
 	case "console":
 		ec := zap.NewDevelopmentEncoderConfig()

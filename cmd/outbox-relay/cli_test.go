@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
@@ -423,5 +425,22 @@ func TestMisspelledEnvironmentVariableIsWarnedOf(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, "did you mean OUTBOX_BROKERS?") || !strings.Contains(stderr, "--brokers: required") ||
 		!strings.Contains(stderr, "or set OUTBOX_BROKERS") {
 		t.Fatalf("run with OUTBOX_BROKER: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// JSON logs write durations with their unit ("lease":"30s"), as the
+// flags take them; zap's default was a unitless number of seconds
+// ("lease":30, "batch_timeout":0.000000001), which a new user could not
+// read.
+func TestJSONLogsGiveDurationsWithTheirUnit(t *testing.T) {
+	var buf bytes.Buffer
+	c := commonFlags{logLevel: "info", logFormat: "json"}
+	log, err := c.logger(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("x", zap.Duration("lease", 30*time.Second), zap.Duration("retry_in", 200*time.Millisecond))
+	if out := buf.String(); !strings.Contains(out, `"lease":"30s"`) || !strings.Contains(out, `"retry_in":"200ms"`) {
+		t.Fatalf("JSON log line %s; want \"lease\":\"30s\" and \"retry_in\":\"200ms\"", out)
 	}
 }
