@@ -45,16 +45,7 @@ SELECT gen_random_uuid(), 'huge-' || i, 't', jsonb_build_object('pad', repeat('x
 	}
 	began := time.Now()
 	r := startRelayProc(t, db.ConnString, k.Brokers, topic)
-	var left int
-	if !faultkit.Wait(4*time.Minute, func() bool {
-		if r.Exited() {
-			t.Fatalf("%s exited: %v\n%s", r.Name, r.Err(), tail(r.Stderr(), 5000))
-		}
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL`).Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		return left == 0
-	}) {
+	if left := waitNoRows(t, r, db, "published_at IS NULL AND dead_lettered_at IS NULL"); left > 0 {
 		t.Fatalf("%d of %d events neither published nor dead-lettered after 4 minutes", left, events+2)
 	}
 	var published, dead int
@@ -116,16 +107,7 @@ FROM generate_series($1::int, $1::int + 99) i`, lo, aggregates); err != nil {
 	}
 	began := time.Now()
 	r := startRelayProc(t, db.ConnString, k.Brokers, topic)
-	var left int
-	if !faultkit.Wait(4*time.Minute, func() bool {
-		if r.Exited() {
-			t.Fatalf("%s exited: %v\n%s", r.Name, r.Err(), tail(r.Stderr(), 5000))
-		}
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		return left == 0
-	}) {
+	if left := waitNoRows(t, r, db, "published_at IS NULL"); left > 0 {
 		t.Fatalf("%d of %d events unpublished after 4 minutes", left, events)
 	}
 	drained := time.Since(began)
@@ -164,4 +146,22 @@ FROM generate_series($1::int, $1::int + 99) i`, lo, aggregates); err != nil {
 		t.Fatalf("%d distinct events on the topic, want %d", len(seen), events)
 	}
 	t.Logf("in order per key; %d repeats", repeats)
+}
+
+// waitNoRows waits up to 4 minutes, failing the test if relay r exits,
+// until no row of the outbox table matches where, and returns how many
+// still do.
+func waitNoRows(t *testing.T, r *RelayProc, db *testenv.TestDB, where string) int {
+	t.Helper()
+	var left int
+	faultkit.Wait(4*time.Minute, func() bool {
+		if r.Exited() {
+			t.Fatalf("%s exited: %v\n%s", r.Name, r.Err(), tail(r.Stderr(), 5000))
+		}
+		if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE `+where).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return left == 0
+	})
+	return left
 }
