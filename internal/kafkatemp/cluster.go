@@ -105,8 +105,30 @@ type Node struct {
 // Start resolves opts.Version (see Resolve), formats KRaft storage for
 // every node and starts them, and returns once every broker is registered
 // and answers metadata requests. On error nothing is left running. ctx
-// bounds the whole start-up.
+// bounds the whole start-up. A node that could not bind one of its ports
+// makes it start over with new ports, up to three times in all: the ports
+// are picked free, but the JVM binds them seconds later, and another
+// process (an outgoing connection's ephemeral port) may take one
+// meanwhile.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startOnce(ctx, opts)
+		if err == nil || attempt == 3 || ctx.Err() != nil || !portTaken(err) {
+			return c, err
+		}
+	}
+}
+
+// portTaken reports whether a start-up error's log tails say a node
+// could not bind a port.
+func portTaken(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Address already in use") || strings.Contains(msg, "failed to bind") ||
+		strings.Contains(msg, "openServerSocket")
+}
+
+// startOnce is one attempt of Start.
+func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Version == "" {
 		opts.Version = V44
 	}
@@ -176,7 +198,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	if c.opts.TLS {
 		perNode++
 	}
-	ports, err := freePorts(n * perNode)
+	ports, err := pickPorts(n * perNode)
 	if err != nil {
 		return err
 	}
@@ -733,6 +755,9 @@ func (n *Node) LogTail(size int) string {
 	}
 	return tail(string(b), size)
 }
+
+// pickPorts picks a cluster's ports: freePorts, or a test's stand-in.
+var pickPorts = freePorts
 
 // freePorts returns n distinct free loopback ports, held open together
 // while they are picked so that none is picked twice.

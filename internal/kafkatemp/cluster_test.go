@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -202,4 +203,35 @@ func TestLog4jConfigLoggers(t *testing.T) {
 	if _, err := Start(ctx, Options{Loggers: map[string]string{"x": "DEBUG\nrootLogger.level = off"}}); err == nil || !strings.Contains(err.Error(), "Options.Loggers") {
 		t.Errorf("a level with a newline: %v, want an error naming Options.Loggers", err)
 	}
+}
+
+// A port taken between its pick and the broker's bind (make test saw
+// "Address already in use" from a 4.4.0 broker started beside a 3.9.1
+// one) makes Start start over with new ports instead of failing. The
+// first pick here hands out a port another listener holds.
+func TestStartPicksNewPortsWhenOneIsTaken(t *testing.T) {
+	taken, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", taken[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	picks := 0
+	pickPorts = func(n int) ([]int, error) {
+		picks++
+		ports, err := freePorts(n)
+		if err == nil && picks == 1 {
+			ports[0] = taken[0]
+		}
+		return ports, err
+	}
+	defer func() { pickPorts = freePorts }()
+	c := start(t, Options{})
+	if picks != 2 {
+		t.Fatalf("ports picked %d times, want 2 (the first with the taken port)", picks)
+	}
+	roundTrip(t, kgo.SeedBrokers(c.Brokers()...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 }
