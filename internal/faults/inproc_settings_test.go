@@ -109,15 +109,16 @@ func (c *claimErrors) String() string {
 	return fmt.Sprint(c.codes)
 }
 
-// holdOwnershipLock locks, in a transaction of its own, the row of db's
+// holdOwnershipLock locks, in a transaction of its own on pool (the test's
+// own pool, which no setting under test reaches), the row of the table's
 // outbox_partitioning that every relay's first rebalance (its join to the
 // table's members) updates, and returns the transaction (roll back or
 // commit to release): a relay that starts meanwhile waits in its first
 // claim.
-func holdOwnershipLock(t *testing.T, db *testenv.TestDB) pgx.Tx {
+func holdOwnershipLock(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := db.Pool.Begin(ctx)
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func underLoad(t *testing.T, db *testenv.TestDB, check *pgxpool.Pool, k *testenv
 			Relay: relay.Config{PollInterval: 50 * time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Observer: errs.observer()},
 		})
 	}
-	load := ipStartLoad(t, db.Pool, writer(t, db.Pool), "agg", 20, 3, 2*time.Millisecond)
+	load := ipStartLoad(t, check, writer(t, check), "agg", 20, 3, 2*time.Millisecond)
 	testenv.Eventually(t, 60*time.Second, func() bool { return load.Committed.Load() >= 1500 }, "the writer did not commit 1,500 events (last error: %v)", load.LastErr())
 	load.Stop()
 	testenv.Eventually(t, 60*time.Second, func() bool { return ipUnpublished(t, check) == 0 }, "not everything published")
@@ -168,8 +169,8 @@ func TestInprocIsolationLevelSetOnTheDatabase(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db, check := settingsDB(t, map[string]string{"default_transaction_isolation": level})
-			ipInsert(t, db.Pool, writer(t, db.Pool), ipEvent("first", 0))
-			lock := holdOwnershipLock(t, db)
+			ipInsert(t, check, writer(t, check), ipEvent("first", 0))
+			lock := holdOwnershipLock(t, check)
 			var errs claimErrors
 			k := testenv.Kafka(t)
 			topic := k.Topic(t, 4)
@@ -206,8 +207,10 @@ func TestInprocTimeoutsSetOnTheDatabase(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db, check := settingsDB(t, map[string]string{c.setting: c.value})
-			ipInsert(t, db.Pool, writer(t, db.Pool), ipEvent("first", 0))
-			lock := holdOwnershipLock(t, db)
+			// The test's own writes and checks go through check, which
+			// the setting does not reach: only the relay runs under it.
+			ipInsert(t, check, writer(t, check), ipEvent("first", 0))
+			lock := holdOwnershipLock(t, check)
 			var errs claimErrors
 			k := testenv.Kafka(t)
 			topic := k.Topic(t, 4)
