@@ -44,6 +44,24 @@ test-run:
 	GO='$(GO)' TEST_TIMEOUT='$(TEST_TIMEOUT)' TEST_FLAGS='$(TEST_FLAGS)' PKGS='$(PKGS)' COMPAT_PKGS='$(COMPAT_PKGS)' \
 		./scripts/test-run.sh
 
+# A flake hunt (internal/cmd/teststress): runs each package of STRESS_PKGS
+# STRESS_COUNT times, one package at a time, with STRESS_BUSY CPUs kept busy
+# (stress-ng --cpu N if installed, else spinning goroutines), against one
+# throwaway PostgreSQL and one Kafka 4.4.0 broker for the whole hunt, and
+# prints each failed test with its output and how often each failed. Every
+# run's output is kept in STRESS_OUT. Exits non-zero if any run failed.
+# make test-stress STRESS_PKGS=./internal/faults STRESS_RUN='TestProc' STRESS_COUNT=10
+STRESS_PKGS  ?= ./...
+STRESS_COUNT ?= 5
+STRESS_BUSY  ?= 1
+STRESS_RUN   ?=
+STRESS_OUT   ?= bin/test-stress
+.PHONY: test-stress
+test-stress:
+	$(GO) build -o bin/teststress ./internal/cmd/teststress
+	KAFKA_TEST_VERSIONS=4.4.0 ./scripts/with-postgres.sh ./scripts/with-kafka.sh \
+		./bin/teststress -count $(STRESS_COUNT) -busy $(STRESS_BUSY) -run '$(STRESS_RUN)' -out $(STRESS_OUT) $(STRESS_PKGS)
+
 # The container image, built without a Docker daemon and without pulling a
 # base image (internal/cmd/imagebuild): FROM scratch, a static
 # outbox-relay stamped with VERSION and REVISION, user 65532, entrypoint
