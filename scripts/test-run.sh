@@ -8,6 +8,11 @@
 # NOT_ENOUGH_REPLICAS, for instance; 1 runs them as the issue states).
 # Then $COMPAT_PKGS run again against Kafka 3.9.1 when with-kafka.sh
 # started it. Exits non-zero if any run failed.
+#
+# Each test binary runs under internal/cmd/testtime, which records its wall
+# time, CPU and peak memory; the table and the load average seen during the
+# run are printed at the end (docs/development.md, "How the suite is
+# scheduled").
 set -uo pipefail
 
 GO=${GO:-go}
@@ -18,6 +23,16 @@ read -r -a compat <<<"${COMPAT_PKGS:-}"
 listed=$("$GO" list "${pkgs[@]}") || exit 1
 real=$(grep '/internal/faults/realkafka$' <<<"$listed" || true)
 rest=$(grep -v '/internal/faults/realkafka$' <<<"$listed" || true)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-run.XXXXXX")
+trap 'kill "$sampler" 2>/dev/null; rm -rf "$tmp"' EXIT
+"$GO" build -o "$tmp/testtime" ./internal/cmd/testtime || exit 1
+flags+=(-exec "$tmp/testtime")
+export OUTBOX_TEST_TIMES="$tmp/times"
+# The 1-minute load average every 5 s, for the summary.
+(while :; do cut -d' ' -f1 /proc/loadavg 2>/dev/null >>"$tmp/load"; sleep 5; done) &
+sampler=$!
+t0=$SECONDS
 
 rc=0
 real_pid=""
@@ -30,6 +45,7 @@ if [[ -n "$rest" ]]; then
 	# shellcheck disable=SC2086 # one package per word
 	"$GO" test "${flags[@]}" $rest || rc=1
 fi
+echo "== $((SECONDS - t0)) s so far"
 if [[ -n "${OUTBOX_TEST_KAFKA_BROKERS_3_9_1:-}" && ${#compat[@]} -gt 0 ]]; then
 	echo "== again against Kafka 3.9.1: ${compat[*]}"
 	OUTBOX_TEST_KAFKA_BROKERS=$OUTBOX_TEST_KAFKA_BROKERS_3_9_1 OUTBOX_TEST_KAFKA_VERSION=3.9.1 \
@@ -38,4 +54,14 @@ fi
 if [[ -n "$real_pid" ]]; then
 	wait "$real_pid" || rc=1
 fi
+
+module=$("$GO" list -m)
+echo "== what each test binary cost (wall, CPU with its children, peak RSS), slowest first"
+if [[ -s "$tmp/times" ]]; then
+	sed "s|^$PWD/\\{0,1\\}|./|" "$tmp/times" | sort -t= -k2 -rn | awk '{ printf "%-34s %-12s %-11s %-11s %s\n", $1, $2, $3, $4, $5 }'
+fi
+if [[ -s "$tmp/load" ]]; then
+	awk '{ s += $1; if ($1 > m) m = $1 } END { printf "== load average (1 min) during the tests: mean %.1f, max %.1f over %d samples; %d CPUs\n", s / NR, m, NR, '"$(nproc)"' }' "$tmp/load"
+fi
+echo "== tests took $((SECONDS - t0)) s ($module)"
 exit $rc
