@@ -55,8 +55,10 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 		Relay: o.relay, Lease: o.lease, NoNotify: o.noNotify,
 		Kafka: kafka.Config{Brokers: k.Brokers, WriteTimeout: 3 * time.Second},
 		// The test's own channel: channels are per database, and parallel
-		// tests share one.
-		Notify: notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 2 * time.Second},
+		// tests share one. A ping slower than PingTimeout on a loaded
+		// machine would make the listener reconnect and lose the
+		// notifications tests count; no test here is about the watchdog.
+		Notify: notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 10 * time.Second},
 	}
 	cfg.Relay.Topic = topic
 	cfg.TracerProvider = o.tracer
@@ -79,7 +81,9 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 		close(h.done)
 	}()
 	if h.listener != nil {
-		testenv.Eventually(t, 10*time.Second, func() bool { return h.listener.State() == notify.StateListening }, "listener never connected")
+		// A relay start (table and privilege checks, LISTEN, its probe):
+		// seconds on a loaded machine.
+		testenv.Eventually(t, 60*time.Second, func() bool { return h.listener.State() == notify.StateListening }, "listener never connected")
 	}
 	t.Cleanup(h.stop)
 	return h
