@@ -242,11 +242,13 @@ func TestNotificationWakesRelayWithoutPolling(t *testing.T) {
 	ev := event("a", 1)
 	start := time.Now()
 	addTx(t, db, writer(t, db, outbox.WakeupEveryTx), ev)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Only a hang guard, under the 1m poll interval: WakePoll == 0 below
+	// proves that the notification, not the poll, published the event.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := c.Next(ctx)
 	if err != nil {
-		t.Fatalf("event not published within 5s with a 1m poll interval: %v", err)
+		t.Fatalf("event not published within 30s with a 1m poll interval: %v", err)
 	}
 	if r.Headers["event_id"] != ev.ID.String() {
 		t.Fatalf("got %v", r.Headers)
@@ -277,7 +279,8 @@ func TestLostNotificationFallsBackToPollingAndListenerReconnects(t *testing.T) {
 	// the poll ticker must publish it.
 	polled := event("a", 1)
 	addTx(t, db, writer(t, db, outbox.WakeupNone), polled)
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// One hang guard for both reads, and the reconnect wait between them.
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if r, err := c.Next(rctx); err != nil || r.Headers["event_id"] != polled.ID.String() {
 		t.Fatalf("polled event: %v %v", r.Headers, err)
@@ -548,9 +551,11 @@ func TestDebouncedWakeupsAreCoveredByLingering(t *testing.T) {
 		evs = append(evs, e)
 		addTx(t, db, w, e) // only the first carries a notification
 	}
-	recs := k.Consume(t, topic, 5, 10*time.Second)
+	// Only a hang guard, under the 1m poll interval: WakePoll == 0 below
+	// proves that no poll found them.
+	recs := k.Consume(t, topic, 5, 30*time.Second)
 	if len(recs) != 5 {
-		t.Fatalf("%d of 5 debounced events published within 10s (poll interval 1m)", len(recs))
+		t.Fatalf("%d of 5 debounced events published within 30s (poll interval 1m)", len(recs))
 	}
 	for i, r := range recs {
 		if r.Headers["event_id"] != evs[i].ID.String() {
