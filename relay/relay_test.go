@@ -493,9 +493,10 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	k := testenv.KafkaFake(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
 	topic := k.Topic(t, 1)
 	// Relay A holds a 10-minute lease on everything, with a stalled broker.
+	const shutdownTimeout = 500 * time.Millisecond
 	a := startRelay(t, db, k, topic, opts{
 		lease:    lease.Config{RelayID: "a", Lease: 10 * time.Minute, BatchSize: 50},
-		relay:    relay.Config{ShutdownTimeout: 500 * time.Millisecond},
+		relay:    relay.Config{ShutdownTimeout: shutdownTimeout},
 		kafkaCfg: func(c *kafka.Config) { c.WriteTimeout = time.Minute },
 	})
 	ln.SetMode(faultnet.Blackhole)
@@ -511,8 +512,11 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	}, "relay a never claimed")
 	stopped := time.Now()
 	a.stop()
-	if d := time.Since(stopped); d > 5*time.Second {
-		t.Fatalf("stop took %s with a 500ms shutdown timeout", d)
+	// The documented bound (README, docs/operating.md): a stopping relay
+	// is done within --shutdown-timeout plus 1.5 s, whatever the broker
+	// does.
+	if d, bound := time.Since(stopped), shutdownTimeout+1500*time.Millisecond; d > bound {
+		t.Fatalf("Service.Run returned %s after its context was cancelled, want at most %s (ShutdownTimeout %s plus 1.5 s)", d, bound, shutdownTimeout)
 	}
 	var held int
 	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at IS NULL AND locked_until > now()").Scan(&held); err != nil {
