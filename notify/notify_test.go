@@ -333,11 +333,13 @@ func TestWatchdogDetectsHalfOpenConnection(t *testing.T) {
 	cfg, _ := connConfig(t, db)
 	pcfg, proxy := proxied(t, cfg)
 	// The pinger (db.Pool) connects directly; only the listener goes
-	// through the proxy.
+	// through the proxy. A ping (the pool's first connection included)
+	// that a loaded machine keeps longer than PingTimeout would look like
+	// a half-open connection: 2 s, and detection still takes seconds.
 	l, err := New(Config{
 		Channel:      db.Schema,
 		PingInterval: 200 * time.Millisecond,
-		PingTimeout:  500 * time.Millisecond,
+		PingTimeout:  2 * time.Second,
 		ReconnectMin: 20 * time.Millisecond,
 		ReconnectMax: 200 * time.Millisecond,
 	}, connectWith(pcfg), db.Pool, testenv.Logger(t))

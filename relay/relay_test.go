@@ -55,8 +55,10 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 		Relay: o.relay, Lease: o.lease, NoNotify: o.noNotify,
 		Kafka: kafka.Config{Brokers: k.Brokers, WriteTimeout: 3 * time.Second},
 		// The test's own channel: channels are per database, and parallel
-		// tests share one.
-		Notify: notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 2 * time.Second},
+		// tests share one. A ping slower than PingTimeout on a loaded
+		// machine would make the listener reconnect and lose the
+		// notifications tests count; no test here is about the watchdog.
+		Notify: notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 10 * time.Second},
 	}
 	cfg.Relay.Topic = topic
 	cfg.TracerProvider = o.tracer
@@ -79,7 +81,9 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 		close(h.done)
 	}()
 	if h.listener != nil {
-		testenv.Eventually(t, 10*time.Second, func() bool { return h.listener.State() == notify.StateListening }, "listener never connected")
+		// A relay start (table and privilege checks, LISTEN, its probe):
+		// seconds on a loaded machine.
+		testenv.Eventually(t, 60*time.Second, func() bool { return h.listener.State() == notify.StateListening }, "listener never connected")
 	}
 	t.Cleanup(h.stop)
 	return h
@@ -238,11 +242,13 @@ func TestNotificationWakesRelayWithoutPolling(t *testing.T) {
 	ev := event("a", 1)
 	start := time.Now()
 	addTx(t, db, writer(t, db, outbox.WakeupEveryTx), ev)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Only a hang guard, under the 1m poll interval: WakePoll == 0 below
+	// proves that the notification, not the poll, published the event.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := c.Next(ctx)
 	if err != nil {
-		t.Fatalf("event not published within 5s with a 1m poll interval: %v", err)
+		t.Fatalf("event not published within 30s with a 1m poll interval: %v", err)
 	}
 	if r.Headers["event_id"] != ev.ID.String() {
 		t.Fatalf("got %v", r.Headers)
@@ -273,7 +279,8 @@ func TestLostNotificationFallsBackToPollingAndListenerReconnects(t *testing.T) {
 	// the poll ticker must publish it.
 	polled := event("a", 1)
 	addTx(t, db, writer(t, db, outbox.WakeupNone), polled)
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// One hang guard for both reads, and the reconnect wait between them.
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if r, err := c.Next(rctx); err != nil || r.Headers["event_id"] != polled.ID.String() {
 		t.Fatalf("polled event: %v %v", r.Headers, err)
@@ -486,9 +493,10 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	k := testenv.KafkaFake(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) { return ln, nil }))
 	topic := k.Topic(t, 1)
 	// Relay A holds a 10-minute lease on everything, with a stalled broker.
+	const shutdownTimeout = 500 * time.Millisecond
 	a := startRelay(t, db, k, topic, opts{
 		lease:    lease.Config{RelayID: "a", Lease: 10 * time.Minute, BatchSize: 50},
-		relay:    relay.Config{ShutdownTimeout: 500 * time.Millisecond},
+		relay:    relay.Config{ShutdownTimeout: shutdownTimeout},
 		kafkaCfg: func(c *kafka.Config) { c.WriteTimeout = time.Minute },
 	})
 	ln.SetMode(faultnet.Blackhole)
@@ -504,8 +512,11 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	}, "relay a never claimed")
 	stopped := time.Now()
 	a.stop()
-	if d := time.Since(stopped); d > 5*time.Second {
-		t.Fatalf("stop took %s with a 500ms shutdown timeout", d)
+	// The documented bound (README, docs/operating.md): a stopping relay
+	// is done within --shutdown-timeout plus 1.5 s, whatever the broker
+	// does.
+	if d, bound := time.Since(stopped), shutdownTimeout+1500*time.Millisecond; d > bound {
+		t.Fatalf("Service.Run returned %s after its context was cancelled, want at most %s (ShutdownTimeout %s plus 1.5 s)", d, bound, shutdownTimeout)
 	}
 	var held int
 	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at IS NULL AND locked_until > now()").Scan(&held); err != nil {
@@ -544,9 +555,11 @@ func TestDebouncedWakeupsAreCoveredByLingering(t *testing.T) {
 		evs = append(evs, e)
 		addTx(t, db, w, e) // only the first carries a notification
 	}
-	recs := k.Consume(t, topic, 5, 10*time.Second)
+	// Only a hang guard, under the 1m poll interval: WakePoll == 0 below
+	// proves that no poll found them.
+	recs := k.Consume(t, topic, 5, 30*time.Second)
 	if len(recs) != 5 {
-		t.Fatalf("%d of 5 debounced events published within 10s (poll interval 1m)", len(recs))
+		t.Fatalf("%d of 5 debounced events published within 30s (poll interval 1m)", len(recs))
 	}
 	for i, r := range recs {
 		if r.Headers["event_id"] != evs[i].ID.String() {

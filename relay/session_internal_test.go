@@ -38,9 +38,12 @@ func TestSessionSettingsOverrideWhatChurnsTheRelay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	alter("idle_session_timeout", "1s")
-	alter("idle_in_transaction_session_timeout", "1s")
-	alter("statement_timeout", "50ms")
+	// Values no statement or pause of this test can reach on a loaded
+	// machine: they apply to every new session, the settings statements
+	// and the checks included.
+	alter("idle_session_timeout", "5min")
+	alter("idle_in_transaction_session_timeout", "5min")
+	alter("statement_timeout", "5s")
 	show := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
 	}) (idle, idleTx, stmt string) {
@@ -63,8 +66,8 @@ func TestSessionSettingsOverrideWhatChurnsTheRelay(t *testing.T) {
 		defer pool.Close()
 		return show(pool)
 	}
-	if idle, idleTx, stmt := pooled(); idle != "0" || idleTx != "1s" || stmt != "7s" {
-		t.Errorf("pooled session: idle_session_timeout %s, idle_in_transaction_session_timeout %s, statement_timeout %s; want 0, 1s (kept), 7s", idle, idleTx, stmt)
+	if idle, idleTx, stmt := pooled(); idle != "0" || idleTx != "5min" || stmt != "7s" {
+		t.Errorf("pooled session: idle_session_timeout %s, idle_in_transaction_session_timeout %s, statement_timeout %s; want 0, 5min (kept), 7s", idle, idleTx, stmt)
 	}
 	cc, err := pgx.ParseConfig(db.ConnString)
 	if err != nil {
@@ -77,8 +80,8 @@ func TestSessionSettingsOverrideWhatChurnsTheRelay(t *testing.T) {
 	}
 	idle, idleTx, stmt := show(conn)
 	conn.Close(ctx)
-	if idle != "0" || idleTx != "0" || stmt != "50ms" {
-		t.Errorf("LISTEN session: idle_session_timeout %s, idle_in_transaction_session_timeout %s, statement_timeout %s; want 0, 0, 50ms (kept)", idle, idleTx, stmt)
+	if idle != "0" || idleTx != "0" || stmt != "5s" {
+		t.Errorf("LISTEN session: idle_session_timeout %s, idle_in_transaction_session_timeout %s, statement_timeout %s; want 0, 0, 5s (kept)", idle, idleTx, stmt)
 	}
 	alter("statement_timeout", "1min")
 	if _, _, stmt := pooled(); stmt != "1min" {

@@ -38,41 +38,56 @@ func TestClaimWindowIsSparseWhileEveryEventIsNotified(t *testing.T) {
 		t.Errorf("%d empty claims for %d notified events, want at most 2 per event", empty, n)
 	}
 
-	// A notified event, then one without a notification 2 ms later.
+	// A notified event, then one without a notification 2 ms later. The
+	// window's claim finds the second only if it commits within
+	// ClaimWindow of the first's claim, which a loaded machine's commits
+	// can miss by far with the default 25ms: a new (sparse) relay with a
+	// 2 s window finds it.
+	h.stop()
+	h = startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: time.Hour, ClaimWindow: 2 * time.Second}})
+	testenv.Eventually(t, 30*time.Second, func() bool { return h.relay.Stats().Claims >= 1 }, "no first claim")
 	silent := writer(t, db, outbox.WakeupNone)
 	addTx(t, db, notified, event("b", 0))
 	time.Sleep(2 * time.Millisecond)
 	addTx(t, db, silent, event("b", 1))
-	testenv.Eventually(t, 10*time.Second, func() bool { return unpublished(t, db) == 0 }, "the event without a notification was not found by the window's claim")
+	testenv.Eventually(t, 30*time.Second, func() bool { return unpublished(t, db) == 0 }, "the event without a notification was not found by the window's claim")
 }
 
 // TestClaimWindowCoversEveryHitWhileSparse: while the window is sparse,
 // every claim that found events is still followed by a claim a window
-// later. Input (found by a break test): writer 1 commits A with a
-// notification; 10 ms later writer 2 commits B with one; 18 ms after B,
-// writer 2 commits C, whose notification its 20 ms debounce drops. A's
-// window ends before C commits, so a window that ended ClaimWindow after
-// the first hit left C to the fallback poll (an hour here: it was never
-// published; with the default 500 ms poll it took 457-546 ms in 6 of 8
-// trials, against 1-3 ms before the sparse window).
+// later. Input (found by a break test, with the default 25ms window and
+// 20ms debounce): writer 1 commits A with a notification; 10 ms later
+// writer 2 commits B with one; 18 ms after B, writer 2 commits C, whose
+// notification its 20 ms debounce drops. A's window ends before C commits,
+// so a window that ended ClaimWindow after the first hit left C to the
+// fallback poll (an hour here: it was never published; with the default
+// 500 ms poll it took 457-546 ms in 6 of 8 trials, against 1-3 ms before
+// the sparse window). Here the window, the debounce and the gaps are 80
+// times as long: at 25ms, C's commit had to land within 7 ms of its
+// schedule, which a loaded machine's commits miss; now it has 560 ms.
 func TestClaimWindowCoversEveryHitWhileSparse(t *testing.T) {
 	t.Parallel()
 	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
 	topic := k.Topic(t, 1)
-	w1, w2 := writer(t, db, outbox.WakeupEveryTx), writer(t, db, outbox.WakeupDebounced)
+	const scale = 80
+	w1 := writer(t, db, outbox.WakeupEveryTx)
+	w2, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupDebounced, WakeupInterval: scale * 20 * time.Millisecond, Channel: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 3; i++ {
 		// A new relay each time: it starts sparse (the window stays dense
 		// for 10 s after an event found without a notification).
-		h := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: time.Hour}})
-		testenv.Eventually(t, 10*time.Second, func() bool { return h.relay.Stats().Claims >= 1 }, "no first claim")
+		h := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: time.Hour, ClaimWindow: scale * 25 * time.Millisecond}})
+		testenv.Eventually(t, 30*time.Second, func() bool { return h.relay.Stats().Claims >= 1 }, "no first claim")
 		t0 := time.Now()
 		addTx(t, db, w1, event("a", i))
-		time.Sleep(time.Until(t0.Add(10 * time.Millisecond)))
+		time.Sleep(time.Until(t0.Add(scale * 10 * time.Millisecond)))
 		tb := time.Now()
 		addTx(t, db, w2, event("b", 2*i))
-		time.Sleep(time.Until(tb.Add(18 * time.Millisecond)))
+		time.Sleep(time.Until(tb.Add(scale * 18 * time.Millisecond)))
 		addTx(t, db, w2, event("b", 2*i+1)) // no notification: the debounce drops it
-		testenv.Eventually(t, 2*time.Second, func() bool { return unpublished(t, db) == 0 },
+		testenv.Eventually(t, 30*time.Second, func() bool { return unpublished(t, db) == 0 },
 			"trial %d: the event without a notification was left to the fallback poll", i)
 		h.stop()
 	}
