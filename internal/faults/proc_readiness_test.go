@@ -137,6 +137,9 @@ func TestProcReadinessBrokerBlackholed(t *testing.T) {
 		t.Errorf("relay check detail %q does not name the publish step", d)
 	}
 	time.Sleep(max(0, 10*time.Second-time.Since(began))) // the fault lasts 10 s
+	// /readyz computes the stall on request, the line is logged on the
+	// watcher's next tick: wait for it before counting.
+	testenv.Eventually(t, 30*time.Second, func() bool { return countLines(p, "relay stalled") > 0 }, "no \"relay stalled\" line")
 	if n := countLines(p, "relay stalled"); n != 1 {
 		t.Errorf("%d \"relay stalled\" log lines during the blackhole, want 1", n)
 	}
@@ -215,6 +218,9 @@ func TestProcReadinessDatabaseReadOnly(t *testing.T) {
 		t.Errorf("the database check failed (%s); a read-only database still answers pings, only the relay check should say it", r.Checks["database"].Detail)
 	}
 	time.Sleep(max(0, 10*time.Second-time.Since(began)))
+	// /readyz computes the stall on request, the line is logged on the
+	// watcher's next tick: wait for it before counting.
+	testenv.Eventually(t, 30*time.Second, func() bool { return countLines(p, "relay stalled") > 0 }, "no \"relay stalled\" line")
 	if n := countLines(p, "relay stalled"); n != 1 {
 		t.Errorf("%d \"relay stalled\" log lines while read-only, want 1", n)
 	}
