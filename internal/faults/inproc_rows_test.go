@@ -305,9 +305,12 @@ VALUES (gen_random_uuid(), 'bad', 't', '{}', 'infinity') RETURNING id::text`).Sc
 		t.Fatalf("records %v, want x1, x2, x3 in order %v (stats %+v)", got, want, h.Relay.Stats())
 	}
 	var lastErr string
+	// The relay counts a dead letter after its UPDATE committed: wait for
+	// the count too before reading it.
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return db.Pool.QueryRow(ctx, "SELECT coalesce(last_error, '') FROM outbox WHERE id::text = $1 AND dead_lettered_at IS NOT NULL", bad).Scan(&lastErr) == nil
-	}, "the row with created_at infinity is not dead-lettered")
+		return db.Pool.QueryRow(ctx, "SELECT coalesce(last_error, '') FROM outbox WHERE id::text = $1 AND dead_lettered_at IS NOT NULL", bad).Scan(&lastErr) == nil &&
+			h.Relay.Stats().DeadLettered > 0
+	}, "the row with created_at infinity is not dead-lettered (stats %+v)", h.Relay.Stats())
 	if !strings.Contains(lastErr, "created_at") {
 		t.Errorf("last_error %q does not name created_at", lastErr)
 	}
