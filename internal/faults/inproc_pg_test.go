@@ -153,11 +153,14 @@ func TestInprocListenerTerminatedRepeatedly(t *testing.T) {
 		notifications, wakes := h.Listener.Notifications(), h.Relay.Stats().WakeNotify
 		start := time.Now()
 		ipInsert(t, db.Pool, w, ipEvent("agg", i))
-		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// A hang guard under the poll interval: the poll timer restarts at
+		// every claim, so only the notification can wake the relay within
+		// 30 s (WakePoll, checked below, tells).
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ok := obs.WaitDistinct(wctx, i+1)
 		cancel()
 		if !ok {
-			t.Fatalf("round %d: the event did not arrive within 3s of its commit after the listener reconnected (poll interval 1m); stats %+v", i, h.Relay.Stats())
+			t.Fatalf("round %d: the event did not arrive within 30s of its commit after the listener reconnected (poll interval 1m); stats %+v", i, h.Relay.Stats())
 		}
 		latency := time.Since(start)
 		testenv.Eventually(t, 5*time.Second, func() bool { return h.Listener.Notifications() > notifications }, "round %d: the notification did not arrive on the new connection", i)

@@ -194,7 +194,7 @@ func TestInprocIllegalTopicDeadLetteredAtOnce(t *testing.T) {
 	h := ipStartRelay(t, db, k.Brokers, topic, ipConfig{NoNotify: true,
 		Relay: relay.Config{PollInterval: 50 * time.Millisecond, TopicTemplate: topic + ".${aggregatetype}"},
 		Lease: lease.Config{Table: "routed", Columns: lease.DebeziumColumns}})
-	testenv.Eventually(t, 10*time.Second, func() bool { return h.Relay.Stats().DeadLettered == 2 }, "the illegal topics were not dead-lettered (stats %+v)", h.Relay.Stats())
+	testenv.Eventually(t, 60*time.Second, func() bool { return h.Relay.Stats().DeadLettered == 2 }, "the illegal topics were not dead-lettered (stats %+v)", h.Relay.Stats())
 	rows, err := db.Pool.Query(ctx, "SELECT aggregateid, attempts, last_error FROM routed WHERE dead_lettered_at IS NOT NULL ORDER BY aggregateid")
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func TestInprocPublishFailureLogsAreBounded(t *testing.T) {
 	fault.Remove()
 	testenv.Eventually(t, 30*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "not delivered after the fault")
 	// The outage ends once publishes have gone through for 5 s.
-	testenv.Eventually(t, 10*time.Second, func() bool { return logs.FilterMessageSnippet("Kafka outage over").Len() > 0 }, "no line said the outage ended")
+	testenv.Eventually(t, 30*time.Second, func() bool { return logs.FilterMessageSnippet("Kafka outage over").Len() > 0 }, "no line said the outage ended")
 	warn := logs.FilterLevelExact(zapcore.WarnLevel).Len() + logs.FilterLevelExact(zapcore.ErrorLevel).Len()
 	st := h.Relay.Stats()
 	t.Logf("%d failed publishes in 10 s: %d log lines in all, %d at warn or error", st.Failed, logs.Len(), warn)
