@@ -232,7 +232,10 @@ func TestInprocUnexpectedNotifyPayloadJustWakes(t *testing.T) {
 		if _, err := db.Pool.Exec(ctx, "SELECT pg_notify($1, $2)", db.Schema, payload); err != nil {
 			t.Fatalf("notify %.40q: %v", payload, err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// A hang guard under the poll interval: the poll timer restarts at
+		// every claim, so only the notification can wake the relay within
+		// 30 s (WakePoll, checked below, tells).
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		r, err := consumer.Next(rctx)
 		cancel()
 		if err != nil || r.Headers["event_id"] != id.String() {
@@ -282,7 +285,7 @@ func TestInprocRowHeadersCannotShadowReservedHeaders(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "SELECT pg_notify($1, '')", db.Schema); err != nil {
 		t.Fatal(err)
 	}
-	recs := ipRawRecords(t, k, topic, 1, 15*time.Second)
+	recs := ipRawRecords(t, k, topic, 1, 60*time.Second)
 	if len(recs) != 1 {
 		t.Fatalf("%d records, want 1", len(recs))
 	}

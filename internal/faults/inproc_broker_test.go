@@ -417,13 +417,15 @@ func TestInprocShutdownDuringBlackholedPublish(t *testing.T) {
 	h.Cancel()
 	select {
 	case <-h.RunDone():
-	case <-time.After(shutdownTimeout + 5*time.Second):
-		t.Fatalf("Run did not return within %s of the cancel (ShutdownTimeout %s)", shutdownTimeout+5*time.Second, shutdownTimeout)
+	case <-time.After(30 * time.Second): // a hang guard; the bound is checked below
+		t.Fatalf("Run did not return within 30s of the cancel (ShutdownTimeout %s)", shutdownTimeout)
 	}
 	took := time.Duration(h.runReturn.Load() - h.cancelled.Load())
 	t.Logf("Run returned %s after the cancel (ShutdownTimeout %s); %d rows were leased", took.Round(time.Millisecond), shutdownTimeout, held)
+	// The bound is the documented one for the whole stop: ShutdownTimeout
+	// plus 2 s (relay.ShutdownGrace, docs/database.md).
 	if took > shutdownTimeout+2*time.Second {
-		t.Errorf("Run returned %s after the cancel; ShutdownTimeout is %s", took, shutdownTimeout)
+		t.Errorf("Run (relay, listener, publisher's Close) returned %s after the cancel, want within ShutdownTimeout %s plus 2 s", took, shutdownTimeout)
 	}
 	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE locked_by = $1 AND locked_until > now() AND published_at IS NULL", h.Holder); n != 0 {
 		t.Fatalf("%d rows still leased by the stopped relay", n)
@@ -458,8 +460,8 @@ func TestInprocShutdownPublisherCloseIsBounded(t *testing.T) {
 	h.Cancel()
 	select {
 	case <-h.Done():
-	case <-time.After(kafka.DefaultMaxAttempts*writeTimeout + 5*time.Second):
-		t.Fatalf("relay and publisher not stopped %s after the cancel", kafka.DefaultMaxAttempts*writeTimeout+5*time.Second)
+	case <-time.After(kafka.DefaultMaxAttempts*writeTimeout + 30*time.Second): // a hang guard; the bound is checked below
+		t.Fatalf("relay and publisher not stopped %s after the cancel", kafka.DefaultMaxAttempts*writeTimeout+30*time.Second)
 	}
 	total := time.Duration(h.runReturn.Load() - h.cancelled.Load())
 	t.Logf("Run (the relay, then the publisher's Close) returned %s after the cancel", total.Round(time.Millisecond))

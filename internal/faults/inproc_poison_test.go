@@ -302,7 +302,7 @@ func TestInprocPoisonEventForMissingTopic(t *testing.T) {
 		return ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'ok-%' AND published_at IS NULL") == 0
 	}, "the healthy aggregates did not flow past the events for the missing topic")
 	// Well past MaxAttempts' worth of retries (100 ms doubling to 1 s).
-	testenv.Eventually(t, 15*time.Second, func() bool { return h.Relay.Stats().Failed >= 3*maxAttempts*int64(len(poisons)) },
+	testenv.Eventually(t, 60*time.Second, func() bool { return h.Relay.Stats().Failed >= 3*maxAttempts*int64(len(poisons)) },
 		"the events for the missing topic were not retried (stats %+v)", h.Relay.Stats())
 	if n := ipCount(t, db.Pool, "SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL"); n != 0 {
 		t.Fatalf("%d events dead-lettered because their topic does not exist yet", n)
@@ -329,7 +329,7 @@ func TestInprocPoisonEventForMissingTopic(t *testing.T) {
 	}
 	// kafka-go caches the topic's missing metadata for up to its
 	// MetadataTTL (6s).
-	testenv.Eventually(t, 30*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 },
+	testenv.Eventually(t, 60*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 },
 		"not everything published after the topic was created")
 	ipCheckTopics(t, db.Pool, k.Brokers, topic, []string{topic, missing}, "3 events for a missing topic, then created")
 }

@@ -137,8 +137,11 @@ func (e ipFaultEpisode) run(t *testing.T, db *testenv.TestDB, k *testenv.TestKaf
 	e.Start()
 	faultStart := time.Now()
 	time.Sleep(e.FaultFor) // the fault's duration is the input: let the backlog pile up
-	backlog := ipUnpublished(t, db.Pool)
 	batch := h.Claimer.Config().BatchSize
+	// Writers slowed by a loaded machine may need longer than FaultFor
+	// for 10 batches: the fault then lasts until they are there.
+	var backlog int
+	ipWait(2*time.Minute, func() bool { backlog = ipUnpublished(t, db.Pool); return backlog >= 10*batch })
 	e.End()
 	ended := time.Now()
 	atEnd := prog.published.Load()

@@ -194,7 +194,7 @@ func TestInprocIllegalTopicDeadLetteredAtOnce(t *testing.T) {
 	h := ipStartRelay(t, db, k.Brokers, topic, ipConfig{NoNotify: true,
 		Relay: relay.Config{PollInterval: 50 * time.Millisecond, TopicTemplate: topic + ".${aggregatetype}"},
 		Lease: lease.Config{Table: "routed", Columns: lease.DebeziumColumns}})
-	testenv.Eventually(t, 10*time.Second, func() bool { return h.Relay.Stats().DeadLettered == 2 }, "the illegal topics were not dead-lettered (stats %+v)", h.Relay.Stats())
+	testenv.Eventually(t, 60*time.Second, func() bool { return h.Relay.Stats().DeadLettered == 2 }, "the illegal topics were not dead-lettered (stats %+v)", h.Relay.Stats())
 	rows, err := db.Pool.Query(ctx, "SELECT aggregateid, attempts, last_error FROM routed WHERE dead_lettered_at IS NOT NULL ORDER BY aggregateid")
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func TestInprocPublishFailureLogsAreBounded(t *testing.T) {
 	fault.Remove()
 	testenv.Eventually(t, 30*time.Second, func() bool { return ipUnpublished(t, db.Pool) == 0 }, "not delivered after the fault")
 	// The outage ends once publishes have gone through for 5 s.
-	testenv.Eventually(t, 10*time.Second, func() bool { return logs.FilterMessageSnippet("Kafka outage over").Len() > 0 }, "no line said the outage ended")
+	testenv.Eventually(t, 30*time.Second, func() bool { return logs.FilterMessageSnippet("Kafka outage over").Len() > 0 }, "no line said the outage ended")
 	warn := logs.FilterLevelExact(zapcore.WarnLevel).Len() + logs.FilterLevelExact(zapcore.ErrorLevel).Len()
 	st := h.Relay.Stats()
 	t.Logf("%d failed publishes in 10 s: %d log lines in all, %d at warn or error", st.Failed, logs.Len(), warn)
@@ -305,9 +305,12 @@ VALUES (gen_random_uuid(), 'bad', 't', '{}', 'infinity') RETURNING id::text`).Sc
 		t.Fatalf("records %v, want x1, x2, x3 in order %v (stats %+v)", got, want, h.Relay.Stats())
 	}
 	var lastErr string
+	// The relay counts a dead letter after its UPDATE committed: wait for
+	// the count too before reading it.
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return db.Pool.QueryRow(ctx, "SELECT coalesce(last_error, '') FROM outbox WHERE id::text = $1 AND dead_lettered_at IS NOT NULL", bad).Scan(&lastErr) == nil
-	}, "the row with created_at infinity is not dead-lettered")
+		return db.Pool.QueryRow(ctx, "SELECT coalesce(last_error, '') FROM outbox WHERE id::text = $1 AND dead_lettered_at IS NOT NULL", bad).Scan(&lastErr) == nil &&
+			h.Relay.Stats().DeadLettered > 0
+	}, "the row with created_at infinity is not dead-lettered (stats %+v)", h.Relay.Stats())
 	if !strings.Contains(lastErr, "created_at") {
 		t.Errorf("last_error %q does not name created_at", lastErr)
 	}

@@ -19,13 +19,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/faultkit"
 	"github.com/pgoutbox/outbox/internal/faultnet"
 	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
-// freeAddr returns a loopback address with a free port.
+// freeAddr returns a loopback address with a free port. Another process
+// may bind it before the relay does: start relays on it with
+// startMetricsRelay.
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -73,16 +76,38 @@ func failing(check string) func(int, metrics.Readiness) bool {
 
 func ready(code int, r metrics.Readiness) bool { return code == 200 && r.Ready }
 
+// startMetricsRelay starts the relay binary with its metrics server on a
+// free loopback port and waits until its log holds marker (a line logged
+// after the server listens), and returns it with the server's address. The
+// port is free when picked, not when the relay binds it: a relay that exits
+// because another process took the port meanwhile is started again on a
+// new one.
+func startMetricsRelay(t *testing.T, dsn string, brokers []string, topic, marker string, extra ...string) (*RelayProc, string) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		addr := freeAddr(t)
+		p := startRelayProc(t, dsn, brokers, topic, append([]string{"--metrics-addr", addr}, extra...)...)
+		if !faultkit.Wait(60*time.Second, func() bool { return strings.Contains(p.Stderr(), marker) || p.Exited() }) {
+			t.Fatalf("%s: no %q line after 60s:\n%s", p.Name, marker, tail(p.Stderr(), 5000))
+		}
+		if strings.Contains(p.Stderr(), marker) {
+			return p, addr
+		}
+		if attempt < 5 && strings.Contains(p.Stderr(), "address already in use") {
+			t.Logf("%s: %s was taken before the relay bound it; starting again on another port", p.Name, addr)
+			continue
+		}
+		t.Fatalf("%s exited before %q: %v\n%s", p.Name, marker, p.Err(), tail(p.Stderr(), 5000))
+	}
+}
+
 // readinessRelay starts the relay binary with its metrics server and a 2 s
 // stall timeout, and waits until it is ready.
 func readinessRelay(t *testing.T, dsn string, brokers []string, topic string, extra ...string) (*RelayProc, string) {
 	t.Helper()
-	addr := freeAddr(t)
-	args := append([]string{"--metrics-addr", addr, "--stall-timeout", "2s", "--metrics-interval", "500ms",
+	args := append([]string{"--stall-timeout", "2s", "--metrics-interval", "500ms",
 		"--retry-min", "100ms", "--retry-max", "1s", "--kafka-write-timeout", "1s"}, extra...)
-	p := startRelayProc(t, dsn, brokers, topic, args...)
-	p.WaitReady(30 * time.Second)
-	return p, addr
+	return startMetricsRelay(t, dsn, brokers, topic, "relay starting", args...)
 }
 
 // countLines counts the log lines of p that contain s.
@@ -112,6 +137,9 @@ func TestProcReadinessBrokerBlackholed(t *testing.T) {
 		t.Errorf("relay check detail %q does not name the publish step", d)
 	}
 	time.Sleep(max(0, 10*time.Second-time.Since(began))) // the fault lasts 10 s
+	// /readyz computes the stall on request, the line is logged on the
+	// watcher's next tick: wait for it before counting.
+	testenv.Eventually(t, 30*time.Second, func() bool { return countLines(p, "relay stalled") > 0 }, "no \"relay stalled\" line")
 	if n := countLines(p, "relay stalled"); n != 1 {
 		t.Errorf("%d \"relay stalled\" log lines during the blackhole, want 1", n)
 	}
@@ -190,6 +218,9 @@ func TestProcReadinessDatabaseReadOnly(t *testing.T) {
 		t.Errorf("the database check failed (%s); a read-only database still answers pings, only the relay check should say it", r.Checks["database"].Detail)
 	}
 	time.Sleep(max(0, 10*time.Second-time.Since(began)))
+	// /readyz computes the stall on request, the line is logged on the
+	// watcher's next tick: wait for it before counting.
+	testenv.Eventually(t, 30*time.Second, func() bool { return countLines(p, "relay stalled") > 0 }, "no \"relay stalled\" line")
 	if n := countLines(p, "relay stalled"); n != 1 {
 		t.Errorf("%d \"relay stalled\" log lines while read-only, want 1", n)
 	}

@@ -26,9 +26,8 @@ func TestProcSIGTERMWithTheDatabaseFrozen(t *testing.T) {
 	topic := k.Topic(t, 2)
 	dsn, proxy := proxiedDSN(t, db.ConnString)
 	const shutdownTimeout = 2 * time.Second
-	r := startRelayProc(t, dsn, k.Brokers, topic, "--relay-id", "frozen", "--shutdown-timeout", shutdownTimeout.String(),
-		"--lease", "5s", "--metrics-addr", freeAddr(t))
-	r.WaitReady(30 * time.Second)
+	r, _ := startMetricsRelay(t, dsn, k.Brokers, topic, "relay starting", "--relay-id", "frozen", "--shutdown-timeout", shutdownTimeout.String(),
+		"--lease", "5s")
 	load := faultkit.StartLoad(t, db.Pool, writer(t, db.Pool), "agg", 20, 5, 5*time.Millisecond)
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		var n int

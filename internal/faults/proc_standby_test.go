@@ -76,11 +76,9 @@ func TestProcStandbyPromotedUnderTheRelay(t *testing.T) {
 	}
 	k := testenv.Kafka(t)
 	topic := k.Topic(t, 3)
-	addr := freeAddr(t)
-	p := startRelayProc(t, standby.DSN(), k.Brokers, topic, "--startup-wait", "60s", "--metrics-addr", addr,
-		"--channel", "public", "--stall-timeout", "2s", "--metrics-interval", "500ms")
 	const waiting = "database is a standby (in recovery): waiting for its promotion"
-	testenv.Eventually(t, 20*time.Second, func() bool { return countLines(p, waiting) > 0 || p.Exited() }, "no %q line", waiting)
+	p, addr := startMetricsRelay(t, standby.DSN(), k.Brokers, topic, waiting, "--startup-wait", "60s",
+		"--channel", "public", "--stall-timeout", "2s", "--metrics-interval", "500ms")
 	r := waitReadyz(t, addr, 20*time.Second, "failing on the database, naming the standby", standbyCheck("database", standby.Port()))
 	t.Logf("on the standby: /readyz 503: database: %s; relay: %s", r.Checks["database"].Detail, r.Checks["relay"].Detail)
 	if strings.Contains(p.Stderr(), "relay starting") || p.Exited() {
@@ -95,7 +93,8 @@ func TestProcStandbyPromotedUnderTheRelay(t *testing.T) {
 	if err := standby.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p.WaitReady(20 * time.Second)
+	// A hang guard: the time is logged, the test is not about it.
+	p.WaitReady(60 * time.Second)
 	t.Logf("relay started %s after the promotion", time.Since(promoted).Round(time.Millisecond))
 	waitReadyz(t, addr, 20*time.Second, "ready after the promotion", ready)
 	if n := countLines(p, waiting); n != 1 {
