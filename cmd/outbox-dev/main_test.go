@@ -413,6 +413,12 @@ func TestBannerEndpointsAndStatusCommandWork(t *testing.T) {
 	if b, err := exec.Command("go", "build", "-o", bin, "../outbox-relay").CombinedOutput(); err != nil {
 		t.Fatalf("build outbox-relay: %v\n%s", err, b)
 	}
+	// A line is printed at Kafka's ack, before the relay marks the row:
+	// status counts published rows once one is marked.
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var n int
+		return db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL").Scan(&n) == nil && n > 0
+	}, "no row marked published")
 	status, err := exec.Command(bin, "status", "--database-url", m[1]).CombinedOutput()
 	if err != nil || !strings.Contains(string(status), "outbox table outbox") || !regexp.MustCompile(`published \(kept\)\s+[1-9]`).Match(status) {
 		t.Errorf("the printed status command: %v\n%s", err, status)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -43,9 +44,22 @@ func TestIdleSessionTimeoutDoesNotChurnTheRelay(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{dbname}.Sanitize()+" SET idle_session_timeout = '1s'"); err != nil {
 		t.Fatal(err)
 	}
+	// The test's own checks and writes go through sessions without the
+	// timeout: one of db.Pool's opened from now on would be closed while
+	// idle, and counted in sessions_fatal with the probes.
+	ocfg, err := pgxpool.ParseConfig(db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocfg.ConnConfig.RuntimeParams["idle_session_timeout"] = "0"
+	own, err := pgxpool.NewWithConfig(ctx, ocfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
 	fatal := func() int64 {
 		var n int64
-		if err := db.Pool.QueryRow(ctx, "SELECT sessions_fatal FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
+		if err := own.QueryRow(ctx, "SELECT sessions_fatal FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -80,12 +94,12 @@ func TestIdleSessionTimeoutDoesNotChurnTheRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Add(ctx, db.Pool, outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{}`)}); err != nil {
+	if err := w.Add(ctx, own, outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		var n int
-		return db.Pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL").Scan(&n) == nil && n == 1
+		return own.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL").Scan(&n) == nil && n == 1
 	}, "the event was not published")
 	if code := stop(); code != 0 {
 		t.Fatalf("run exit %d:\n%s", code, stderr)

@@ -343,11 +343,11 @@ func TestStatusShowsKeyPartitionOwners(t *testing.T) {
 	db := testenv.MigratedDB(t)
 	var members []string
 	var claimers []*lease.Claimer
-	// relay-x's membership outlasts the test; relay-y's ends 2 s after its
-	// last claim. Neither renews after settling, so no heartbeat removes
-	// relay-y's row before status reads it.
-	for id, l := range map[string]time.Duration{"relay-x": time.Minute, "relay-y": 2 * time.Second} {
-		c, err := lease.New(db.Pool, lease.Config{RelayID: id, Lease: l})
+	// Both memberships outlast the test; relay-y's is ended below, once
+	// status has shown it. Neither renews after settling, so no heartbeat
+	// removes relay-y's row before status reads it.
+	for _, id := range []string{"relay-x", "relay-y"} {
+		c, err := lease.New(db.Pool, lease.Config{RelayID: id, Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -377,7 +377,12 @@ func TestStatusShowsKeyPartitionOwners(t *testing.T) {
 		t.Fatalf("key partitions %+v, settled %v", r.KeyPartitions, r.KeyPartitionsSettled)
 	}
 	// Once relay-y's membership ran out, status says so, and ownership is
-	// no longer settled.
+	// no longer settled. It is made to run out now rather than by a short
+	// lease, which could end before the reads above on a slow machine.
+	if tag, err := db.Pool.Exec(ctx, `UPDATE outbox_relays SET renewed_at = now() - interval '3 seconds', until = now() - interval '1 second'
+WHERE member = $1`, members[1]); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("end relay-y's membership: %v %v", tag, err)
+	}
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		code, out, _ = runMain(t, ctx, "status", "--database-url", db.ConnString)
 		return code == 0 && strings.Contains(out, "1 relay(s) running, rebalancing") && strings.Contains(out, "ran out")

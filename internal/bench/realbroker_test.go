@@ -62,7 +62,9 @@ func TestLocalRealBroker(t *testing.T) {
 	c := run.Cost
 	t.Logf("latency notify-proc: p50 %.2f ms p99 %.2f ms; floor p50 %.2f ms p99 %.2f ms (%d); relay CPU %s ms/ev, broker CPU %s ms/ev",
 		run.P50MS, run.P99MS, run.FloorP50MS, run.FloorP99MS, run.FloorCount, optF(c.RelayCPUMSPerEvent, "%.3f"), optF(c.BrokerCPUMSPerEvent, "%.3f"))
-	if run.Count != 400 || run.Lost != 0 || run.FloorCount < 20 || run.FloorLost != 0 {
+	// The floor probe makes one call at a time: how many records it
+	// measured depends on the broker's speed, not whether it ran.
+	if run.Count != 400 || run.Lost != 0 || run.FloorCount < 1 || run.FloorLost != 0 {
 		t.Errorf("count %d lost %d, floor count %d lost %d", run.Count, run.Lost, run.FloorCount, run.FloorLost)
 	}
 	if c == nil || c.BrokerCPUS == nil || *c.BrokerCPUS <= 0 || c.BrokerCPUMSPerEvent == nil || c.RelayCPUMSPerEvent == nil {
