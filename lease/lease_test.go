@@ -65,10 +65,20 @@ func TestClaimTakesLowestSeqUpToBatchSize(t *testing.T) {
 	db := testenv.MigratedDB(t)
 	want := addEvents(t, db.Pool, "a", "b", "c", "d", "e", "f")
 	c := newClaimer(t, db.Pool, lease.Config{BatchSize: 4, RelayID: "r1"})
+	dbNow := func() time.Time {
+		t.Helper()
+		var now time.Time
+		if err := db.Pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		return now
+	}
+	before := dbNow()
 	b1, err := c.Claim(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	after := dbNow()
 	if got := ids(b1); fmt.Sprint(got) != fmt.Sprint(want[:4]) {
 		t.Fatalf("first claim = %v, want %v", got, want[:4])
 	}
@@ -91,13 +101,12 @@ func TestClaimTakesLowestSeqUpToBatchSize(t *testing.T) {
 	if len(b3.Rows) != 0 {
 		t.Fatalf("third claim got %d rows, want none (all leased)", len(b3.Rows))
 	}
-	// The lease end comes from the database clock: now() + 30s.
-	var dbNow time.Time
-	if err := db.Pool.QueryRow(ctx, "SELECT now()").Scan(&dbNow); err != nil {
-		t.Fatal(err)
-	}
-	if d := b1.LockedUntil.Sub(dbNow); d < 25*time.Second || d > 31*time.Second {
-		t.Fatalf("locked_until - db now() = %s, want about the 30s lease", d)
+	// The lease end comes from the database clock: now() + 30s, now()
+	// read between the two bracketing reads (not against a later read,
+	// which a slow machine would put more than a few seconds later).
+	if lo, hi := before.Add(lease.DefaultLease), after.Add(lease.DefaultLease); b1.LockedUntil.Before(lo) || b1.LockedUntil.After(hi) {
+		t.Fatalf("locked_until %s, want the 30s lease from the database's now() during the claim: between %s and %s",
+			b1.LockedUntil.Format(time.RFC3339Nano), lo.Format(time.RFC3339Nano), hi.Format(time.RFC3339Nano))
 	}
 }
 
