@@ -403,11 +403,7 @@ func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
 	}
 	for i := 0; i < 5; i++ {
 		addEvents(t, db.Pool, aggs...)
-		start := time.Now()
-		testenv.Eventually(t, 10*time.Second, func() bool {
-			publishAll()
-			return time.Since(start) > 30*time.Millisecond // a few floor advances
-		}, "")
+		claimThroughAdvances(t, c, 3, publishAll)
 	}
 	if f := c.Floor(); f > lateSeq {
 		t.Fatalf("floor %d passed seq %d of a row whose transaction is still open", f, lateSeq)
@@ -422,6 +418,22 @@ func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
 	if len(b.Rows) != 1 || b.Rows[0].ID != lateID.String() {
 		t.Fatalf("after the late commit the claim got %v, want the late row %s", ids(b), lateID)
 	}
+}
+
+// claimThroughAdvances calls claim until c has moved its floor n times
+// (an advance runs at most every 100 ms, at a claim): a check that the
+// floor did not pass a seq needs advances that would have passed it, not
+// a time that a slow or a fast machine fills with more or fewer of them.
+func claimThroughAdvances(t *testing.T, c *lease.Claimer, n int, claim func()) {
+	t.Helper()
+	seen, last := 0, lease.LastAdvance(c)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		claim()
+		if at := lease.LastAdvance(c); !at.Equal(last) {
+			seen, last = seen+1, at
+		}
+		return seen >= n
+	}, "the floor did not advance %d times", n)
 }
 
 // holdSnapshot holds a REPEATABLE READ snapshot on a connection of pool,
@@ -508,11 +520,7 @@ func TestFloorIgnoresSnapshotHoldersButNotPreparedWriters(t *testing.T) {
 	defer db.Pool.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'") //nolint:errcheck
 	for i := 0; i < 5; i++ {
 		addEvents(t, db.Pool, aggs...)
-		start := time.Now()
-		testenv.Eventually(t, 10*time.Second, func() bool {
-			publishAll()
-			return time.Since(start) > 30*time.Millisecond
-		}, "")
+		claimThroughAdvances(t, c, 3, publishAll)
 	}
 	if f := c.Floor(); f > maxSeq+1 {
 		t.Fatalf("floor %d passed the seq of a prepared transaction's row (above %d)", f, maxSeq)
@@ -725,11 +733,7 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	}, "the event committed after the restart was not claimed within 5 s (floor %d, was %d)", c.Floor(), before)
 	t.Logf("floor %d before the restart; the new event claimed %s after its commit, floor now %d", before, time.Since(took).Round(time.Millisecond), c.Floor())
 	// Several floor advances while seq 1 is taken and not committed.
-	start := time.Now()
-	testenv.Eventually(t, 5*time.Second, func() bool {
-		claim()
-		return time.Since(start) > 500*time.Millisecond
-	}, "")
+	claimThroughAdvances(t, c, 5, func() { claim() })
 	if f := c.Floor(); f > 1 {
 		t.Fatalf("floor %d passed seq 1, taken after the restart by a transaction still open", f)
 	}
