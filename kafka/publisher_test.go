@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -607,6 +608,17 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 			// after a fixed time: under load a short timer could end
 			// it before the request reached the broker.
 			short, cancel := context.WithCancel(ctx)
+			// The retry waits at the broker until that ctx has ended:
+			// on a loaded machine the cancel below could otherwise come
+			// after the 100ms backoff and the retry's success.
+			var held atomic.Bool
+			b.cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+				b.cluster.KeepControl()
+				if held.CompareAndSwap(false, true) {
+					b.cluster.SleepControl(func() { <-short.Done() })
+				}
+				return nil, nil, false
+			})
 			go func() {
 				defer cancel()
 				for deadline := time.Now().Add(10 * time.Second); n.Load() < 1 && time.Now().Before(deadline); {
