@@ -273,19 +273,22 @@ func TestLaterEventsOfAnAggregateWaitForTheEarlierOne(t *testing.T) {
 // every row is claimed.
 func TestClaimNeverReturnsMoreThanBatchSizeUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	db := testenv.MigratedDB(t)
 	aggs := make([]string, 300)
 	for i := range aggs {
 		aggs[i] = fmt.Sprint("agg-", i)
 	}
 	addEvents(t, db.Pool, aggs...)
+	// A hang guard, started after the set-up and shorter than the lease:
+	// no row's lease can end (and the row be claimed again) before it.
+	const leaseFor = 10 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var mu sync.Mutex
 	got := map[uuid.UUID]int{}
 	errs := make(chan error, 4)
 	for w := 0; w < 4; w++ {
-		c := newClaimer(t, db.Pool, lease.Config{RelayID: fmt.Sprint("r", w), BatchSize: 7})
+		c := newClaimer(t, db.Pool, lease.Config{RelayID: fmt.Sprint("r", w), BatchSize: 7, Lease: leaseFor})
 		go func() {
 			for ctx.Err() == nil {
 				b, err := c.Claim(ctx)
