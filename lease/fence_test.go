@@ -21,8 +21,10 @@ func TestClaimTakesNothingFromPartitionsThatMoved(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	// A long lease: a does not rebalance on its own during the test.
-	a := newClaimer(t, db.Pool, lease.Config{RelayID: "a", BatchSize: 100, Lease: time.Minute})
+	// A long lease: a does not rebalance on its own during the test (it
+	// renews every sixth of its lease, which a slow machine could reach
+	// within a 1-minute lease).
+	a := newClaimer(t, db.Pool, lease.Config{RelayID: "a", BatchSize: 100, Lease: 10 * time.Minute})
 	b := newClaimer(t, db.Pool, lease.Config{RelayID: "b", BatchSize: 100, Lease: time.Minute})
 	first, err := a.Claim(ctx) // a joins and acquires every partition
 	if err != nil {

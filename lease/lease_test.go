@@ -65,10 +65,20 @@ func TestClaimTakesLowestSeqUpToBatchSize(t *testing.T) {
 	db := testenv.MigratedDB(t)
 	want := addEvents(t, db.Pool, "a", "b", "c", "d", "e", "f")
 	c := newClaimer(t, db.Pool, lease.Config{BatchSize: 4, RelayID: "r1"})
+	dbNow := func() time.Time {
+		t.Helper()
+		var now time.Time
+		if err := db.Pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		return now
+	}
+	before := dbNow()
 	b1, err := c.Claim(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	after := dbNow()
 	if got := ids(b1); fmt.Sprint(got) != fmt.Sprint(want[:4]) {
 		t.Fatalf("first claim = %v, want %v", got, want[:4])
 	}
@@ -91,13 +101,12 @@ func TestClaimTakesLowestSeqUpToBatchSize(t *testing.T) {
 	if len(b3.Rows) != 0 {
 		t.Fatalf("third claim got %d rows, want none (all leased)", len(b3.Rows))
 	}
-	// The lease end comes from the database clock: now() + 30s.
-	var dbNow time.Time
-	if err := db.Pool.QueryRow(ctx, "SELECT now()").Scan(&dbNow); err != nil {
-		t.Fatal(err)
-	}
-	if d := b1.LockedUntil.Sub(dbNow); d < 25*time.Second || d > 31*time.Second {
-		t.Fatalf("locked_until - db now() = %s, want about the 30s lease", d)
+	// The lease end comes from the database clock: now() + 30s, now()
+	// read between the two bracketing reads (not against a later read,
+	// which a slow machine would put more than a few seconds later).
+	if lo, hi := before.Add(lease.DefaultLease), after.Add(lease.DefaultLease); b1.LockedUntil.Before(lo) || b1.LockedUntil.After(hi) {
+		t.Fatalf("locked_until %s, want the 30s lease from the database's now() during the claim: between %s and %s",
+			b1.LockedUntil.Format(time.RFC3339Nano), lo.Format(time.RFC3339Nano), hi.Format(time.RFC3339Nano))
 	}
 }
 
@@ -264,19 +273,22 @@ func TestLaterEventsOfAnAggregateWaitForTheEarlierOne(t *testing.T) {
 // every row is claimed.
 func TestClaimNeverReturnsMoreThanBatchSizeUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	db := testenv.MigratedDB(t)
 	aggs := make([]string, 300)
 	for i := range aggs {
 		aggs[i] = fmt.Sprint("agg-", i)
 	}
 	addEvents(t, db.Pool, aggs...)
+	// A hang guard, started after the set-up and shorter than the lease:
+	// no row's lease can end (and the row be claimed again) before it.
+	const leaseFor = 10 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var mu sync.Mutex
 	got := map[uuid.UUID]int{}
 	errs := make(chan error, 4)
 	for w := 0; w < 4; w++ {
-		c := newClaimer(t, db.Pool, lease.Config{RelayID: fmt.Sprint("r", w), BatchSize: 7})
+		c := newClaimer(t, db.Pool, lease.Config{RelayID: fmt.Sprint("r", w), BatchSize: 7, Lease: leaseFor})
 		go func() {
 			for ctx.Err() == nil {
 				b, err := c.Claim(ctx)
@@ -394,11 +406,7 @@ func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
 	}
 	for i := 0; i < 5; i++ {
 		addEvents(t, db.Pool, aggs...)
-		start := time.Now()
-		testenv.Eventually(t, 10*time.Second, func() bool {
-			publishAll()
-			return time.Since(start) > 30*time.Millisecond // a few floor advances
-		}, "")
+		claimThroughAdvances(t, c, 3, publishAll)
 	}
 	if f := c.Floor(); f > lateSeq {
 		t.Fatalf("floor %d passed seq %d of a row whose transaction is still open", f, lateSeq)
@@ -413,6 +421,22 @@ func TestFloorSkipsPublishedRowsButNotLateCommits(t *testing.T) {
 	if len(b.Rows) != 1 || b.Rows[0].ID != lateID.String() {
 		t.Fatalf("after the late commit the claim got %v, want the late row %s", ids(b), lateID)
 	}
+}
+
+// claimThroughAdvances calls claim until c has moved its floor n times
+// (an advance runs at most every 100 ms, at a claim): a check that the
+// floor did not pass a seq needs advances that would have passed it, not
+// a time that a slow or a fast machine fills with more or fewer of them.
+func claimThroughAdvances(t *testing.T, c *lease.Claimer, n int, claim func()) {
+	t.Helper()
+	seen, last := 0, lease.LastAdvance(c)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		claim()
+		if at := lease.LastAdvance(c); !at.Equal(last) {
+			seen, last = seen+1, at
+		}
+		return seen >= n
+	}, "the floor did not advance %d times", n)
 }
 
 // holdSnapshot holds a REPEATABLE READ snapshot on a connection of pool,
@@ -499,11 +523,7 @@ func TestFloorIgnoresSnapshotHoldersButNotPreparedWriters(t *testing.T) {
 	defer db.Pool.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'") //nolint:errcheck
 	for i := 0; i < 5; i++ {
 		addEvents(t, db.Pool, aggs...)
-		start := time.Now()
-		testenv.Eventually(t, 10*time.Second, func() bool {
-			publishAll()
-			return time.Since(start) > 30*time.Millisecond
-		}, "")
+		claimThroughAdvances(t, c, 3, publishAll)
 	}
 	if f := c.Floor(); f > maxSeq+1 {
 		t.Fatalf("floor %d passed the seq of a prepared transaction's row (above %d)", f, maxSeq)
@@ -716,11 +736,7 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	}, "the event committed after the restart was not claimed within 5 s (floor %d, was %d)", c.Floor(), before)
 	t.Logf("floor %d before the restart; the new event claimed %s after its commit, floor now %d", before, time.Since(took).Round(time.Millisecond), c.Floor())
 	// Several floor advances while seq 1 is taken and not committed.
-	start := time.Now()
-	testenv.Eventually(t, 5*time.Second, func() bool {
-		claim()
-		return time.Since(start) > 500*time.Millisecond
-	}, "")
+	claimThroughAdvances(t, c, 5, func() { claim() })
 	if f := c.Floor(); f > 1 {
 		t.Fatalf("floor %d passed seq 1, taken after the restart by a transaction still open", f)
 	}

@@ -62,7 +62,9 @@ func TestClaimAfterALostAnswerKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c := newClaimer(t, pool, lease.Config{RelayID: "r", Lease: 5 * time.Second})
+	// The lost claim's lease must outlast the test's slow steps: once it
+	// ended, the next claim could rightly take event 1 and event 2.
+	c := newClaimer(t, pool, lease.Config{RelayID: "r", Lease: 10 * time.Minute})
 	// A first claim registers the relay and warms the connection up.
 	if _, err := c.Claim(ctx); err != nil {
 		t.Fatal(err)
@@ -71,9 +73,24 @@ func TestClaimAfterALostAnswerKeepsOrder(t *testing.T) {
 	holder := c.Holder()
 
 	drop.Store(true)
-	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	// The claim's ctx ends once the server has committed it (its row is
+	// leased under the holder), not after a fixed time that a slow server
+	// may not commit within.
+	cctx, cancel := context.WithCancel(ctx)
+	committed := make(chan struct{})
+	go func() {
+		defer close(committed)
+		defer cancel()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && cctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
+			var lockedBy string
+			if err := db.Pool.QueryRow(ctx, "SELECT coalesce(locked_by, '') FROM outbox WHERE id = $1", first).Scan(&lockedBy); err == nil && lockedBy == holder {
+				return
+			}
+		}
+	}()
 	_, err = c.Claim(cctx)
 	cancel()
+	<-committed
 	drop.Store(false)
 	if err == nil {
 		t.Fatal("the claim whose answer was dropped succeeded")

@@ -38,7 +38,7 @@ func (h *hook) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) 
 // here relay b gives back partitions assigned to a between a's owners read
 // and a's move. Had a taken the move's generation (which counts b's change
 // too) it would not see that those partitions are free, and their events
-// would wait until a's next renewal (Lease/6, 5 s here); a's next claims
+// would wait until a's next renewal (Lease/6, 100 s here); a's next claims
 // must find the generation moved, rebalance and take them.
 func TestOwnMoveDoesNotHideAConcurrentGiveBack(t *testing.T) {
 	t.Parallel()
@@ -55,7 +55,10 @@ func TestOwnMoveDoesNotHideAConcurrentGiveBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer apool.Close()
-	const leaseFor = 30 * time.Second
+	// Long enough that no relay renews (and so rebalances) on its own
+	// during the test however slow the machine: only the steps below move
+	// partitions.
+	const leaseFor = 10 * time.Minute
 	b := newClaimer(t, db.Pool, lease.Config{RelayID: "b", BatchSize: 100, Lease: leaseFor})
 	c := newClaimer(t, db.Pool, lease.Config{RelayID: "c", BatchSize: 100, Lease: leaseFor})
 	claim := func(x *lease.Claimer) *lease.Batch {
@@ -109,7 +112,7 @@ func TestOwnMoveDoesNotHideAConcurrentGiveBack(t *testing.T) {
 	if err := outbox.Add(ctx, db.Pool, outbox.Event{AggregateID: agg, Type: "t", Payload: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	// A few claims of each relay, well within a's renewal (5 s).
+	// A few claims of each relay, well within a's renewal (100 s).
 	began := time.Now()
 	for i := 0; i < 10; i++ {
 		if len(claim(a).Rows)+len(claim(b).Rows) > 0 {

@@ -156,14 +156,28 @@ func TestLoggersAndCPUs(t *testing.T) {
 	c := start(t, Options{Loggers: map[string]string{"kafka.request.logger": "DEBUG"}, CPUs: "0"})
 	roundTrip(t, kgo.SeedBrokers(c.Brokers()...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	n := c.Node(1)
-	testLog, err := os.ReadFile(n.LogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`"requestApiKeyName":"PRODUCE"`, `"requestApiKeyName":"FETCH"`, "(kafka.request.logger)"} {
-		if !strings.Contains(string(testLog), want) {
-			t.Errorf("server.log has no %s:\n%s", want, n.LogTail(2000))
+	// The broker logs a request once it has completed it, after the
+	// client has its answer: read the log until the lines are there (or
+	// a hang guard has passed), not once.
+	wants := []string{`"requestApiKeyName":"PRODUCE"`, `"requestApiKeyName":"FETCH"`, "(kafka.request.logger)"}
+	var missing []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		testLog, err := os.ReadFile(n.LogPath())
+		if err != nil {
+			t.Fatal(err)
 		}
+		missing = missing[:0]
+		for _, want := range wants {
+			if !strings.Contains(string(testLog), want) {
+				missing = append(missing, want)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range missing {
+		t.Errorf("server.log has no %s after 30 s:\n%s", want, n.LogTail(2000))
 	}
 	if c.CPUs() != "0" || !slices.Contains(c.JVMFlags(), "-XX:+UseSerialGC") {
 		t.Errorf("CPUs() = %q, JVMFlags() = %v", c.CPUs(), c.JVMFlags())
