@@ -20,6 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
 func testMessages(n int, keys []string) []Message {
@@ -225,16 +227,9 @@ func TestPartitionLanding(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
+// freePort returns an address that refuses connections while the test
+// runs (testenv.RefusedAddr).
+func freePort(t *testing.T) string { return testenv.RefusedAddr(t) }
 
 func TestBrokerDown(t *testing.T) {
 	const writeTimeout = 2 * time.Second

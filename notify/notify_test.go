@@ -410,13 +410,8 @@ func (a *attempts) get() []time.Time {
 
 func TestDatabaseDownAtStart(t *testing.T) {
 	// A port nothing listens on: every connect is refused at once.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().(*net.TCPAddr)
-	_ = ln.Close()
-	cfg, err := pgx.ParseConfig("postgres://nobody@127.0.0.1:" + strconv.Itoa(addr.Port) + "/nothing?sslmode=disable&connect_timeout=5")
+	addr := testenv.RefusedAddr(t)
+	cfg, err := pgx.ParseConfig("postgres://nobody@" + addr + "/nothing?sslmode=disable&connect_timeout=5")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -133,12 +132,7 @@ func TestRunStopsAtOnceAtAServerThatIsNotKafka(t *testing.T) {
 func TestReadyzSaysWhatTheStartWaitsFor(t *testing.T) {
 	t.Parallel()
 	db := testenv.MigratedDB(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := l.Addr().String()
-	_ = l.Close() // nothing listens there: connection refused
+	down := testenv.RefusedAddr(t)
 	r := startRun(t, "--database-url", db.ConnString, "--brokers", down, "--topic", "t", "--metrics-addr", "127.0.0.1:0")
 	var detail string
 	testenv.Eventually(t, 20*time.Second, func() bool {

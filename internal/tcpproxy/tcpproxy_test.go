@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -334,13 +336,7 @@ func TestCloseEndsEverything(t *testing.T) {
 }
 
 func TestTargetDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // nothing listens there now
-	p := newProxy(t, addr)
+	p := newProxy(t, testenv.RefusedAddr(t))
 	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
 	if err != nil {
 		return // reset before the dial completed: fine

@@ -2,9 +2,12 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,4 +213,24 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 
 func TestLogger(t *testing.T) {
 	Logger(t).Debug("hello from testenv")
+}
+
+// RefusedAddr's port refuses connections and cannot be bound by anyone
+// else while the test runs.
+func TestRefusedAddr(t *testing.T) {
+	addr := RefusedAddr(t)
+	for range 3 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err == nil {
+			_ = c.Close()
+			t.Fatalf("dial %s succeeded", addr)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("dial %s: %v, want connection refused", addr, err)
+		}
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		_ = ln.Close()
+		t.Fatalf("listen on %s succeeded while RefusedAddr holds it", addr)
+	}
 }
