@@ -36,8 +36,9 @@ func TestProcSIGTERMWithTheDatabaseFrozen(t *testing.T) {
 	}, "the relay published nothing before the fault")
 
 	proxy.Blackhole()
-	// Let the relay's next claims and marks reach the blackhole.
-	time.Sleep(300 * time.Millisecond)
+	// The relay's next claims and marks reach the blackhole.
+	dropped := proxy.Dropped()
+	testenv.Eventually(t, time.Minute, func() bool { return proxy.Dropped() > dropped }, "no statement of the relay reached the blackhole")
 	began := time.Now()
 	r.Term()
 	err := r.WaitTimeout(shutdownTimeout + 10*time.Second)

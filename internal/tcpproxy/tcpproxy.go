@@ -32,6 +32,8 @@ type Proxy struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	accepted atomic.Int64
+	dropped  atomic.Int64 // bytes read while blackholed, never forwarded
+	held     atomic.Int64 // closes held back while blackholed
 
 	mu      sync.Mutex
 	mode    mode
@@ -68,6 +70,15 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // Accepted returns how many connections the proxy accepted so far,
 // including those it closed at once because it was refusing.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
+// Dropped returns how many bytes the proxy has read and dropped because it
+// was blackholed: a test waits for it to grow to know its traffic reached
+// the blackhole.
+func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
+
+// HeldCloses returns how many closes (EOFs) the proxy has held back because
+// it was blackholed.
+func (p *Proxy) HeldCloses() int64 { return p.held.Load() }
 
 // Conns returns how many proxied connections are open.
 func (p *Proxy) Conns() int {
@@ -295,7 +306,9 @@ func (p *Proxy) pipe(c *pair, src, dst net.Conn) bool {
 		n, err := src.Read(buf)
 		if n > 0 {
 			m, delay, _ := p.state()
-			if m != modeBlackhole { // blackholed bytes are dropped
+			if m == modeBlackhole { // blackholed bytes are dropped
+				p.dropped.Add(int64(n))
+			} else {
 				select {
 				case queue <- chunk{b: buf[:n], due: time.Now().Add(delay)}:
 				case <-c.done:
@@ -313,10 +326,13 @@ func (p *Proxy) pipe(c *pair, src, dst net.Conn) bool {
 		return false
 	}
 	// Hold the close back while blackholed.
-	for {
+	for counted := false; ; counted = true {
 		m, _, changed := p.state()
 		if m != modeBlackhole {
 			break
+		}
+		if !counted {
+			p.held.Add(1)
 		}
 		select {
 		case <-changed:
@@ -359,6 +375,7 @@ func (p *Proxy) write(c *pair, dst net.Conn, queue <-chan chunk) bool {
 			}
 		}
 		if m, _, _ := p.state(); m == modeBlackhole {
+			p.dropped.Add(int64(len(ck.b)))
 			continue
 		}
 		if _, err := dst.Write(ck.b); err != nil {
