@@ -23,15 +23,26 @@ func TestRelaysShareTheKeyPartitions(t *testing.T) {
 	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
 	topic := k.Topic(t, 6)
 	const n, aggregates = 30000, 100
+	var hs []*harness
+	for i := range 3 {
+		hs = append(hs, startRelay(t, db, k, topic, opts{lease: lease.Config{RelayID: fmt.Sprint("r", i)}}))
+	}
+	// The backlog comes in one transaction once all three have joined:
+	// inserted before, it could be drained by the first relay before a
+	// slow start of the third, which would then publish nothing.
+	testenv.Eventually(t, time.Minute, func() bool {
+		for _, h := range hs {
+			if h.claimer.Ownership().Members != 3 {
+				return false
+			}
+		}
+		return true
+	}, "the three relays did not all join")
 	if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO outbox (id, aggregate_id, event_type, payload)
 SELECT gen_random_uuid(), 'agg-' || (i %% %d), 'backlog', jsonb_build_object('n', i) FROM generate_series(1, %d) i`, aggregates, n)); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	var hs []*harness
-	for i := range 3 {
-		hs = append(hs, startRelay(t, db, k, topic, opts{lease: lease.Config{RelayID: fmt.Sprint("r", i)}}))
-	}
 	testenv.Eventually(t, 2*time.Minute, func() bool { return unpublished(t, db) == 0 }, "the backlog was not drained")
 	drained := time.Since(began)
 	var shares []int64
