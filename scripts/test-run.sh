@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # test-run.sh: the body of `make test-run` (make test provides the
-# servers). The packages of $PKGS run with go test; the real-cluster fault
-# suite (internal/faults/realkafka), whose faults last tens of seconds each
-# on one shared three-broker cluster, runs beside them in its own go test
-# process, since it mostly waits, with its fault durations scaled by
-# OUTBOX_FAULTS_REAL_SCALE (default 0.5 here: 30 s instead of 60 s of
-# NOT_ENOUGH_REPLICAS, for instance; 1 runs them as the issue states).
-# Then $COMPAT_PKGS run again against Kafka 3.9.1 when with-kafka.sh
-# started it. Exits non-zero if any run failed.
+# servers). Two lines of work run side by side (docs/development.md, "How
+# the suite is scheduled"):
+#   - the packages of $PKGS, with go test's default of GOMAXPROCS packages
+#     at a time;
+#   - beside them, the real-cluster fault suite (internal/faults/realkafka),
+#     whose faults last tens of seconds each on one shared three-broker
+#     cluster, with its fault durations scaled by OUTBOX_FAULTS_REAL_SCALE
+#     (default 0.5 here: 30 s instead of 60 s of NOT_ENOUGH_REPLICAS, for
+#     instance; 1 runs them as the issue states); then $COMPAT_PKGS again
+#     against Kafka 3.9.1 when with-kafka.sh started it.
+# Both mostly wait on faults and brokers. Exits non-zero if any run failed.
 #
 # Each test binary runs under internal/cmd/testtime, which records its wall
 # time, CPU and peak memory; the table and the load average seen during the
@@ -34,26 +37,33 @@ export OUTBOX_TEST_TIMES="$tmp/times"
 sampler=$!
 t0=$SECONDS
 
+# beside: the real-cluster suite, then the 3.9.1 pass; exits non-zero if
+# either failed.
+beside() {
+	local brc=0
+	if [[ -n "$real" ]]; then
+		echo "== beside the others: $real (OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5})"
+		OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5} "$GO" test "${flags[@]}" $real || brc=1
+		echo "== real-cluster suite done at $((SECONDS - t0)) s"
+	fi
+	if [[ -n "${OUTBOX_TEST_KAFKA_BROKERS_3_9_1:-}" && ${#compat[@]} -gt 0 ]]; then
+		echo "== again against Kafka 3.9.1: ${compat[*]}"
+		OUTBOX_TEST_KAFKA_BROKERS=$OUTBOX_TEST_KAFKA_BROKERS_3_9_1 OUTBOX_TEST_KAFKA_VERSION=3.9.1 \
+			"$GO" test "${flags[@]}" "${compat[@]}" || brc=1
+		echo "== Kafka 3.9.1 pass done at $((SECONDS - t0)) s"
+	fi
+	return $brc
+}
+
 rc=0
-real_pid=""
-if [[ -n "$real" ]]; then
-	echo "== beside the others: $real (OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5})"
-	OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5} "$GO" test "${flags[@]}" $real &
-	real_pid=$!
-fi
+beside &
+beside_pid=$!
 if [[ -n "$rest" ]]; then
 	# shellcheck disable=SC2086 # one package per word
 	"$GO" test "${flags[@]}" $rest || rc=1
+	echo "== packages done at $((SECONDS - t0)) s"
 fi
-echo "== $((SECONDS - t0)) s so far"
-if [[ -n "${OUTBOX_TEST_KAFKA_BROKERS_3_9_1:-}" && ${#compat[@]} -gt 0 ]]; then
-	echo "== again against Kafka 3.9.1: ${compat[*]}"
-	OUTBOX_TEST_KAFKA_BROKERS=$OUTBOX_TEST_KAFKA_BROKERS_3_9_1 OUTBOX_TEST_KAFKA_VERSION=3.9.1 \
-		"$GO" test "${flags[@]}" "${compat[@]}" || rc=1
-fi
-if [[ -n "$real_pid" ]]; then
-	wait "$real_pid" || rc=1
-fi
+wait "$beside_pid" || rc=1
 
 module=$("$GO" list -m)
 echo "== what each test binary cost (wall, CPU with its children, peak RSS), slowest first"
