@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,7 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
+	seeded := time.Now() // the backing-off row's lease ends 30 s after its insert, which follows
 	ids := seedStates(t, db)
 	inspect := func(id uuid.UUID, args ...string) (int, string, string) {
 		return runMain(t, ctx, append([]string{"inspect", "--database-url", db.ConnString, "--event-id", id.String()}, args...)...)
@@ -177,9 +179,17 @@ func TestInspect(t *testing.T) {
 
 	// Backing off, leased, pending.
 	code, out, _ = inspect(ids["backoff"])
+	// The time left is at most 30 s and at least 30 s less the time
+	// since before the insert (a loaded machine takes more than 1 s).
+	elapsed := time.Since(seeded).Seconds()
+	left := regexp.MustCompile(`(?m)^  locked_until +.* \(in (\d+\.\d+)s\)$`).FindStringSubmatch(out)
+	var leftS float64
+	if left != nil {
+		leftS, _ = strconv.ParseFloat(left[1], 64)
+	}
 	if code != 0 || !strings.Contains(out, "waiting for its retry") || !regexp.MustCompile(`(?m)^  attempts +2$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^  last_error +kafka: NOT_LEADER_FOR_PARTITION$`).MatchString(out) || !regexp.MustCompile(`(?m)^  locked_until +.* \(in (29|30)\.\d+s\)$`).MatchString(out) {
-		t.Errorf("backing off:\n%s", out)
+		!regexp.MustCompile(`(?m)^  last_error +kafka: NOT_LEADER_FOR_PARTITION$`).MatchString(out) || left == nil || leftS > 30 || leftS < 30-elapsed-0.001 {
+		t.Errorf("backing off (%.3fs since before the insert):\n%s", elapsed, out)
 	}
 	code, out, _ = inspect(ids["la1"], "--json")
 	r = eventReport{}
