@@ -230,7 +230,7 @@ func TestBlackhole(t *testing.T) {
 	}
 	// Once the proxy has dropped the bytes no answer can come: the
 	// silence below is the proof, not a guess about timing.
-	waitFor(t, func() bool { return p.Dropped() >= 4 }, "the blackholed bytes were not dropped")
+	testenv.Eventually(t, time.Minute, func() bool { return p.Dropped() >= 4 }, "the blackholed bytes were not dropped")
 	expectSilence(t, c, 300*time.Millisecond)
 
 	// New connections are accepted and blackholed too.
@@ -238,14 +238,14 @@ func TestBlackhole(t *testing.T) {
 	if _, err := c2.Write([]byte("lost too")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return p.Dropped() >= 4+8 }, "the second connection's bytes were not dropped")
+	testenv.Eventually(t, time.Minute, func() bool { return p.Dropped() >= 4+8 }, "the second connection's bytes were not dropped")
 	expectSilence(t, c2, 100*time.Millisecond)
 
 	// A close is held back: the server does not see c3 go away.
 	c3 := dial(t, p.Addr())
 	drain(e.closed)
 	_ = c3.Close()
-	waitFor(t, func() bool { return p.HeldCloses() >= 1 }, "the close was not held back")
+	testenv.Eventually(t, time.Minute, func() bool { return p.HeldCloses() >= 1 }, "the close was not held back")
 	select {
 	case <-e.closed:
 		t.Fatal("server saw the close while blackholed")
@@ -348,16 +348,4 @@ func TestTargetDown(t *testing.T) {
 	}
 	defer c.Close()
 	expectClosed(t, c)
-}
-
-// waitFor polls cond for up to a minute (a hang guard) and fails with msg.
-func waitFor(t *testing.T, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
