@@ -28,7 +28,8 @@ real=$(grep '/internal/faults/realkafka$' <<<"$listed" || true)
 rest=$(grep -v '/internal/faults/realkafka$' <<<"$listed" || true)
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-run.XXXXXX")
-trap 'kill "$sampler" 2>/dev/null; rm -rf "$tmp"' EXIT
+sampler=""
+trap '[[ -n "$sampler" ]] && kill "$sampler" 2>/dev/null; rm -rf "$tmp"' EXIT
 "$GO" build -o "$tmp/testtime" ./internal/cmd/testtime || exit 1
 flags+=(-exec "$tmp/testtime")
 export OUTBOX_TEST_TIMES="$tmp/times"
