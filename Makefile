@@ -7,23 +7,31 @@ GO            ?= go
 TEST_TIMEOUT  ?= 12m
 TEST_FLAGS    ?=
 PKGS          ?= ./...
+# The tooling module (bench/: the benchmark, the soak, the image builder,
+# the deployment checks) has its own go.mod; its packages are tested with
+# the library's unless PKGS names packages.
+BENCH_PKGS    ?= $(if $(filter ./...,$(PKGS)),./...,)
 
 .PHONY: all build test vet tidy-check run bench bench-real soak image helm check-deploy
 
 all: build
 
-# Builds every package and puts the commands in bin/ (outbox-relay,
-# outbox-dev, outbox-bench, outbox-soak).
+# Builds every package of both modules and puts the commands in bin/
+# (outbox-relay, outbox-dev; outbox-bench, outbox-soak from bench/).
 build:
 	$(GO) build ./...
 	$(GO) build -o bin/ ./cmd/...
+	$(GO) -C bench build ./...
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench ./cmd/outbox-soak
 
 vet:
 	$(GO) vet $(PKGS)
+	$(if $(BENCH_PKGS),$(GO) -C bench vet $(BENCH_PKGS))
 
-# go.mod and go.sum must be what `go mod tidy` makes them.
+# go.mod and go.sum, and bench/'s, must be what `go mod tidy` makes them.
 tidy-check:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@$(GO) -C bench mod tidy -diff || { echo "bench/go.mod/go.sum are not tidy: run go -C bench mod tidy"; exit 1; }
 
 # One throwaway PostgreSQL cluster is shared by the whole run unless
 # DATABASE_URL is already set (see scripts/with-postgres.sh); each test gets
@@ -41,7 +49,7 @@ test: vet tidy-check
 # The tests proper, for `make test` (which provides the servers).
 .PHONY: test-run
 test-run:
-	GO='$(GO)' TEST_TIMEOUT='$(TEST_TIMEOUT)' TEST_FLAGS='$(TEST_FLAGS)' PKGS='$(PKGS)' COMPAT_PKGS='$(COMPAT_PKGS)' \
+	GO='$(GO)' TEST_TIMEOUT='$(TEST_TIMEOUT)' TEST_FLAGS='$(TEST_FLAGS)' PKGS='$(PKGS)' COMPAT_PKGS='$(COMPAT_PKGS)' BENCH_PKGS='$(BENCH_PKGS)' \
 		./scripts/test-run.sh
 
 # A flake hunt (internal/cmd/teststress): runs each package of STRESS_PKGS
@@ -63,7 +71,7 @@ test-stress:
 		./bin/teststress -count $(STRESS_COUNT) -busy $(STRESS_BUSY) -run '$(STRESS_RUN)' -out $(STRESS_OUT) $(STRESS_PKGS)
 
 # The container image, built without a Docker daemon and without pulling a
-# base image (internal/cmd/imagebuild): FROM scratch, a static
+# base image (bench/cmd/imagebuild): FROM scratch, a static
 # outbox-relay stamped with VERSION and REVISION, user 65532, entrypoint
 # /outbox-relay, command run, port 9090. Writes the OCI layout bin/image
 # and the tarball bin/outbox-relay-image.tar (docker load -i ...). Every
@@ -72,7 +80,8 @@ VERSION           ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/de
 REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 image:
-	SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' $(GO) run ./internal/cmd/imagebuild --oci bin/image --tar bin/outbox-relay-image.tar \
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/imagebuild
+	SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' ./bin/imagebuild --oci bin/image --tar bin/outbox-relay-image.tar \
 		--version '$(VERSION)' --revision '$(REVISION)'
 
 # helm, for the chart's checks (deploy/deploy_test.go), built from the Go
@@ -94,7 +103,7 @@ $(HELM):
 # comes from Debian's prometheus package (.ci/run installs it).
 check-deploy: $(HELM)
 	OUTBOX_DEPLOY_CHECKS= CI=$${CI:-true} $(GO) test -count=1 -v ./deploy/
-	$(GO) test -count=1 -v -run 'TestDashboardUsesTheRelaysMetrics|TestAlertRulesUseTheRelaysMetrics|TestCheckExprCatchesRenames' ./cmd/outbox-relay/
+	$(GO) -C bench test -count=1 -v ./deploycheck/
 
 # Runs the development stack (cmd/outbox-dev): throwaway PostgreSQL, an
 # embedded Kafka-protocol broker on localhost:9092, the relay and sample
@@ -124,12 +133,15 @@ run:
 # and 10,000 commits/s (notify-cost), broker-down. Every latency run also
 # measures the broker's own floor beside it (a probe producing 200
 # records/s to a topic of its own). Extra flags:
-# make bench BENCH_FLAGS='--rate 2000'. See `go run ./cmd/outbox-bench --help`.
+# make bench BENCH_FLAGS='--rate 2000'. See `./bin/outbox-bench --help`.
+# The harness is in the tooling module bench/ (its own go.mod); the
+# commands are built into bin/ and run from here.
 # On a real Apache Kafka broker instead of kfake: make bench-real, or
 # make bench BENCH_FLAGS='--kafka 4.4.0'.
 BENCH_FLAGS ?=
 bench:
-	$(GO) run ./cmd/outbox-bench \
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
+	./bin/outbox-bench \
 		--scenario burst,latency,drain,backlog,large-payloads,scale,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 200 --duration 10s --baseline-duration 6s \
 		--grace 5s --idle-window 1s --poll-interval 500ms \
@@ -153,7 +165,8 @@ bench:
 # make bench-real BENCH_FLAGS='--kafka-cpus 1 --json bench/results/latest-real-pinned.json'
 .PHONY: bench-real
 bench-real:
-	$(GO) run ./cmd/outbox-bench --kafka 4.4.0 --partitions 6 --aggregates 200 --events-per-tx 1 \
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
+	./bin/outbox-bench --kafka 4.4.0 --partitions 6 --aggregates 200 --events-per-tx 1 \
 		--scenario latency --mode notify-proc,floor --rate 1000,500,200 \
 		--duration 20s --baseline-duration 10s --grace 10s --idle-window 1s \
 		--json bench/results/latest-real.json $(BENCH_FLAGS)
@@ -163,7 +176,8 @@ bench-real:
 # minutes.
 .PHONY: bench-full
 bench-full:
-	$(GO) run ./cmd/outbox-bench \
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
+	./bin/outbox-bench \
 		--scenario burst,latency,drain,backlog,large-payloads,writers,notify-cost,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 300 --duration 30s \
 		--poll-interval 50ms,100ms,500ms --lease 5s,30s --outage 20s \
@@ -181,4 +195,5 @@ bench-full:
 # make soak SOAK_FLAGS='--duration 2m'.
 SOAK_FLAGS ?=
 soak:
-	$(GO) run ./cmd/outbox-soak --duration 10m --rate 2000 --fault-every 30s $(SOAK_FLAGS)
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-soak
+	./bin/outbox-soak --duration 10m --rate 2000 --fault-every 30s $(SOAK_FLAGS)

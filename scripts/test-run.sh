@@ -9,7 +9,10 @@
 #     cluster, with its fault durations scaled by OUTBOX_FAULTS_REAL_SCALE
 #     (default 0.5 here: 30 s instead of 60 s of NOT_ENOUGH_REPLICAS, for
 #     instance; 1 runs them as the issue states); then $COMPAT_PKGS again
-#     against Kafka 3.9.1 when with-kafka.sh started it.
+#     against Kafka 3.9.1 when with-kafka.sh started it;
+#   - beside both, the tooling module's packages ($BENCH_PKGS in bench/,
+#     which has its own go.mod: the benchmark harness, the image builder,
+#     the deployment checks), when BENCH_PKGS is not empty.
 # Both mostly wait on faults and brokers. Exits non-zero if any run failed.
 #
 # Each test binary runs under internal/cmd/testtime, which records its wall
@@ -22,6 +25,7 @@ GO=${GO:-go}
 read -r -a flags <<<"-race -count=1 -timeout ${TEST_TIMEOUT:-12m} ${TEST_FLAGS:-}"
 read -r -a pkgs <<<"${PKGS:-./...}"
 read -r -a compat <<<"${COMPAT_PKGS:-}"
+read -r -a benchpkgs <<<"${BENCH_PKGS:-}"
 
 listed=$("$GO" list "${pkgs[@]}") || exit 1
 real=$(grep '/internal/faults/realkafka$' <<<"$listed" || true)
@@ -59,12 +63,26 @@ beside() {
 rc=0
 beside &
 beside_pid=$!
+tooling_pid=""
+if [[ ${#benchpkgs[@]} -gt 0 ]]; then
+	(
+		echo "== beside the others: the tooling module bench/: ${benchpkgs[*]}"
+		trc=0
+		"$GO" -C bench test "${flags[@]}" "${benchpkgs[@]}" || trc=1
+		echo "== tooling module done at $((SECONDS - t0)) s"
+		exit $trc
+	) &
+	tooling_pid=$!
+fi
 if [[ -n "$rest" ]]; then
 	# shellcheck disable=SC2086 # one package per word
 	"$GO" test "${flags[@]}" $rest || rc=1
 	echo "== packages done at $((SECONDS - t0)) s"
 fi
 wait "$beside_pid" || rc=1
+if [[ -n "$tooling_pid" ]]; then
+	wait "$tooling_pid" || rc=1
+fi
 
 module=$("$GO" list -m)
 echo "== what each test binary cost (wall, CPU with its children, peak RSS), slowest first"

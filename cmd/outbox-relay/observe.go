@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
@@ -202,32 +201,13 @@ func (ob *observer) attach(svc *relay.Service) error {
 	if err != nil {
 		return usageError{err}
 	}
-	ob.m.Registry().MustRegister(retentionCollectors(c.Stats)...)
+	ob.m.Registry().MustRegister(metrics.Retention(c.Stats)...)
 	ob.wg.Add(1)
 	go func() {
 		defer ob.wg.Done()
 		_ = c.Run(ob.ctx)
 	}()
 	return nil
-}
-
-// retentionCollectors are the retention cleaner's counters, read from
-// stats at scrape time.
-func retentionCollectors(stats func() retention.Stats) []prometheus.Collector {
-	return []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "outbox_retention_deleted_rows_total",
-			Help: "Published rows deleted by the retention cleaner.",
-		}, func() float64 { return float64(stats().Deleted) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "outbox_retention_dropped_partitions_total",
-			Help: "Partitions of a time-partitioned table dropped by the retention cleaner (--retention-drop-partitions).",
-		}, func() float64 { return float64(stats().DroppedPartitions) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "outbox_retention_errors_total",
-			Help: "Failed retention DELETE statements.",
-		}, func() float64 { return float64(stats().Errors) }),
-	}
 }
 
 // stop stops the cleaner, the table gauges and the metrics server, and

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/owners"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -320,7 +321,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if l := svc.Listener(); l != nil {
-		obs.m.Registry().MustRegister(listenerStateCollector{l})
+		obs.m.Registry().MustRegister(metrics.ListenerState(l))
 	}
 	f.logStart(log, svc)
 	err = svc.Run(ctx)

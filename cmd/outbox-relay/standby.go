@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/notify"
@@ -148,26 +147,5 @@ func waitPrimary(ctx context.Context, log *zap.Logger, startupWait time.Duration
 		case !errors.As(err, new(*notify.StandbyError)):
 			log.Debug("standby check failed; retrying", zap.Error(err))
 		}
-	}
-}
-
-// listenerStateCollector exports the listener's state as
-// outbox_listener_state{state}: 1 for the current state, 0 for the others.
-type listenerStateCollector struct{ l *notify.Listener }
-
-var descListenerState = prometheus.NewDesc("outbox_listener_state",
-	"The LISTEN connection's state: 1 for the current one (connecting, listening, deaf: LISTEN hears nothing, e.g. behind a transaction pooler; standby: the server is in recovery), 0 for the others. Absent when the relay runs poll-only.",
-	[]string{"state"}, nil)
-
-func (c listenerStateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descListenerState }
-
-func (c listenerStateCollector) Collect(ch chan<- prometheus.Metric) {
-	cur := c.l.State()
-	for _, s := range []notify.State{notify.StateConnecting, notify.StateListening, notify.StateDeaf, notify.StateStandby} {
-		v := 0.0
-		if s == cur {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descListenerState, prometheus.GaugeValue, v, s.String())
 	}
 }

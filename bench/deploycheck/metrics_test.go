@@ -1,4 +1,7 @@
-package main
+// Package deploycheck checks the deployment files (deploy/) against the
+// metrics outbox-relay registers: every metric name and label that the
+// alert rules and the dashboard use must exist.
+package deploycheck_test
 
 import (
 	"context"
@@ -64,8 +67,8 @@ func relayMetrics(t *testing.T) map[string]relayMetric {
 		histogram[f.GetName()] = f.GetType() == dto.MetricType_HISTOGRAM
 	}
 	// Describe only: the listener state needs a listener to be collected.
-	m.Registry().MustRegister(listenerStateCollector{})
-	m.Registry().MustRegister(retentionCollectors(func() retention.Stats { return retention.Stats{} })...)
+	m.Registry().MustRegister(metrics.ListenerState(nil))
+	m.Registry().MustRegister(metrics.Retention(func() retention.Stats { return retention.Stats{} })...)
 	ch := make(chan *prometheus.Desc)
 	go func() {
 		m.Registry().Describe(ch)

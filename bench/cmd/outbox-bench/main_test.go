@@ -12,7 +12,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 
-	"github.com/pgoutbox/outbox/internal/bench"
+	"github.com/pgoutbox/outbox/bench"
 )
 
 // TestBrokerFlagsAreCheckedFirst: a bad --kafka, --kafka-cpus or

@@ -27,7 +27,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/pgoutbox/outbox/internal/bench"
+	"github.com/pgoutbox/outbox/bench"
 )
 
 const usage = `outbox-bench measures the outbox relay end to end.
