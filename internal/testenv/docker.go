@@ -5,16 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
-	"go.uber.org/goleak"
 )
 
 // dockerPingTimeout bounds the Docker reachability check.
@@ -94,40 +92,84 @@ func pingOne(ctx context.Context, network, addr string) error {
 	return nil
 }
 
-// startContainer runs postgres:15 with testcontainers-go and returns its
-// connection string, a function that terminates it, and a goleak option
-// ignoring the goroutines the Docker client and reaper started.
-func startContainer(ctx context.Context) (dsn string, stop func() error, ignore []goleak.Option, err error) {
-	defer func() {
-		// testcontainers panics in some misconfigurations; report instead.
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
-		}
+// startContainer builds and starts bench/cmd/pgcontainer (PostgreSQL in
+// Docker with testcontainers-go; the tooling module holds it, so that the
+// library's module graph has no Docker client) and returns its connection
+// string and a function that stops it. The first run may pull the image.
+func startContainer(ctx context.Context) (dsn string, stop func() error, err error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "pgcontainer-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin := filepath.Join(dir, "pgcontainer")
+	build := exec.CommandContext(ctx, "go", "-C", filepath.Join(root, "bench"), "build", "-o", bin, "./cmd/pgcontainer")
+	if out, err := build.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build bench/cmd/pgcontainer: %w\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	stop = func() error {
+		_ = in.Close() // pgcontainer terminates the container at EOF
+		err := cmd.Wait()
+		_ = os.RemoveAll(dir)
+		return err
+	}
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- l
+		_, _ = io.Copy(io.Discard, out)
 	}()
-	ctr, err := tcpostgres.Run(ctx, "postgres:15",
-		tcpostgres.WithDatabase("postgres"),
-		tcpostgres.WithUsername("postgres"),
-		tcpostgres.WithPassword("postgres"),
-		tcpostgres.BasicWaitStrategies(),
-		testcontainers.WithCmdArgs("-c", "max_connections=200"),
-	)
-	if err != nil {
-		if ctr != nil {
-			_ = testcontainers.TerminateContainer(ctr)
+	select {
+	case l := <-line:
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "DATABASE_URL="); ok {
+			return v, stop, nil
 		}
-		return "", nil, nil, err
+		_ = stop()
+		return "", nil, errors.New("pgcontainer exited without printing DATABASE_URL (its output is above)")
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		_ = stop()
+		return "", nil, fmt.Errorf("pgcontainer: no DATABASE_URL before the set-up deadline: %w", ctx.Err())
 	}
-	dsn, err = ctr.ConnectionString(ctx, "sslmode=disable")
+}
+
+// moduleRoot returns the directory of the library's go.mod, the nearest
+// one above the working directory (a test runs in its package's
+// directory).
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
 	if err != nil {
-		_ = testcontainers.TerminateContainer(ctr)
-		return "", nil, nil, err
+		return "", err
 	}
-	stop = func() error { return testcontainers.TerminateContainer(ctr) }
-	ignore = []goleak.Option{
-		goleak.IgnoreCurrent(),
-		// Idle keep-alive connections of the Docker API client.
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/pgoutbox/outbox\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("the pgoutbox module's go.mod is not above the working directory")
+		}
+		dir = parent
 	}
-	return dsn, stop, ignore, nil
 }

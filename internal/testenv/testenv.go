@@ -14,7 +14,8 @@
 //  1. the DATABASE_URL environment variable (a URL or keyword/value
 //     connection string to a database where the role may create schemas);
 //     `make test` starts one throwaway cluster and sets it for the whole run;
-//  2. a postgres:15 container started with testcontainers-go, when a Docker
+//  2. a postgres:15 container started by bench/cmd/pgcontainer (testcontainers-go,
+//     in the tooling module, so the library does not require it), when a Docker
 //     daemon answers a ping within 2 seconds (set OUTBOX_TEST_PG=pgtemp to
 //     skip this, OUTBOX_TEST_PG=docker to insist on it);
 //  3. a throwaway cluster started with internal/pgtemp from the local
@@ -83,10 +84,9 @@ var env struct {
 	once     sync.Once
 	dsn      string
 	err      error
-	source   string          // "DATABASE_URL", "docker" or "pgtemp"
-	teardown func() error    // stops the database that was started; nil if nothing
-	others   []func() error  // stop other services started (Kafka), in reverse order
-	ignore   []goleak.Option // goroutines started by the environment itself
+	source   string         // "DATABASE_URL", "docker" or "pgtemp"
+	teardown func() error   // stops the database that was started; nil if nothing
+	others   []func() error // stop other services started (Kafka), in reverse order
 }
 
 // Main runs the package's tests: call it from TestMain. It runs m.Run,
@@ -111,7 +111,6 @@ func Main(m *testing.M, extra ...goleak.Option) {
 		teardowns = append(teardowns, env.teardown)
 	}
 	env.teardown, env.others = nil, nil
-	opts = append(opts, env.ignore...)
 	env.mu.Unlock()
 	for _, teardown := range teardowns {
 		if err := teardown(); err != nil {
@@ -174,12 +173,12 @@ func provision() (dsn, source string, err error) {
 	}
 	if mode != "pgtemp" {
 		if derr := dockerPing(ctx); derr == nil {
-			dsn, stop, ignore, err := startContainer(ctx)
+			dsn, stop, err := startContainer(ctx)
 			if err != nil {
 				return "", "", fmt.Errorf("testcontainers: %w", err)
 			}
 			env.mu.Lock()
-			env.teardown, env.ignore = stop, ignore
+			env.teardown = stop
 			env.mu.Unlock()
 			return dsn, "docker", nil
 		} else if mode == "docker" {

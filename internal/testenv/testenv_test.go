@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -232,5 +234,17 @@ func TestRefusedAddr(t *testing.T) {
 	if ln, err := net.Listen("tcp", addr); err == nil {
 		_ = ln.Close()
 		t.Fatalf("listen on %s succeeded while RefusedAddr holds it", addr)
+	}
+}
+
+// TestModuleRootFindsThePgcontainerCommand checks the path the Docker mode
+// builds its PostgreSQL container command from.
+func TestModuleRootFindsThePgcontainerCommand(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "bench", "cmd", "pgcontainer", "main.go")); err != nil {
+		t.Fatalf("moduleRoot() = %s, which has no bench/cmd/pgcontainer: %v", root, err)
 	}
 }
