@@ -2,7 +2,7 @@
 #
 # outbox-relay as a static binary on distroless, running as non-root, for
 # machines with Docker. Without a Docker daemon, `make image` builds the
-# same image FROM scratch (internal/cmd/imagebuild: the binary at
+# same image FROM scratch (bench/cmd/imagebuild: the binary at
 # /outbox-relay, user 65532, entrypoint and command as here, port 9090, the
 # OCI labels), checked by `make test`; this Dockerfile is not built in CI.
 #

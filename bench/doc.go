@@ -53,7 +53,7 @@
 // Each run gets a fresh schema (its own outbox table) and a fresh topic, one
 // run after the other against the same Postgres and broker.
 //
-// The package is internal: only cmd/outbox-bench uses it, so its API can
-// change with the harness. Its README and the recorded results are in the
-// top-level bench/ directory.
+// The package is tooling, in the module bench/ of its own (bench/go.mod):
+// only bench/cmd/outbox-bench uses it, so its API can change with the
+// harness. Its README and the recorded results are beside it.
 package bench

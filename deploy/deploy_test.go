@@ -4,7 +4,8 @@
 // module proxy by `make helm`) and systemd-analyze. A missing tool skips
 // its test, except under CI (CI set), where .ci/run must have installed it.
 // The metric names of the rules and the dashboard are checked against the
-// relay's registry in cmd/outbox-relay (deploy_test.go).
+// relay's registry by bench/deploycheck (in the tooling module, which
+// holds the PromQL parser).
 package deploy
 
 import (

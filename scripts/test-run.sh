@@ -68,7 +68,7 @@ if [[ ${#benchpkgs[@]} -gt 0 ]]; then
 	(
 		echo "== beside the others: the tooling module bench/: ${benchpkgs[*]}"
 		trc=0
-		"$GO" -C bench test "${flags[@]}" "${benchpkgs[@]}" || trc=1
+		"$GO" -C bench test -p 1 "${flags[@]}" "${benchpkgs[@]}" || trc=1
 		echo "== tooling module done at $((SECONDS - t0)) s"
 		exit $trc
 	) &

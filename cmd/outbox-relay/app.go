@@ -138,7 +138,7 @@ var vcsRevision string
 
 // version is the version to report, set at link time with -ldflags "-X
 // main.version=v0.1.0" by the builds that are not `go install
-// module@version`: the image builder (internal/cmd/imagebuild) and the
+// module@version`: the image builder (bench/cmd/imagebuild) and the
 // Dockerfile. When it is empty, the module version from the binary's build
 // information is reported: v0.1.0 for a binary built by `go install
 // github.com/pgoutbox/outbox/cmd/outbox-relay@v0.1.0`, a pseudo-version

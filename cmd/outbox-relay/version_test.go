@@ -127,7 +127,7 @@ func TestVersionOfGoInstallAtVersion(t *testing.T) {
 		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
 		// -modcacherw: so that t.TempDir can remove the module cache.
 		// -trimpath and CGO off, as the image builder builds
-		// (internal/cmd/imagebuild): the dependencies' compiled packages
+		// (bench/cmd/imagebuild): the dependencies' compiled packages
 		// are shared through the build cache.
 		"GOFLAGS=-modcacherw -trimpath",
 		"CGO_ENABLED=0",

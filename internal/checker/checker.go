@@ -3,7 +3,7 @@
 // lost events, duplicates, per-aggregate order violations, phantoms (records
 // of events that were never committed, e.g. from a rolled-back transaction)
 // and payload mismatches. The fault tests (internal/faults) and the soak
-// (cmd/outbox-soak) share it.
+// (bench/cmd/outbox-soak) share it.
 package checker
 
 import (

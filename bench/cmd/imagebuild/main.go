@@ -1,7 +1,7 @@
 // Command imagebuild builds the outbox-relay container image without a
 // Docker daemon and without pulling a base image: `make image`.
 //
-//	go run ./internal/cmd/imagebuild --oci bin/image --tar bin/outbox-relay-image.tar --version v0.1.0 --revision $(git rev-parse HEAD)
+//	go -C bench run ./cmd/imagebuild --module .. --oci bin/image --tar bin/outbox-relay-image.tar --version v0.1.0 --revision $(git rev-parse HEAD)
 //
 // It builds cmd/outbox-relay as a static binary (CGO_ENABLED=0, -trimpath,
 // the version and revision stamped with -X), and assembles with
@@ -314,7 +314,7 @@ func buildImage(o *options, binPath string, ca []byte) (v1.Image, error) {
 	img, err := mutate.Append(base, mutate.Addendum{
 		Layer:     layer,
 		MediaType: types.OCILayer,
-		History:   v1.History{Created: v1.Time{Time: o.created}, CreatedBy: "internal/cmd/imagebuild: outbox-relay " + o.version + " FROM scratch", Comment: "static outbox-relay, /etc/passwd and /etc/group, CA certificates"},
+		History:   v1.History{Created: v1.Time{Time: o.created}, CreatedBy: "bench/cmd/imagebuild: outbox-relay " + o.version + " FROM scratch", Comment: "static outbox-relay, /etc/passwd and /etc/group, CA certificates"},
 	})
 	if err != nil {
 		return nil, err

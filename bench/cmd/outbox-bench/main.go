@@ -1,7 +1,7 @@
 // Command outbox-bench measures the outbox relay: commit-to-publish latency
 // against plain polling, drain throughput against the database's raw
 // claim+mark ceiling, and what wake-ups cost the writers. See package
-// github.com/pgoutbox/outbox/internal/bench and `outbox-bench --help`.
+// github.com/pgoutbox/outbox/bench and `outbox-bench --help`.
 //
 // Without --database-url and --brokers it starts a throwaway Postgres
 // (fsync on) and an in-process kfake broker, like `make run`, or with
