@@ -21,10 +21,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pgoutbox/outbox/internal/config"
-	"github.com/pgoutbox/outbox/internal/sqlname"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,14 +56,16 @@ const DefaultMaxRecordBytes = 1_000_000
 // in 00007) refuses the same rows from plain-SQL writers.
 const MaxAggregateIDBytes = 1024
 
-// DefaultChannel is the Postgres NOTIFY channel the relay listens on.
-const DefaultChannel = "outbox"
+// DefaultChannel ("outbox") is the Postgres NOTIFY channel the writer
+// signals and the relay LISTENs on unless configured.
+const DefaultChannel = config.DefaultChannel
 
 // DefaultWakeupInterval is WriterConfig.WakeupInterval's default.
 const DefaultWakeupInterval = 20 * time.Millisecond
 
-// DefaultTable is the outbox table's name.
-const DefaultTable = "outbox"
+// DefaultTable ("outbox") is the outbox table's name unless configured:
+// the writer's, the relay's and the migrations' default.
+const DefaultTable = config.DefaultTable
 
 // Event is one event to publish. It becomes one Kafka record: key
 // AggregateID, value Payload, headers event_id, event_type, aggregate_id

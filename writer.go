@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -243,25 +244,41 @@ func (w *Writer) validate(i int, e *Event) error {
 	return nil
 }
 
-// ValidateTopic checks a Kafka topic name the way the broker does
-// (org.apache.kafka.common.internals.Topic.validate): 1 to 249 characters
-// from [a-zA-Z0-9._-], and not "." or "..".
+// MaxTopicLength is the longest topic name Kafka accepts, in characters
+// (org.apache.kafka.common.internals.Topic.MAX_NAME_LENGTH).
+const MaxTopicLength = 249
+
+// ValidateTopic returns nil if Kafka accepts topic as a topic name, else an
+// error saying why. The rules are the broker's own
+// (org.apache.kafka.common.internals.Topic.validate, which makes it answer
+// INVALID_TOPIC_EXCEPTION): not empty, not "." or "..", at most
+// MaxTopicLength characters, only ASCII letters, digits, '.', '_' and '-'.
+// Add applies it to every event's Topic, the relay to every record's.
 func ValidateTopic(topic string) error {
-	if topic == "" {
-		return fmt.Errorf("topic name is empty")
-	}
-	if topic == "." || topic == ".." {
-		return fmt.Errorf("topic name %q is not allowed", topic)
-	}
-	if len(topic) > 249 {
-		return fmt.Errorf("topic name is %d characters, over the limit of 249", len(topic))
-	}
-	for _, r := range topic {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return fmt.Errorf("topic name %q has %q; only [a-zA-Z0-9._-] are legal", topic, r)
+	var why string
+	switch n := utf8.RuneCountInString(topic); {
+	case topic == "":
+		why = "it is empty"
+	case topic == "." || topic == "..":
+		why = `"." and ".." are reserved`
+	case n > MaxTopicLength:
+		why = fmt.Sprintf("it is %d characters long, over Kafka's limit of %d", n, MaxTopicLength)
+	default:
+		for i, r := range topic {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+				why = fmt.Sprintf("%q at byte %d is not an ASCII letter, digit, '.', '_' or '-'", r, i)
+				break
+			}
 		}
 	}
-	return nil
+	if why == "" {
+		return nil
+	}
+	shown := topic
+	if len(shown) > 64 {
+		shown = shown[:64] + "..."
+	}
+	return fmt.Errorf("topic %q is an illegal Kafka topic name: %s", shown, why)
 }
 
 // relayHeaderBytes is what the relay's own headers add to a record besides

@@ -15,6 +15,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/produce"
+
+	"github.com/pgoutbox/outbox"
 )
 
 // realDialError returns the error of dialing a port nobody listens on.
@@ -51,7 +53,7 @@ func TestClassify(t *testing.T) {
 	canceled, cancel2 := context.WithCancel(context.Background())
 	cancel2()
 
-	illegal := ValidateTopic("orders/eu")
+	illegal := validateTopic("orders/eu")
 	missing := &MissingTopicError{Topics: []string{"t"}, Broker: "b:9092"}
 	auth := annotateAuth(kafkago.SASLAuthenticationFailed, string(SASLPlain), "u")
 	tlsErr := fmt.Errorf("failed to dial: %w", plaintextListenerError("b:9093"))
@@ -169,13 +171,13 @@ func TestClassify(t *testing.T) {
 }
 
 func TestValidateTopic(t *testing.T) {
-	long := make([]byte, MaxTopicLength+1)
+	long := make([]byte, outbox.MaxTopicLength+1)
 	for i := range long {
 		long[i] = 'a'
 	}
-	for _, ok := range []string{"a", "payments", "outbox.event.Order_v2-eu", string(long[:MaxTopicLength])} {
-		if err := ValidateTopic(ok); err != nil {
-			t.Errorf("ValidateTopic(%q) = %v", ok, err)
+	for _, ok := range []string{"a", "payments", "outbox.event.Order_v2-eu", string(long[:outbox.MaxTopicLength])} {
+		if err := validateTopic(ok); err != nil {
+			t.Errorf("validateTopic(%q) = %v", ok, err)
 		}
 	}
 	for _, c := range []struct{ name, why string }{
@@ -187,13 +189,13 @@ func TestValidateTopic(t *testing.T) {
 		{"orders/eu", `'/' at byte 6`},
 		{"bestellungen-ü", `'ü' at byte 13`},
 	} {
-		err := ValidateTopic(c.name)
+		err := validateTopic(c.name)
 		if !errors.Is(err, ErrInvalidTopic) || !errors.Is(err, kafkago.InvalidTopic) {
-			t.Errorf("ValidateTopic(%q) = %v, want ErrInvalidTopic", c.name, err)
+			t.Errorf("validateTopic(%q) = %v, want ErrInvalidTopic", c.name, err)
 			continue
 		}
 		if msg := err.Error(); !strings.Contains(msg, "is an illegal Kafka topic name: "+c.why) {
-			t.Errorf("ValidateTopic(%q) = %q, want it to say %q", c.name, msg, c.why)
+			t.Errorf("validateTopic(%q) = %q, want it to say %q", c.name, msg, c.why)
 		}
 	}
 }

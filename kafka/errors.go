@@ -35,7 +35,7 @@ var ErrMessageTooLarge error = kafkago.MessageSizeTooLarge
 
 // ErrInvalidTopic is Kafka's INVALID_TOPIC_EXCEPTION (kafka-go's
 // InvalidTopic, error code 17): a topic name Kafka never accepts. Publish
-// and ValidateTopic wrap it for a name that breaks Kafka's rules, before
+// and the topic check wrap it for a name that breaks Kafka's rules, before
 // anything is sent; Classify treats it as a rejection of the record.
 var ErrInvalidTopic error = kafkago.InvalidTopic
 
@@ -424,7 +424,7 @@ func IsRetriable(err error) bool {
 // MESSAGE_TOO_LARGE (also kafka-go's local MessageTooLargeError),
 // INVALID_RECORD, CORRUPT_MESSAGE, RECORD_LIST_TOO_LARGE,
 // INVALID_TOPIC_EXCEPTION (also a topic name Publish refuses locally, see
-// ValidateTopic). The relay dead-letters such an event at once. For a
+// outbox.ValidateTopic). The relay dead-letters such an event at once. For a
 // *PublishError: whether any entry is a rejection.
 func IsRecordRejected(err error) bool {
 	c, _ := Classify(err)

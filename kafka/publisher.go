@@ -260,7 +260,7 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 // is delivered. A single message larger than MaxBatchBytes() fails alone with
 // a permanent error wrapping kafka-go's MessageSizeTooLarge; the others are
 // still sent. A message whose topic Kafka can never accept (see
-// ValidateTopic) fails the same way, before sending, with an error wrapping
+// outbox.ValidateTopic) fails the same way, before sending, with an error wrapping
 // ErrInvalidTopic (kafka-go's InvalidTopic) that says why the name is
 // illegal; Classify gives both ClassRejected.
 //
@@ -449,7 +449,7 @@ func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, [
 			}
 		}
 		if topic != checkedTopic {
-			checkedTopic, topicErr = topic, ValidateTopic(topic)
+			checkedTopic, topicErr = topic, validateTopic(topic)
 		}
 		if topicErr != nil {
 			f.fail(i, topicErr) // a broker would answer INVALID_TOPIC_EXCEPTION

@@ -5,49 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	kafkago "github.com/segmentio/kafka-go"
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
+
+	"github.com/pgoutbox/outbox"
 )
 
-// MaxTopicLength is the longest topic name Kafka accepts, in characters
-// (org.apache.kafka.common.internals.Topic.MAX_NAME_LENGTH).
-const MaxTopicLength = 249
-
-// ValidateTopic returns nil if Kafka can accept name as a topic name, else
-// an error wrapping ErrInvalidTopic (kafka-go's InvalidTopic) that says
-// why. The rules are Kafka's own (org.apache.kafka.common.internals.Topic
-// .validate, which makes brokers answer INVALID_TOPIC_EXCEPTION): not
-// empty, not "." or "..", at most MaxTopicLength (249) characters, and only
-// ASCII letters, digits, '.', '_' and '-'. Publish applies it to every
-// message before sending, so an event with an illegal topic fails alone,
-// as a rejection (Classify: ClassRejected, ReasonInvalidTopic).
-func ValidateTopic(name string) error {
-	var why string
-	switch n := utf8.RuneCountInString(name); {
-	case name == "":
-		why = "it is empty"
-	case name == "." || name == "..":
-		why = `"." and ".." are reserved`
-	case n > MaxTopicLength:
-		why = fmt.Sprintf("it is %d characters long, over Kafka's limit of %d", n, MaxTopicLength)
-	default:
-		for i, r := range name {
-			if !legalTopicRune(r) {
-				why = fmt.Sprintf("%q at byte %d is not an ASCII letter, digit, '.', '_' or '-'", r, i)
-				break
-			}
-		}
+// validateTopic is outbox.ValidateTopic's error wrapping ErrInvalidTopic
+// (kafka-go's InvalidTopic). Publish applies it to every message before
+// sending, so an event with an illegal topic fails alone, as a rejection
+// (Classify: ClassRejected, ReasonInvalidTopic).
+func validateTopic(name string) error {
+	if err := outbox.ValidateTopic(name); err != nil {
+		return fmt.Errorf("%w: %w", err, briefCode{kafkago.InvalidTopic})
 	}
-	if why == "" {
-		return nil
-	}
-	shown := name
-	if len(shown) > 64 {
-		shown = shown[:64] + "..."
-	}
-	return fmt.Errorf("topic %q is an illegal Kafka topic name: %s: %w", shown, why, briefCode{kafkago.InvalidTopic})
+	return nil
 }
 
 // briefCode is a kafka-go error code that prints as "[17] Invalid Topic"
@@ -56,10 +29,6 @@ type briefCode struct{ code kafkago.Error }
 
 func (e briefCode) Error() string { return fmt.Sprintf("[%d] %s", int16(e.code), e.code.Title()) }
 func (e briefCode) Unwrap() error { return e.code }
-
-func legalTopicRune(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
-}
 
 // CheckTopics checks that every topic exists and has partitions; with no
 // topics it checks Config.Topic (and returns nil if that is empty). Use it
@@ -78,7 +47,7 @@ func legalTopicRune(r rune) bool {
 //
 // It returns nil when every topic exists with partitions. Otherwise its
 // error ("check topics: ...") wraps: ErrInvalidTopic for an illegal name
-// (checked before contacting a broker, see ValidateTopic); a
+// (checked before contacting a broker, see outbox.ValidateTopic); a
 // *MissingTopicError (IsMissingTopic) naming the missing topics and the
 // broker that answered; the broker's error code for a topic it refused
 // otherwise (e.g. TOPIC_AUTHORIZATION_FAILED); or, if no broker answered,
@@ -103,7 +72,7 @@ func (p *Publisher) CheckTopics(ctx context.Context, topics ...string) error {
 		}
 		seen[t] = true
 		uniq = append(uniq, t)
-		if err := ValidateTopic(t); err != nil {
+		if err := validateTopic(t); err != nil {
 			invalid = append(invalid, err)
 		}
 	}

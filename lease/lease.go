@@ -123,14 +123,11 @@ const DefaultMaxBatchBytes = 16 << 20
 // on one value.
 const MaxMaxBatchBytes = 1 << 30
 
-// DefaultTable is Config.Table's default.
-const DefaultTable = "outbox"
-
 // WithDefaults returns a copy of c with every zero field set to its
 // default (RelayID: a new DefaultRelayID on each call).
 func (c Config) WithDefaults() Config {
 	if c.Table == "" {
-		c.Table = DefaultTable
+		c.Table = config.DefaultTable
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease

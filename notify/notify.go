@@ -29,14 +29,13 @@
 //     Config.DeafRetry. The relay finds events by polling meanwhile.
 //
 // The package is public for relay.ServiceConfig.Notify (Config: the
-// channel, reconnect and deafness settings; DefaultChannel, the channel
+// channel, reconnect and deafness settings; config.DefaultChannel, the channel
 // the writers notify).
 package notify
 
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,6 +46,7 @@ import (
 	"github.com/jackc/pgxlisten"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/backoff"
 	"github.com/pgoutbox/outbox/internal/config"
 )
 
@@ -85,9 +85,6 @@ type Config struct {
 	DeafHint string
 }
 
-// DefaultChannel is Config.Channel's default.
-const DefaultChannel = "outbox"
-
 // pingPrefix marks the watchdog's own notifications.
 const pingPrefix = "pgoutbox-ping:"
 
@@ -106,7 +103,7 @@ const (
 // default.
 func (c Config) WithDefaults() Config {
 	if c.Channel == "" {
-		c.Channel = DefaultChannel
+		c.Channel = config.DefaultChannel
 	}
 	if c.ReconnectMin == 0 {
 		c.ReconnectMin = DefaultReconnectMin
@@ -380,7 +377,7 @@ func (l *Listener) Run(ctx context.Context) error {
 // afterSession sets the state after a session ended with err, logs the
 // change, and returns the delay before the next connection.
 func (l *Listener) afterSession(err error, failures int) time.Duration {
-	delay := backoff(l.cfg.ReconnectMin, l.cfg.ReconnectMax, failures)
+	delay := backoff.Delay(l.cfg.ReconnectMin, l.cfg.ReconnectMax, failures)
 	var se *StandbyError
 	switch {
 	case errors.As(err, &se):
@@ -515,18 +512,4 @@ func (l *Listener) watchdog(ctx context.Context, cancel context.CancelFunc, esta
 			return
 		}
 	}
-}
-
-// backoff returns min·2^(failures-1) with ±20% jitter, capped at max; 0
-// failures gives min (a clean disconnect still waits a little).
-func backoff(min, max time.Duration, failures int) time.Duration {
-	d := min
-	for i := 1; i < failures && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	jitter := time.Duration(float64(d) * (rand.Float64()*0.4 - 0.2))
-	return d + jitter
 }

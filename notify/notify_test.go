@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
@@ -485,7 +487,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("Validate changed the config: %+v", zero)
 	}
 	c := zero.WithDefaults()
-	if c.Channel != DefaultChannel || c.ReconnectMin != 100*time.Millisecond || c.ReconnectMax != 5*time.Second ||
+	if c.Channel != outbox.DefaultChannel || c.ReconnectMin != 100*time.Millisecond || c.ReconnectMax != 5*time.Second ||
 		c.PingInterval != 5*time.Second || c.PingTimeout != 5*time.Second {
 		t.Errorf("defaults not applied: %+v", c)
 	}
@@ -529,20 +531,5 @@ func TestStateString(t *testing.T) {
 		if got := s.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", int(s), got, want)
 		}
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	const lo, hi = 100 * time.Millisecond, time.Second
-	for failures, want := range []time.Duration{lo, lo, 2 * lo, 4 * lo, 8 * lo, hi, hi, hi} {
-		for range 50 {
-			d := backoff(lo, hi, failures)
-			if d < want*8/10 || d > want*12/10 {
-				t.Fatalf("backoff(%s, %s, %d) = %s, want %s ±20%%", lo, hi, failures, d, want)
-			}
-		}
-	}
-	if d := backoff(lo, hi, 1000); d > hi*12/10 {
-		t.Fatalf("backoff with many failures = %s, want at most %s", d, hi*12/10)
 	}
 }

@@ -3,11 +3,11 @@ package relay
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/backoff"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -27,7 +27,7 @@ type claimTimer struct {
 func newClaimTimer(r *Relay) *claimTimer {
 	cfg := schedConfig{batchSize: r.lease.BatchSize, window: r.cfg.ClaimWindow, windowPoll: r.cfg.ClaimWindowPoll, busyGap: r.cfg.BusyClaimInterval}
 	t := &claimTimer{r: r, cfg: cfg, st: cfg.start(),
-		poll: r.clock.NewTimer(jitter(r.cfg.PollInterval, 0.1)), linger: r.clock.NewTimer(time.Hour)}
+		poll: r.clock.NewTimer(backoff.Jitter(r.cfg.PollInterval, 0.1)), linger: r.clock.NewTimer(time.Hour)}
 	t.linger.Stop()
 	return t
 }
@@ -45,7 +45,7 @@ func (t *claimTimer) apply(e schedEvent) schedDecision {
 		resetTimer(t.linger, d.lingerIn)
 	}
 	if d.poll {
-		resetTimer(t.poll, jitter(t.r.cfg.PollInterval, 0.1))
+		resetTimer(t.poll, backoff.Jitter(t.r.cfg.PollInterval, 0.1))
 	}
 	return d
 }
@@ -86,7 +86,7 @@ func (t *claimTimer) wait(ctx context.Context) bool {
 // failed waits out the backoff after a failed claim; false when ctx ended.
 func (t *claimTimer) failed(ctx context.Context) bool {
 	d := t.apply(schedEvent{kind: schedFailed, at: t.r.clock.Now()})
-	return sleepCtx(ctx, t.r.clock, backoff(t.r.cfg.RetryMin, t.r.cfg.RetryMax/4, d.retry))
+	return sleepCtx(ctx, t.r.clock, backoff.Delay(t.r.cfg.RetryMin, t.r.cfg.RetryMax/4, d.retry))
 }
 
 // claimed schedules after a claim that found rows (0: empty); more says
@@ -203,20 +203,3 @@ func busy(rate, share float64) bool {
 
 // rateWindow is arrivalRate's averaging window.
 const rateWindow = 50 * time.Millisecond
-
-// jitter returns d ± frac·d, uniformly.
-func jitter(d time.Duration, frac float64) time.Duration {
-	return d + time.Duration(float64(d)*frac*(2*rand.Float64()-1))
-}
-
-// backoff returns min·2^(n-1) capped at max, ±20% jitter.
-func backoff(min, max time.Duration, n int) time.Duration {
-	d := min
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return jitter(d, 0.2)
-}

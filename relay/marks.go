@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/backoff"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -183,7 +184,7 @@ func (r *Relay) markAlone(work context.Context, job markJob) {
 			r.log.Error("mark published failed; the events are published again after their lease", zap.Error(err), zap.Int("events", len(job.seqs)))
 			return
 		}
-		d := backoff(50*time.Millisecond, 2*time.Second, attempt)
+		d := backoff.Delay(50*time.Millisecond, 2*time.Second, attempt)
 		if !r.stop.stopping() {
 			r.log.Warn("mark published failed; retrying", zap.Error(err), zap.Duration("retry_in", d))
 		}

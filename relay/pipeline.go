@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/backoff"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -205,7 +206,7 @@ func (r *Relay) runPublisher(ctx, work context.Context, in <-chan claimed) {
 			outages++
 			// Nothing got through: hold the claimer back, growing with
 			// each outage in a row; the broker is likely down.
-			pause := backoff(r.cfg.RetryMin, min(r.cfg.RetryMax, maxOutagePause), outages)
+			pause := backoff.Delay(r.cfg.RetryMin, min(r.cfg.RetryMax, maxOutagePause), outages)
 			r.gate.pause(r.clock.Now().Add(pause))
 		} else {
 			outages = 0

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/backoff"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -313,7 +314,7 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 			s.Hold = r.cfg.OnDeadLetter == DeadLetterHold
 			err = r.deadLetter(s)
 		} else {
-			s.RetryIn = backoff(r.cfg.RetryMin, r.cfg.RetryMax, max(k.attempts, 1))
+			s.RetryIn = backoff.Delay(r.cfg.RetryMin, r.cfg.RetryMax, max(k.attempts, 1))
 			err = r.release(s)
 		}
 		if err != nil {

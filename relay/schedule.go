@@ -73,7 +73,7 @@ type schedDecision struct {
 	lingerIn time.Duration
 	// poll: restart the poll timer (a jittered Config.PollInterval).
 	poll bool
-	// retry: wait backoff(Config.RetryMin, Config.RetryMax/4, retry)
+	// retry: wait backoff.Delay(Config.RetryMin, Config.RetryMax/4, retry)
 	// before the next claim (0: no wait).
 	retry int
 }

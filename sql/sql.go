@@ -26,6 +26,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 
 	"github.com/jackc/pgx/v5"
@@ -67,11 +68,8 @@ type Result struct {
 // serialize. An UNLOGGED table is refused (see MigrateTable). Errors are
 // wrapped as "migrate: ...".
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]Result, error) {
-	return MigrateTable(ctx, pool, DefaultTable)
+	return MigrateTable(ctx, pool, config.DefaultTable)
 }
-
-// DefaultTable is the outbox table Migrate creates.
-const DefaultTable = "outbox"
 
 // MigrateTable is Migrate for an outbox table of another name, optionally
 // schema-qualified ("events", "billing.outbox"): the migrations are applied
@@ -157,12 +155,12 @@ func (opts MigrateOptions) validate() error {
 // without that record). Errors are wrapped as "migrate: ...".
 func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) ([]Result, error) {
 	if opts.Table == "" {
-		opts.Table = DefaultTable
+		opts.Table = config.DefaultTable
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if opts.Table != DefaultTable {
+	if opts.Table != config.DefaultTable {
 		if err := CheckTableName(opts.Table); err != nil {
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
@@ -348,7 +346,7 @@ var partitionsRE = regexp.MustCompile(`/\*PARTITIONS\*/256`)
 // constraints and triggers by the table's own name, the tables and
 // functions beside it qualified like the table.
 func tableMigrations(table string, partitions int, timePartitioned bool) (fs.FS, error) {
-	if table == DefaultTable && (partitions == 0 || partitions == DefaultPartitions) && !timePartitioned {
+	if table == config.DefaultTable && (partitions == 0 || partitions == DefaultPartitions) && !timePartitioned {
 		return Migrations(), nil
 	}
 	if partitions == 0 {
@@ -382,7 +380,7 @@ func tableMigrations(table string, partitions int, timePartitioned bool) (fs.FS,
 				return err
 			}
 		}
-		if table == DefaultTable {
+		if table == config.DefaultTable {
 			out[path] = &fstest.MapFile{Data: []byte(s)}
 			return nil
 		}
@@ -457,7 +455,7 @@ var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
 // versionTable names table's migration history table.
 func versionTable(table string) string {
-	if table == DefaultTable {
+	if table == config.DefaultTable {
 		return VersionTable
 	}
 	parts := strings.Split(table, ".")

@@ -52,7 +52,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	f.commonFlags.register(fs)
 	f.tableFlags.register(fs, runTopicUsage)
 	fs.StringVar(&f.brokers, "brokers", "", "Kafka bootstrap brokers, comma-separated host:port (required)")
-	fs.StringVar(&f.notify.Channel, "channel", notify.DefaultChannel, "Postgres NOTIFY channel to LISTEN on (must match the writers')")
+	fs.StringVar(&f.notify.Channel, "channel", outbox.DefaultChannel, "Postgres NOTIFY channel to LISTEN on (must match the writers')")
 	fs.BoolVar(&f.noNotify, "no-notify", false, "do not LISTEN: find events by polling only")
 	fs.StringVar(&f.listenURL, "listen-database-url", "", "PostgreSQL URL or DSN of the LISTEN connection only, when --database-url goes through a transaction pooler (PgBouncer pool_mode=transaction), which cannot carry LISTEN: connect the listener to PostgreSQL directly (default: --database-url)")
 	fs.DurationVar(&f.lease.Lease, "lease", lease.DefaultLease, "how long a claim holds its rows before another relay may take them (min 1s)")

@@ -36,3 +36,12 @@ func (e *FieldError) Error() string {
 func Invalid(component, field, format string, args ...any) error {
 	return &FieldError{Component: component, Field: field, Reason: fmt.Sprintf(format, args...)}
 }
+
+// DefaultTable is the outbox table's name unless configured: the
+// writer's, the relay's and the migrations' default, exported as
+// outbox.DefaultTable.
+const DefaultTable = "outbox"
+
+// DefaultChannel is the NOTIFY channel the writers signal and the relay
+// LISTENs on unless configured, exported as outbox.DefaultChannel.
+const DefaultChannel = "outbox"

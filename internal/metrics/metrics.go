@@ -122,7 +122,7 @@ const (
 // default.
 func (c Config) WithDefaults() Config {
 	if c.Table == "" {
-		c.Table = "outbox"
+		c.Table = config.DefaultTable
 	}
 	if c.AggregateColumn == "" {
 		c.AggregateColumn = "aggregate_id"

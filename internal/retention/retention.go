@@ -110,7 +110,7 @@ const (
 // default.
 func (c Config) WithDefaults() Config {
 	if c.Table == "" {
-		c.Table = "outbox"
+		c.Table = config.DefaultTable
 	}
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
