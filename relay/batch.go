@@ -8,6 +8,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/outbox/internal/backoff"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -64,6 +67,218 @@ type batchRun struct {
 	// outage is set when a publish delivered nothing because the broker
 	// did not answer.
 	outage bool
+}
+
+// maxOutagePause caps how long the claimer waits between attempts while the
+// broker is unreachable, so publishing resumes within seconds of its return.
+const maxOutagePause = 5 * time.Second
+
+// publishBatch publishes one claimed batch, settles what it could not
+// publish, and reports whether it hit an outage (a publish that delivered
+// nothing because the broker did not answer).
+func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
+	defer r.gate.settled()
+	r.hb.begin(b.no, b.Claimed)
+	br := newBatchRun(b, r.lease.Lease)
+	maxBytes := r.pub.MaxBatchBytes()
+	for br.next < len(br.rows) {
+		if ctx.Err() != nil || work.Err() != nil {
+			// Shutdown: what was not sent yet goes back at once.
+			br.abandon(r.hb, whyUnsent)
+			break
+		}
+		r.keepLease(br)
+		failed := len(br.failures)
+		msgs, rows := br.nextChunk(r.hb, maxBytes, r.message)
+		var began time.Time
+		if r.att != nil {
+			// Failed without a publish call (too large, undecodable).
+			began = r.clock.Now()
+			br.stamp(failed, began, began)
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		failed = len(br.failures)
+		errs, callErr, cutOff := r.publishChunk(work, br.deadline, msgs, rows)
+		delivered := br.record(r.hb, rows, errs, cutOff)
+		var ended time.Time
+		if r.att != nil {
+			ended = r.clock.Now()
+			br.stamp(failed, began, ended)
+		}
+		r.record(report{kind: reportPublished, rows: delivered, began: began, ended: ended})
+		if len(delivered) > 0 {
+			r.marks.put(b.Token, seqsOf(delivered), markDelay(&r.cfg))
+		}
+		if callErr != nil && br.delivered == 0 && allOutage(errs) {
+			// Nothing got through, for a condition of the cluster: stop
+			// this batch and hold the claimer back until it passes.
+			br.abandon(r.hb, whyUnsent)
+			br.outage = true
+		}
+	}
+	r.settle(br)
+	return br.outage
+}
+
+// settle gives back what the batch did not publish: failed rows with their
+// backoff or as dead letters, held-back and unsent rows at once. It records
+// what was given back in the hold-back state and, if anything was, asks the
+// claimer to let the pipeline settle before its next claim (claimGate).
+func (r *Relay) settle(br *batchRun) {
+	gave, stuck := r.settleFailures(br.b.Token, br.failures)
+	if len(br.returned) > 0 {
+		rows := make([]lease.Row, len(br.returned))
+		held := int64(0)
+		for i, ret := range br.returned {
+			rows[i] = ret.row
+			if ret.why != whyUnsent {
+				held++
+			}
+		}
+		r.record(report{kind: reportHeldBack, n: int(held)})
+		if ce := r.log.Check(zap.DebugLevel, "giving back events"); ce != nil {
+			ce.Write(zap.Int("events", len(rows)), zap.Int64("held_back", held), zap.String("first_reason", br.returned[0].why), zap.Uint64("claim_no", br.b.no))
+		}
+		if err := r.release(lease.Settle{Token: br.b.Token, Seqs: seqsOf(rows)}); err != nil {
+			stuck = append(stuck, rows...)
+		} else {
+			gave = append(gave, rows...)
+		}
+	}
+	if len(gave) > 0 {
+		// The statements above committed; every claim started until now
+		// may hold later events of these aggregates without them.
+		r.hb.gaveBack(gave, r.gate.lastStarted())
+	}
+	var busyUntil time.Time
+	for i := range stuck {
+		r.hb.stuck(&stuck[i], br.deadline)
+		busyUntil = br.deadline.Add(stuckMargin)
+	}
+	r.claimer.Settled(br.b.Token, busyUntil)
+	if len(gave)+len(stuck) > 0 {
+		r.gate.flush()
+	}
+	// A batch that delivered events and had no failure ends a failure
+	// episode; one whose events were all held back does not.
+	r.fails.flush(r.clock.Now(), br.delivered > 0 && len(br.failures) == 0 && !br.outage)
+}
+
+// settleFailures gives failed rows back with a per-row backoff and their
+// error, or dead-letters them: at once when the record can never be
+// published (deadAtOnce), or when the attempt just made was their
+// MaxAttempts-th. Failures for a condition of the cluster (kafka.IsOutage:
+// unreachable, not enough replicas, no leader, timeouts, ...) do not count
+// as attempts: they never make a dead letter. Rows with the same outcome, delay and error share a statement.
+// It returns the rows it gave back and those it could not (stuck: still
+// leased by this relay until the lease ends).
+func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lease.Row) {
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	type key struct {
+		dead     bool
+		count    bool
+		attempts int
+		msg      string
+	}
+	groups := map[key][]lease.Row{}
+	var order []key
+	for _, f := range fs {
+		count := !kafka.IsOutage(f.err)
+		attempts := f.row.Attempts
+		if count {
+			attempts++
+		}
+		dead := deadAtOnce(f.err) || attempts >= r.cfg.MaxAttempts
+		r.record(report{kind: reportFailed, failure: &f, topic: r.topicOf(&f.row), dead: dead, attempts: attempts})
+		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], f.row)
+	}
+	for _, k := range order {
+		rows := groups[k]
+		s := lease.Settle{Token: token, Seqs: seqsOf(rows), CountAttempt: k.count, LastError: k.msg}
+		var err error
+		if k.dead {
+			s.Hold = r.cfg.OnDeadLetter == DeadLetterHold
+			err = r.deadLetter(s)
+		} else {
+			s.RetryIn = backoff.Delay(r.cfg.RetryMin, r.cfg.RetryMax, max(k.attempts, 1))
+			err = r.release(s)
+		}
+		if err != nil {
+			stuck = append(stuck, rows...)
+		} else {
+			gave = append(gave, rows...)
+		}
+	}
+	return gave, stuck
+}
+
+func (r *Relay) deadLetter(s lease.Settle) error {
+	rctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
+	defer cancel()
+	n, err := r.claimer.DeadLetter(rctx, s)
+	if err != nil {
+		if r.stop.stopping() {
+			r.stop.failedRelease(len(s.Seqs), err)
+			return err
+		}
+		r.log.Warn("dead-letter failed; the events come back when their lease ends", zap.Error(err), zap.Int("events", len(s.Seqs)))
+		return err
+	}
+	r.record(report{kind: reportDeadLettered, n: int(n)})
+	return nil
+}
+
+// releaseBatch gives a whole batch back unpublished (the relay is
+// stopping) and tells the claimer it is settled.
+func (r *Relay) releaseBatch(b *lease.Batch) {
+	var busyUntil time.Time
+	if err := r.release(lease.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)}); err != nil {
+		busyUntil = b.Deadline(r.lease.Lease).Add(stuckMargin)
+	}
+	r.claimer.Settled(b.Token, busyUntil)
+}
+
+// release gives rows back. A release must happen even once the in-flight
+// publish was cut off by the shutdown timeout: each attempt is bounded on
+// its own, and tried again a couple of times, since a transient database
+// error must not leave the rows held until their lease ends; a stopping
+// relay stops trying at ShutdownGrace after the shutdown timeout.
+func (r *Relay) release(s lease.Settle) error {
+	if len(s.Seqs) == 0 {
+		return nil
+	}
+	var err error
+	for attempt := 1; attempt <= 3 && r.stop.final.Err() == nil; attempt++ {
+		rctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
+		var n int64
+		n, err = r.claimer.Release(rctx, s)
+		cancel()
+		if err == nil {
+			r.record(report{kind: reportReleased, n: int(n)})
+			if ce := r.log.Check(zap.DebugLevel, "released"); ce != nil {
+				ce.Write(zap.Int("events", len(s.Seqs)), zap.Int64("released", n), zap.Duration("retry_in", s.RetryIn), zap.Stringer("claim_token", s.Token))
+			}
+			return nil
+		}
+		r.clock.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+	}
+	if err == nil {
+		err = r.stop.final.Err()
+	}
+	if r.stop.stopping() {
+		r.stop.failedRelease(len(s.Seqs), err)
+		return err
+	}
+	r.log.Warn("release failed; the events come back when their lease ends", zap.Error(err), zap.Int("events", len(s.Seqs)))
+	return err
 }
 
 func newBatchRun(b claimed, leaseFor time.Duration) *batchRun {
