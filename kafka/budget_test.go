@@ -78,10 +78,10 @@ func TestRetryLoggerRateLimit(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		l.Printf("error writing messages to %s (partition %d, attempt %d): %s", "t", 1, i, "[6] Not Leader For Partition")
 	}
-	now = now.Add(RetryLogInterval - time.Millisecond)
+	now = now.Add(retryLogInterval - time.Millisecond)
 	l.Printf("still failing")
 	now = now.Add(time.Millisecond)
-	l.Printf("failing after %s", RetryLogInterval)
+	l.Printf("failing after %s", retryLogInterval)
 
 	warns := logs.FilterLevelExact(zapcore.WarnLevel).All()
 	if len(warns) != 2 {

@@ -54,99 +54,99 @@ func TestClassify(t *testing.T) {
 	cancel2()
 
 	illegal := validateTopic("orders/eu")
-	missing := &MissingTopicError{Topics: []string{"t"}, Broker: "b:9092"}
+	missing := &missingTopicError{Topics: []string{"t"}, Broker: "b:9092"}
 	auth := annotateAuth(kafkago.SASLAuthenticationFailed, string(SASLPlain), "u")
 	tlsErr := fmt.Errorf("failed to dial: %w", plaintextListenerError("b:9093"))
 
 	cases := []struct {
 		name   string
 		err    error
-		class  Class
+		class  class
 		reason string
 	}{
-		{"nil", nil, ClassNone, ""},
+		{"nil", nil, classNone, ""},
 
 		// A condition of the cluster, whatever the record: an outage.
-		{"not leader", kafkago.NotLeaderForPartition, ClassOutage, ReasonNotLeader},
-		{"leader not available", kafkago.LeaderNotAvailable, ClassOutage, ReasonNotLeader},
-		{"fenced leader epoch", kafkago.FencedLeaderEpoch, ClassOutage, ReasonNotLeader},
-		{"wrapped not leader", fmt.Errorf("publish: %w", kafkago.NotLeaderForPartition), ClassOutage, ReasonNotLeader},
-		{"no leader in kafka-go's metadata", produce.NewError(protocol.NewErrNoLeader("t", 3)), ClassOutage, ReasonNotLeader},
-		{"not enough replicas", kafkago.NotEnoughReplicas, ClassOutage, ReasonNotEnoughISR},
-		{"not enough replicas after append", kafkago.NotEnoughReplicasAfterAppend, ClassOutage, ReasonNotEnoughISR},
-		{"request timed out", kafkago.RequestTimedOut, ClassOutage, ReasonTimeout},
-		{"unknown topic", kafkago.UnknownTopicOrPartition, ClassOutage, ReasonUnknownTopic},
-		{"unknown topic named", fmt.Errorf("topic %q: %w", "t", kafkago.UnknownTopicOrPartition), ClassOutage, ReasonUnknownTopic},
-		{"missing topic", fmt.Errorf("check topics: %w", missing), ClassOutage, ReasonUnknownTopic},
-		{"no topic in kafka-go's metadata", produce.NewError(protocol.NewErrNoTopic("t")), ClassOutage, ReasonUnknownTopic},
-		{"no partition in kafka-go's metadata", produce.NewError(protocol.NewErrNoPartition("t", 7)), ClassOutage, ReasonUnknownTopic},
-		{"invalid timestamp", kafkago.InvalidTimestamp, ClassOutage, ReasonInvalidTimestamp},
-		{"throttling quota", kafkago.ThrottlingQuotaExceeded, ClassOutage, ReasonThrottled},
-		{"storage error", kafkago.KafkaStorageError, ClassOutage, ReasonOther},
-		{"topic authorization", kafkago.TopicAuthorizationFailed, ClassOutage, ReasonAuthorization},
-		{"cluster authorization", kafkago.ClusterAuthorizationFailed, ClassOutage, ReasonAuthorization},
+		{"not leader", kafkago.NotLeaderForPartition, classOutage, reasonNotLeader},
+		{"leader not available", kafkago.LeaderNotAvailable, classOutage, reasonNotLeader},
+		{"fenced leader epoch", kafkago.FencedLeaderEpoch, classOutage, reasonNotLeader},
+		{"wrapped not leader", fmt.Errorf("publish: %w", kafkago.NotLeaderForPartition), classOutage, reasonNotLeader},
+		{"no leader in kafka-go's metadata", produce.NewError(protocol.NewErrNoLeader("t", 3)), classOutage, reasonNotLeader},
+		{"not enough replicas", kafkago.NotEnoughReplicas, classOutage, reasonNotEnoughISR},
+		{"not enough replicas after append", kafkago.NotEnoughReplicasAfterAppend, classOutage, reasonNotEnoughISR},
+		{"request timed out", kafkago.RequestTimedOut, classOutage, reasonTimeout},
+		{"unknown topic", kafkago.UnknownTopicOrPartition, classOutage, reasonUnknownTopic},
+		{"unknown topic named", fmt.Errorf("topic %q: %w", "t", kafkago.UnknownTopicOrPartition), classOutage, reasonUnknownTopic},
+		{"missing topic", fmt.Errorf("check topics: %w", missing), classOutage, reasonUnknownTopic},
+		{"no topic in kafka-go's metadata", produce.NewError(protocol.NewErrNoTopic("t")), classOutage, reasonUnknownTopic},
+		{"no partition in kafka-go's metadata", produce.NewError(protocol.NewErrNoPartition("t", 7)), classOutage, reasonUnknownTopic},
+		{"invalid timestamp", kafkago.InvalidTimestamp, classOutage, reasonInvalidTimestamp},
+		{"throttling quota", kafkago.ThrottlingQuotaExceeded, classOutage, reasonThrottled},
+		{"storage error", kafkago.KafkaStorageError, classOutage, reasonOther},
+		{"topic authorization", kafkago.TopicAuthorizationFailed, classOutage, reasonAuthorization},
+		{"cluster authorization", kafkago.ClusterAuthorizationFailed, classOutage, reasonAuthorization},
 
-		{"connection refused", realDialError(t), ClassOutage, ReasonUnreachable},
-		{"read timeout", realTimeout(t), ClassOutage, ReasonUnreachable},
-		{"ECONNRESET", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, ClassOutage, ReasonUnreachable},
-		{"EPIPE", fmt.Errorf("write: %w", syscall.EPIPE), ClassOutage, ReasonUnreachable},
-		{"EOF", io.EOF, ClassOutage, ReasonUnreachable},
-		{"unexpected EOF", fmt.Errorf("publish: %w", io.ErrUnexpectedEOF), ClassOutage, ReasonUnreachable},
-		{"net.ErrClosed", net.ErrClosed, ClassOutage, ReasonUnreachable},
-		{"deadline exceeded", fmt.Errorf("publish: %w", ctx.Err()), ClassOutage, ReasonUnreachable},
-		{"network exception", kafkago.NetworkException, ClassOutage, ReasonUnreachable},
-		{"broker not available", kafkago.BrokerNotAvailable, ClassOutage, ReasonUnreachable},
-		{"not attempted", ErrNotAttempted, ClassOutage, ReasonUnreachable},
-		{"authentication", auth, ClassOutage, ReasonAuthentication},
-		{"authentication over EOF", fmt.Errorf("%w: broker closed the connection (%v)", ErrAuthentication, io.EOF), ClassOutage, ReasonAuthentication},
-		{"bare SASL code", kafkago.SASLAuthenticationFailed, ClassOutage, ReasonAuthentication},
-		{"unsupported mechanism", kafkago.UnsupportedSASLMechanism, ClassOutage, ReasonAuthentication},
-		{"tls", tlsErr, ClassOutage, ReasonTLS},
-		{"tls over a timeout", fmt.Errorf("%w with b: %w", ErrTLS, context.DeadlineExceeded), ClassOutage, ReasonTLS},
+		{"connection refused", realDialError(t), classOutage, reasonUnreachable},
+		{"read timeout", realTimeout(t), classOutage, reasonUnreachable},
+		{"ECONNRESET", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, classOutage, reasonUnreachable},
+		{"EPIPE", fmt.Errorf("write: %w", syscall.EPIPE), classOutage, reasonUnreachable},
+		{"EOF", io.EOF, classOutage, reasonUnreachable},
+		{"unexpected EOF", fmt.Errorf("publish: %w", io.ErrUnexpectedEOF), classOutage, reasonUnreachable},
+		{"net.ErrClosed", net.ErrClosed, classOutage, reasonUnreachable},
+		{"deadline exceeded", fmt.Errorf("publish: %w", ctx.Err()), classOutage, reasonUnreachable},
+		{"network exception", kafkago.NetworkException, classOutage, reasonUnreachable},
+		{"broker not available", kafkago.BrokerNotAvailable, classOutage, reasonUnreachable},
+		{"not attempted", ErrNotAttempted, classOutage, reasonUnreachable},
+		{"authentication", auth, classOutage, reasonAuthentication},
+		{"authentication over EOF", fmt.Errorf("%w: broker closed the connection (%v)", errAuthentication, io.EOF), classOutage, reasonAuthentication},
+		{"bare SASL code", kafkago.SASLAuthenticationFailed, classOutage, reasonAuthentication},
+		{"unsupported mechanism", kafkago.UnsupportedSASLMechanism, classOutage, reasonAuthentication},
+		{"tls", tlsErr, classOutage, reasonTLS},
+		{"tls over a timeout", fmt.Errorf("%w with b: %w", ErrTLS, context.DeadlineExceeded), classOutage, reasonTLS},
 
 		// Permanent for this record.
-		{"message too large", kafkago.MessageSizeTooLarge, ClassRejected, ReasonMessageTooLarge},
-		{"ErrMessageTooLarge wrapped", fmt.Errorf("event is big: %w", ErrMessageTooLarge), ClassRejected, ReasonMessageTooLarge},
-		{"kafka-go MessageTooLargeError", kafkago.MessageTooLargeError{}, ClassRejected, ReasonMessageTooLarge},
-		{"record list too large", kafkago.RecordListTooLarge, ClassRejected, ReasonMessageTooLarge},
-		{"invalid record", kafkago.InvalidRecord, ClassRejected, ReasonInvalidRecord},
-		{"corrupt message", kafkago.InvalidMessage, ClassRejected, ReasonInvalidRecord},
-		{"invalid topic from the broker", kafkago.InvalidTopic, ClassRejected, ReasonInvalidTopic},
-		{"illegal topic name", illegal, ClassRejected, ReasonInvalidTopic},
+		{"message too large", kafkago.MessageSizeTooLarge, classRejected, reasonMessageTooLarge},
+		{"ErrMessageTooLarge wrapped", fmt.Errorf("event is big: %w", ErrMessageTooLarge), classRejected, reasonMessageTooLarge},
+		{"kafka-go MessageTooLargeError", kafkago.MessageTooLargeError{}, classRejected, reasonMessageTooLarge},
+		{"record list too large", kafkago.RecordListTooLarge, classRejected, reasonMessageTooLarge},
+		{"invalid record", kafkago.InvalidRecord, classRejected, reasonInvalidRecord},
+		{"corrupt message", kafkago.InvalidMessage, classRejected, reasonInvalidRecord},
+		{"invalid topic from the broker", kafkago.InvalidTopic, classRejected, reasonInvalidTopic},
+		{"illegal topic name", illegal, classRejected, reasonInvalidTopic},
 
 		// Neither.
-		{"canceled", fmt.Errorf("publish: %w", canceled.Err()), ClassOther, ReasonOther},
-		{"closed", fmt.Errorf("publish: %w", ErrClosed), ClassOther, ReasonOther},
-		{"closed pipe", io.ErrClosedPipe, ClassOther, ReasonOther},
-		{"no topic", fmt.Errorf("publish: message 0: %w", ErrNoTopic), ClassOther, ReasonOther},
-		{"non-temporary kafka error", kafkago.UnsupportedVersion, ClassOther, ReasonOther},
-		{"unknown", errors.New("something else"), ClassOther, ReasonOther},
+		{"canceled", fmt.Errorf("publish: %w", canceled.Err()), classOther, reasonOther},
+		{"closed", fmt.Errorf("publish: %w", errClosed), classOther, reasonOther},
+		{"closed pipe", io.ErrClosedPipe, classOther, reasonOther},
+		{"no topic", fmt.Errorf("publish: message 0: %w", errNoTopic), classOther, reasonOther},
+		{"non-temporary kafka error", kafkago.UnsupportedVersion, classOther, reasonOther},
+		{"unknown", errors.New("something else"), classOther, reasonOther},
 
 		// PublishError: the most severe failed entry.
-		{"publish error outage", &PublishError{Errs: []error{nil, kafkago.NotLeaderForPartition, ErrNotAttempted}}, ClassOutage, ReasonNotLeader},
-		{"publish error unreachable", &PublishError{Errs: []error{ErrNotAttempted, io.EOF, nil}}, ClassOutage, ReasonUnreachable},
-		{"publish error rejected", &PublishError{Errs: []error{kafkago.NotLeaderForPartition, kafkago.MessageSizeTooLarge}}, ClassRejected, ReasonMessageTooLarge},
-		{"publish error other", &PublishError{Errs: []error{ErrNotAttempted, context.Canceled}}, ClassOther, ReasonOther},
-		{"publish error empty", &PublishError{Errs: []error{nil}}, ClassOther, ReasonOther},
-		{"wrapped publish error", fmt.Errorf("relay: %w", &PublishError{Errs: []error{illegal}}), ClassRejected, ReasonInvalidTopic},
+		{"publish error outage", &PublishError{Errs: []error{nil, kafkago.NotLeaderForPartition, ErrNotAttempted}}, classOutage, reasonNotLeader},
+		{"publish error unreachable", &PublishError{Errs: []error{ErrNotAttempted, io.EOF, nil}}, classOutage, reasonUnreachable},
+		{"publish error rejected", &PublishError{Errs: []error{kafkago.NotLeaderForPartition, kafkago.MessageSizeTooLarge}}, classRejected, reasonMessageTooLarge},
+		{"publish error other", &PublishError{Errs: []error{ErrNotAttempted, context.Canceled}}, classOther, reasonOther},
+		{"publish error empty", &PublishError{Errs: []error{nil}}, classOther, reasonOther},
+		{"wrapped publish error", fmt.Errorf("relay: %w", &PublishError{Errs: []error{illegal}}), classRejected, reasonInvalidTopic},
 		// errors.Join (Ping, CheckTopics): the first matching rule wins.
-		{"joined tls and refused", errors.Join(realDialError(t), tlsErr), ClassOutage, ReasonTLS},
+		{"joined tls and refused", errors.Join(realDialError(t), tlsErr), classOutage, reasonTLS},
 	}
 	reasons := map[string]bool{}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			class, reason := Classify(c.err)
+			class, reason := classify(c.err)
 			if class != c.class || reason != c.reason {
-				t.Fatalf("Classify(%v) = %v, %q; want %v, %q", c.err, class, reason, c.class, c.reason)
+				t.Fatalf("classify(%v) = %v, %q; want %v, %q", c.err, class, reason, c.class, c.reason)
 			}
-			// The predicates are views of Classify.
-			if got, want := IsRetriable(c.err), class == ClassOutage; got != want {
+			// The predicates are views of classify.
+			if got, want := IsRetriable(c.err), class == classOutage; got != want {
 				t.Errorf("IsRetriable = %v, want %v", got, want)
 			}
-			if got, want := IsRecordRejected(c.err), class == ClassRejected; got != want {
+			if got, want := IsRecordRejected(c.err), class == classRejected; got != want {
 				t.Errorf("IsRecordRejected = %v, want %v", got, want)
 			}
-			if got, want := IsOutage(c.err), class == ClassOutage; got != want {
+			if got, want := IsOutage(c.err), class == classOutage; got != want {
 				t.Errorf("IsOutage = %v, want %v", got, want)
 			}
 			if c.err != nil && ErrorReason(c.err) != reason {
@@ -155,18 +155,18 @@ func TestClassify(t *testing.T) {
 		})
 		reasons[c.reason] = true
 	}
-	for _, r := range []string{ReasonUnreachable, ReasonMessageTooLarge, ReasonInvalidRecord, ReasonNotLeader,
-		ReasonNotEnoughISR, ReasonTimeout, ReasonUnknownTopic, ReasonInvalidTopic, ReasonAuthorization,
-		ReasonAuthentication, ReasonTLS, ReasonInvalidTimestamp, ReasonThrottled, ReasonOther} {
+	for _, r := range []string{reasonUnreachable, reasonMessageTooLarge, reasonInvalidRecord, reasonNotLeader,
+		reasonNotEnoughISR, reasonTimeout, reasonUnknownTopic, reasonInvalidTopic, reasonAuthorization,
+		reasonAuthentication, reasonTLS, reasonInvalidTimestamp, reasonThrottled, reasonOther} {
 		if !reasons[r] {
 			t.Errorf("no case for reason %q", r)
 		}
 	}
-	if ErrorReason(nil) != ReasonOther {
-		t.Errorf("ErrorReason(nil) = %q, want %q as before", ErrorReason(nil), ReasonOther)
+	if ErrorReason(nil) != reasonOther {
+		t.Errorf("ErrorReason(nil) = %q, want %q as before", ErrorReason(nil), reasonOther)
 	}
-	if s := ClassRejected.String(); s != "rejected" {
-		t.Errorf("ClassRejected.String() = %q", s)
+	if s := classRejected.String(); s != "rejected" {
+		t.Errorf("classRejected.String() = %q", s)
 	}
 }
 
@@ -190,8 +190,8 @@ func TestValidateTopic(t *testing.T) {
 		{"bestellungen-ü", `'ü' at byte 13`},
 	} {
 		err := validateTopic(c.name)
-		if !errors.Is(err, ErrInvalidTopic) || !errors.Is(err, kafkago.InvalidTopic) {
-			t.Errorf("validateTopic(%q) = %v, want ErrInvalidTopic", c.name, err)
+		if !errors.Is(err, errInvalidTopic) || !errors.Is(err, kafkago.InvalidTopic) {
+			t.Errorf("validateTopic(%q) = %v, want errInvalidTopic", c.name, err)
 			continue
 		}
 		if msg := err.Error(); !strings.Contains(msg, "is an illegal Kafka topic name: "+c.why) {

@@ -61,7 +61,7 @@ func TestIsRetriable(t *testing.T) {
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), true},
 		{context.Canceled, false},
 		{errors.New("unexpected EOF: %w"), false},
-		{ErrClosed, false},
+		{errClosed, false},
 		{ErrNotAttempted, true},
 		{&PublishError{Errs: []error{nil, kafkago.NotLeaderForPartition}}, true},
 		{&PublishError{Errs: []error{kafkago.MessageSizeTooLarge, kafkago.NotLeaderForPartition}}, false},

@@ -51,7 +51,7 @@ func connectErrors(t *testing.T, cfg Config) (errs []error, longest time.Duratio
 }
 
 // TestAuthenticationErrors: every way the broker refuses SASL wraps
-// ErrAuthentication, names the mechanism and user but not the password, and
+// errAuthentication, names the mechanism and user but not the password, and
 // is classified as its own reason, not as a rejection of records.
 func TestAuthenticationErrors(t *testing.T) {
 	const user, good, bad = "relay", "right-pw", "hunter2-wrong"
@@ -91,7 +91,7 @@ func TestAuthenticationErrors(t *testing.T) {
 				DialTimeout: longTimeout, WriteTimeout: longTimeout})
 			for i, err := range errs {
 				if !IsAuthentication(err) {
-					t.Fatalf("call %d: %v, want ErrAuthentication", i, err)
+					t.Fatalf("call %d: %v, want errAuthentication", i, err)
 				}
 				msg := err.Error()
 				if !strings.Contains(msg, c.want) || !strings.Contains(msg, string(c.mech)) || !strings.Contains(msg, `"`+c.user+`"`) {
@@ -100,8 +100,8 @@ func TestAuthenticationErrors(t *testing.T) {
 				if strings.Contains(msg, c.pass) {
 					t.Errorf("call %d: the error shows the password: %q", i, msg)
 				}
-				if class, reason := Classify(err); class != ClassOutage || reason != ReasonAuthentication || IsRecordRejected(err) {
-					t.Errorf("call %d: Classify = %v, %q", i, class, reason)
+				if class, reason := classify(err); class != classOutage || reason != reasonAuthentication || IsRecordRejected(err) {
+					t.Errorf("call %d: classify = %v, %q", i, class, reason)
 				}
 			}
 			if longest >= longTimeout {
@@ -240,8 +240,8 @@ func TestTLSErrors(t *testing.T) {
 				if !IsTLS(err) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.addrs[0]) {
 					t.Errorf("call %d: %v, want ErrTLS naming %s and saying %q", i, err, c.addrs[0], c.want)
 				}
-				if class, reason := Classify(err); class != ClassOutage || reason != ReasonTLS {
-					t.Errorf("call %d: Classify = %v, %q", i, class, reason)
+				if class, reason := classify(err); class != classOutage || reason != reasonTLS {
+					t.Errorf("call %d: classify = %v, %q", i, class, reason)
 				}
 			}
 			if longest >= longTimeout {

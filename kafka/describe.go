@@ -18,7 +18,7 @@ import (
 // that partition when the error came back: which broker leads it and
 // which replicas are in sync. It says which broker to look at when a
 // partition has too few in-sync replicas, no leader, or a leader that
-// times out. It unwraps to the broker's error, so Classify sees that.
+// times out. It unwraps to the broker's error, so classify sees that.
 type PartitionError struct {
 	// Topic and Partition are the message's.
 	Topic     string

@@ -31,7 +31,7 @@ const tlsProbeAfter = 250 * time.Millisecond
 // by Config.DialTimeout, a plaintext listener is recognized quickly, and
 // its failures wrap ErrTLS; and with SASL it watches the authentication
 // exchange so that a broker closing the connection on bad credentials
-// reads as ErrAuthentication instead of an unexpected EOF.
+// reads as errAuthentication instead of an unexpected EOF.
 type brokerDialer struct {
 	net      *net.Dialer
 	tls      *tls.Config // nil: plaintext
@@ -241,7 +241,7 @@ func (c *readWatchConn) Read(b []byte) (int, error) {
 // first one that is neither ApiVersions (18) nor SaslHandshake (17) nor
 // SaslAuthenticate (36), i.e. until authentication is over. If the broker
 // closes the connection while a SASL request is unanswered, the read error
-// becomes an ErrAuthentication: brokers may end a failed exchange by
+// becomes an errAuthentication: brokers may end a failed exchange by
 // closing the connection instead of answering (kfake always does; kafka-go
 // v0.4.51 notes the same in dialer.go Dialer.authenticateSASL), which
 // kafka-go's Transport reports as a bare "unexpected EOF". Requests are
@@ -305,7 +305,7 @@ func (c *saslWatchConn) Read(b []byte) (int, error) {
 		// bare SASLAuthenticationFailed, dropping this text.
 		err = fmt.Errorf("%w: broker %s closed the connection during authentication with mechanism %s as user %q "+
 			"(%v): wrong password, unknown user, or a mechanism the listener does not enable",
-			ErrAuthentication, c.addr, c.mech, c.user, err)
+			errAuthentication, c.addr, c.mech, c.user, err)
 	}
 	return n, err
 }

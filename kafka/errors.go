@@ -13,19 +13,19 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 )
 
-// ErrClosed is returned (wrapped) by Publish, Ping and CheckTopics after
+// errClosed is returned (wrapped) by Publish, Ping and CheckTopics after
 // Close.
-var ErrClosed = errors.New("kafka: publisher closed")
+var errClosed = errors.New("kafka: publisher closed")
 
 // ErrNotAttempted is the per-message error for messages of a Publish call
 // that were not sent because an earlier part of the same call failed (see
 // Publish). It is retriable.
 var ErrNotAttempted = errors.New("kafka: not attempted after earlier failure")
 
-// ErrNoTopic is returned (wrapped, as a whole-call error) when a message has
+// errNoTopic is returned (wrapped, as a whole-call error) when a message has
 // an empty Topic and Config.Topic is empty too. It is not retriable: it is a
 // configuration error.
-var ErrNoTopic = errors.New("kafka: Config.Topic: empty and message has no topic")
+var errNoTopic = errors.New("kafka: Config.Topic: empty and message has no topic")
 
 // ErrMessageTooLarge is Kafka's MESSAGE_TOO_LARGE (kafka-go's
 // MessageSizeTooLarge, error code 10). Callers that refuse an oversized
@@ -33,13 +33,13 @@ var ErrNoTopic = errors.New("kafka: Config.Topic: empty and message has no topic
 // treat it like the broker's answer.
 var ErrMessageTooLarge error = kafkago.MessageSizeTooLarge
 
-// ErrInvalidTopic is Kafka's INVALID_TOPIC_EXCEPTION (kafka-go's
+// errInvalidTopic is Kafka's INVALID_TOPIC_EXCEPTION (kafka-go's
 // InvalidTopic, error code 17): a topic name Kafka never accepts. Publish
 // and the topic check wrap it for a name that breaks Kafka's rules, before
-// anything is sent; Classify treats it as a rejection of the record.
-var ErrInvalidTopic error = kafkago.InvalidTopic
+// anything is sent; classify treats it as a rejection of the record.
+var errInvalidTopic error = kafkago.InvalidTopic
 
-// ErrAuthentication is wrapped by the errors of Ping, CheckTopics and
+// errAuthentication is wrapped by the errors of Ping, CheckTopics and
 // Publish when the broker refused the SASL authentication: wrong password
 // or unknown user (SASL_AUTHENTICATION_FAILED, or the broker closing the
 // connection during the exchange, which brokers may do instead of
@@ -48,9 +48,9 @@ var ErrInvalidTopic error = kafkago.InvalidTopic
 // or a listener without SASL (ILLEGAL_SASL_STATE). Error codes:
 // https://kafka.apache.org/protocol#protocol_error_codes. The message names
 // Config.SASLMechanism and Config.SASLUsername, never the password.
-// Classify gives it ClassOutage and ReasonAuthentication. Test with
+// classify gives it classOutage and reasonAuthentication. Test with
 // IsAuthentication.
-var ErrAuthentication = errors.New("kafka: SASL authentication failed")
+var errAuthentication = errors.New("kafka: SASL authentication failed")
 
 // ErrTLS is wrapped by the errors of Ping, CheckTopics and Publish when the
 // TLS handshake with a broker failed: the listener does not speak TLS (it
@@ -59,22 +59,22 @@ var ErrAuthentication = errors.New("kafka: SASL authentication failed")
 // not trusted, or the broker refused ours. The message names the broker and
 // the cause. A plaintext listener is recognized about 250ms into the
 // handshake, not after Config.DialTimeout. A broker that answers nothing at
-// all within Config.DialTimeout is an outage, not ErrTLS. Classify gives it
-// ClassOutage and ReasonTLS. Test with IsTLS.
+// all within Config.DialTimeout is an outage, not ErrTLS. classify gives it
+// classOutage and reasonTLS. Test with IsTLS.
 var ErrTLS = errors.New("kafka: TLS handshake failed")
 
-// ErrNotKafka is wrapped by Ping's error for a broker address whose
+// errNotKafka is wrapped by Ping's error for a broker address whose
 // server answered in another protocol (an HTTP or PostgreSQL port given as
 // a broker): waiting will not make it a broker, so start-up stops at
-// once. Classify gives it ClassOutage (a condition of the connection,
+// once. classify gives it classOutage (a condition of the connection,
 // never of a record). Test with IsNotKafka.
-var ErrNotKafka = errors.New("kafka: the server did not answer as a Kafka broker")
+var errNotKafka = errors.New("kafka: the server did not answer as a Kafka broker")
 
-// IsNotKafka reports whether err wraps ErrNotKafka.
-func IsNotKafka(err error) bool { return errors.Is(err, ErrNotKafka) }
+// IsNotKafka reports whether err wraps errNotKafka.
+func IsNotKafka(err error) bool { return errors.Is(err, errNotKafka) }
 
-// IsAuthentication reports whether err wraps ErrAuthentication.
-func IsAuthentication(err error) bool { return errors.Is(err, ErrAuthentication) }
+// IsAuthentication reports whether err wraps errAuthentication.
+func IsAuthentication(err error) bool { return errors.Is(err, errAuthentication) }
 
 // IsTLS reports whether err wraps ErrTLS.
 func IsTLS(err error) bool { return errors.Is(err, ErrTLS) }
@@ -82,7 +82,7 @@ func IsTLS(err error) bool { return errors.Is(err, ErrTLS) }
 // PublishError reports per-message results of a Publish call in which some
 // messages were not delivered. len(Errs) == len(msgs); Errs[i] is nil if
 // msgs[i] was acknowledged by all in-sync replicas, else the reason it was
-// not. Use Classify (or IsRetriable, IsRecordRejected, IsOutage) on
+// not. Use classify (or IsRetriable, IsRecordRejected, IsOutage) on
 // each non-nil entry to decide what to do with it.
 type PublishError struct {
 	Errs []error
@@ -137,12 +137,12 @@ func (e *PublishError) Unwrap() []error {
 	return out
 }
 
-// MissingTopicError is returned (wrapped) by CheckTopics when topics do not
+// missingTopicError is returned (wrapped) by CheckTopics when topics do not
 // exist: the broker answered UNKNOWN_TOPIC_OR_PARTITION for them, or
 // listed them without partitions. It unwraps to kafka-go's
-// UnknownTopicOrPartition, so Classify calls it an outage (the topic may
-// still be created). Test with IsMissingTopic.
-type MissingTopicError struct {
+// UnknownTopicOrPartition, so classify calls it an outage (the topic may
+// still be created). Test with isMissingTopic.
+type missingTopicError struct {
 	// Topics are the missing topics, in the order CheckTopics was given
 	// them.
 	Topics []string
@@ -157,7 +157,7 @@ type MissingTopicError struct {
 // Error names every missing topic and the broker, and what to do, e.g.
 // `kafka: topic "payments" does not exist (broker kafka1:9092): create it,
 // or enable Config.AutoCreateTopic (outbox-relay: --kafka-auto-create-topics)`.
-func (e *MissingTopicError) Error() string {
+func (e *missingTopicError) Error() string {
 	quoted := make([]string, len(e.Topics))
 	for i, t := range e.Topics {
 		quoted[i] = fmt.Sprintf("%q", t)
@@ -175,21 +175,21 @@ func (e *MissingTopicError) Error() string {
 }
 
 // Unwrap returns kafka-go's UnknownTopicOrPartition, the broker's answer.
-func (e *MissingTopicError) Unwrap() error { return kafkago.UnknownTopicOrPartition }
+func (e *missingTopicError) Unwrap() error { return kafkago.UnknownTopicOrPartition }
 
-// IsMissingTopic reports whether err wraps a *MissingTopicError.
-func IsMissingTopic(err error) bool {
-	var mt *MissingTopicError
+// isMissingTopic reports whether err wraps a *missingTopicError.
+func isMissingTopic(err error) bool {
+	var mt *missingTopicError
 	return errors.As(err, &mt)
 }
 
-// Class says what to do about a publish error; see Classify.
-type Class int
+// class says what to do about a publish error; see classify.
+type class int
 
 const (
-	// ClassNone is the class of a nil error.
-	ClassNone Class = iota
-	// ClassOutage: the cluster cannot take records now, whatever the
+	// classNone is the class of a nil error.
+	classNone class = iota
+	// classOutage: the cluster cannot take records now, whatever the
 	// record: no broker reached or answering in time, the connection
 	// refused by TLS or SASL, the relay not authorized to write the topic,
 	// a partition without a leader or with fewer in-sync replicas than
@@ -202,61 +202,61 @@ const (
 	// counts no attempt toward a dead letter for it and backs off as a
 	// whole while nothing gets through: a cluster condition is never the
 	// event's fault.
-	ClassOutage
-	// ClassRejected: permanent for this record: the broker (or Publish,
+	classOutage
+	// classRejected: permanent for this record: the broker (or Publish,
 	// checking the same rule locally) refused the record itself or its
 	// destination's name (MESSAGE_TOO_LARGE, INVALID_RECORD,
 	// CORRUPT_MESSAGE, RECORD_LIST_TOO_LARGE, INVALID_TOPIC_EXCEPTION).
 	// Retrying the same record can never succeed; the relay dead-letters
 	// it at once.
-	ClassRejected
-	// ClassOther: not known to be either: the publisher is closed, the call
-	// was canceled, a configuration error (ErrNoTopic), a Kafka error
+	classRejected
+	// classOther: not known to be either: the publisher is closed, the call
+	// was canceled, a configuration error (errNoTopic), a Kafka error
 	// kafka-go does not call temporary (e.g. UNSUPPORTED_VERSION,
 	// POLICY_VIOLATION), or an error we do not recognize. The relay retries
 	// it with backoff and counts attempts, up to its max attempts.
-	ClassOther
+	classOther
 )
 
 // String returns "none", "outage", "rejected" or "other".
-func (c Class) String() string {
+func (c class) String() string {
 	switch c {
-	case ClassNone:
+	case classNone:
 		return "none"
-	case ClassOutage:
+	case classOutage:
 		return "outage"
-	case ClassRejected:
+	case classRejected:
 		return "rejected"
-	case ClassOther:
+	case classOther:
 		return "other"
 	}
-	return fmt.Sprintf("Class(%d)", int(c))
+	return fmt.Sprintf("class(%d)", int(c))
 }
 
-// Error reasons returned by Classify and ErrorReason: a small fixed set,
+// Error reasons returned by classify and ErrorReason: a small fixed set,
 // fit for a metrics label.
 const (
-	ReasonUnreachable      = "unreachable"       // no answer from a broker (network, timeout), ErrNotAttempted
-	ReasonMessageTooLarge  = "message_too_large" // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, local size check
-	ReasonInvalidRecord    = "invalid_record"    // INVALID_RECORD, CORRUPT_MESSAGE
-	ReasonNotLeader        = "not_leader"        // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, no leader in the metadata
-	ReasonNotEnoughISR     = "not_enough_replicas"
-	ReasonTimeout          = "request_timed_out" // REQUEST_TIMED_OUT from the broker
-	ReasonUnknownTopic     = "unknown_topic"     // UNKNOWN_TOPIC_OR_PARTITION, a topic or partition missing from the metadata, MissingTopicError
-	ReasonInvalidTopic     = "invalid_topic"     // INVALID_TOPIC_EXCEPTION, an illegal name refused locally (rejected)
-	ReasonAuthorization    = "authorization"     // TOPIC_ or CLUSTER_AUTHORIZATION_FAILED
-	ReasonAuthentication   = "authentication"    // ErrAuthentication: SASL refused
-	ReasonTLS              = "tls"               // ErrTLS: TLS handshake failed
-	ReasonInvalidTimestamp = "invalid_timestamp" // INVALID_TIMESTAMP: the broker's message.timestamp.*.max.ms refused the send time
-	ReasonThrottled        = "throttled"         // THROTTLING_QUOTA_EXCEEDED
-	ReasonOther            = "other"
+	reasonUnreachable      = "unreachable"       // no answer from a broker (network, timeout), ErrNotAttempted
+	reasonMessageTooLarge  = "message_too_large" // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, local size check
+	reasonInvalidRecord    = "invalid_record"    // INVALID_RECORD, CORRUPT_MESSAGE
+	reasonNotLeader        = "not_leader"        // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, no leader in the metadata
+	reasonNotEnoughISR     = "not_enough_replicas"
+	reasonTimeout          = "request_timed_out" // REQUEST_TIMED_OUT from the broker
+	reasonUnknownTopic     = "unknown_topic"     // UNKNOWN_TOPIC_OR_PARTITION, a topic or partition missing from the metadata, missingTopicError
+	reasonInvalidTopic     = "invalid_topic"     // INVALID_TOPIC_EXCEPTION, an illegal name refused locally (rejected)
+	reasonAuthorization    = "authorization"     // TOPIC_ or CLUSTER_AUTHORIZATION_FAILED
+	reasonAuthentication   = "authentication"    // errAuthentication: SASL refused
+	reasonTLS              = "tls"               // ErrTLS: TLS handshake failed
+	reasonInvalidTimestamp = "invalid_timestamp" // INVALID_TIMESTAMP: the broker's message.timestamp.*.max.ms refused the send time
+	reasonThrottled        = "throttled"         // THROTTLING_QUOTA_EXCEEDED
+	reasonOther            = "other"
 )
 
 // classRule is one row of the classification table: the first row whose
 // match reports true for an error classifies it.
 type classRule struct {
 	match  func(error) bool
-	class  Class
+	class  class
 	reason string
 }
 
@@ -288,88 +288,88 @@ func code(codes ...kafkago.Error) func(error) bool {
 
 // classRules is the one place that classifies errors; the order matters.
 // Kafka error codes: https://kafka.apache.org/protocol#protocol_error_codes.
-// The line between ClassOutage and ClassRejected is whether the same
+// The line between classOutage and classRejected is whether the same
 // record can ever be accepted: a record is only ever rejected for itself
 // (its size, its bytes, its topic's name); everything the cluster's state
 // or configuration decides is an outage.
 var classRules = []classRule{
 	// Our own sentinels first: they wrap lower-level causes (a timeout, an
 	// EOF) that would otherwise read as an unreachable broker.
-	{is(ErrAuthentication), ClassOutage, ReasonAuthentication},
-	{is(ErrTLS), ClassOutage, ReasonTLS},
-	{is(ErrNotAttempted), ClassOutage, ReasonUnreachable},
-	{is(ErrClosed, io.ErrClosedPipe, ErrNoTopic, context.Canceled), ClassOther, ReasonOther},
+	{is(errAuthentication), classOutage, reasonAuthentication},
+	{is(ErrTLS), classOutage, reasonTLS},
+	{is(ErrNotAttempted), classOutage, reasonUnreachable},
+	{is(errClosed, io.ErrClosedPipe, errNoTopic, context.Canceled), classOther, reasonOther},
 	{func(err error) bool {
 		var tooLarge kafkago.MessageTooLargeError
 		return errors.As(err, &tooLarge)
-	}, ClassRejected, ReasonMessageTooLarge},
-	{code(kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge), ClassRejected, ReasonMessageTooLarge},
+	}, classRejected, reasonMessageTooLarge},
+	{code(kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge), classRejected, reasonMessageTooLarge},
 	// CORRUPT_MESSAGE (kafka-go's InvalidMessage) is temporary for
 	// kafka-go, but sending the same record bytes again cannot repair them.
-	{code(kafkago.InvalidRecord, kafkago.InvalidMessage), ClassRejected, ReasonInvalidRecord},
-	{code(kafkago.InvalidTopic), ClassRejected, ReasonInvalidTopic},
+	{code(kafkago.InvalidRecord, kafkago.InvalidMessage), classRejected, reasonInvalidRecord},
+	{code(kafkago.InvalidTopic), classRejected, reasonInvalidTopic},
 	// An ACL the relay's principal lacks is the cluster's configuration,
 	// not the event's: granting it makes the same record acceptable.
-	{code(kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed), ClassOutage, ReasonAuthorization},
+	{code(kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed), classOutage, reasonAuthorization},
 	// SASL error codes reach here only when not wrapped by
 	// annotateAuth (e.g. a caller's own kafka-go error values).
 	{code(kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState),
-		ClassOutage, ReasonAuthentication},
+		classOutage, reasonAuthentication},
 	{code(kafkago.NotLeaderForPartition, kafkago.LeaderNotAvailable, kafkago.FencedLeaderEpoch, kafkago.UnknownLeaderEpoch),
-		ClassOutage, ReasonNotLeader},
+		classOutage, reasonNotLeader},
 	// kafka-go's own: its metadata names no leader for the partition.
-	{is(protocol.ErrNoLeader), ClassOutage, ReasonNotLeader},
-	{code(kafkago.NotEnoughReplicas, kafkago.NotEnoughReplicasAfterAppend), ClassOutage, ReasonNotEnoughISR},
-	{code(kafkago.RequestTimedOut), ClassOutage, ReasonTimeout},
-	{code(kafkago.UnknownTopicOrPartition), ClassOutage, ReasonUnknownTopic},
-	{is(protocol.ErrNoTopic, protocol.ErrNoPartition), ClassOutage, ReasonUnknownTopic},
-	{code(kafkago.InvalidTimestamp), ClassOutage, ReasonInvalidTimestamp},
-	{code(kafkago.ThrottlingQuotaExceeded), ClassOutage, ReasonThrottled},
-	{code(kafkago.NetworkException, kafkago.BrokerNotAvailable), ClassOutage, ReasonUnreachable},
+	{is(protocol.ErrNoLeader), classOutage, reasonNotLeader},
+	{code(kafkago.NotEnoughReplicas, kafkago.NotEnoughReplicasAfterAppend), classOutage, reasonNotEnoughISR},
+	{code(kafkago.RequestTimedOut), classOutage, reasonTimeout},
+	{code(kafkago.UnknownTopicOrPartition), classOutage, reasonUnknownTopic},
+	{is(protocol.ErrNoTopic, protocol.ErrNoPartition), classOutage, reasonUnknownTopic},
+	{code(kafkago.InvalidTimestamp), classOutage, reasonInvalidTimestamp},
+	{code(kafkago.ThrottlingQuotaExceeded), classOutage, reasonThrottled},
+	{code(kafkago.NetworkException, kafkago.BrokerNotAvailable), classOutage, reasonUnreachable},
 	// Every other code kafka-go calls temporary (KAFKA_STORAGE_ERROR,
 	// COORDINATOR_LOAD_IN_PROGRESS, ...) describes the cluster's state.
 	{func(err error) bool {
 		var ke kafkago.Error
 		return errors.As(err, &ke) && ke.Temporary()
-	}, ClassOutage, ReasonOther},
+	}, classOutage, reasonOther},
 	{func(err error) bool {
 		var ke kafkago.Error
 		return errors.As(err, &ke)
-	}, ClassOther, ReasonOther},
-	{isNetworkError, ClassOutage, ReasonUnreachable},
+	}, classOther, reasonOther},
+	{isNetworkError, classOutage, reasonUnreachable},
 }
 
-// Classify returns the class of an error returned by Publish, Ping or
+// classify returns the class of an error returned by Publish, Ping or
 // CheckTopics (or of one PublishError entry), and its reason, one of the
 // Reason* constants. It is table-driven (classRules): the first rule that
 // matches anywhere in err's chain wins, so our own sentinels (ErrTLS,
-// ErrAuthentication, ErrNotAttempted, ErrClosed) take precedence over the
+// errAuthentication, ErrNotAttempted, errClosed) take precedence over the
 // causes they wrap. IsRetriable, IsRecordRejected, IsOutage and
 // ErrorReason are views of it and never disagree.
 //
 // A *PublishError (anywhere in the chain) is classified by its failed
-// entries: the most severe class among them, in the order ClassRejected,
-// ClassOther, ClassOutage, with the reason of the first entry of that
-// class; a PublishError without failed entries is ClassOther. nil is
-// ClassNone with reason "".
-func Classify(err error) (Class, string) {
+// entries: the most severe class among them, in the order classRejected,
+// classOther, classOutage, with the reason of the first entry of that
+// class; a PublishError without failed entries is classOther. nil is
+// classNone with reason "".
+func classify(err error) (class, string) {
 	if err == nil {
-		return ClassNone, ""
+		return classNone, ""
 	}
 	var pe *PublishError
 	if errors.As(err, &pe) {
-		best, reason := ClassNone, ""
+		best, reason := classNone, ""
 		for _, e := range pe.Errs {
 			if e == nil {
 				continue
 			}
-			c, r := Classify(e)
+			c, r := classify(e)
 			if severity(c) > severity(best) {
 				best, reason = c, r
 			}
 		}
-		if best == ClassNone {
-			return ClassOther, ReasonOther
+		if best == classNone {
+			return classOther, reasonOther
 		}
 		return best, reason
 	}
@@ -378,16 +378,16 @@ func Classify(err error) (Class, string) {
 			return r.class, r.reason
 		}
 	}
-	return ClassOther, ReasonOther
+	return classOther, reasonOther
 }
 
-func severity(c Class) int {
+func severity(c class) int {
 	switch c {
-	case ClassOutage:
+	case classOutage:
 		return 1
-	case ClassOther:
+	case classOther:
 		return 2
-	case ClassRejected:
+	case classRejected:
 		return 3
 	}
 	return 0
@@ -409,16 +409,16 @@ func isNetworkError(err error) bool {
 }
 
 // IsRetriable reports whether err is transient, i.e. sending the same
-// message again later may succeed: Classify(err) is ClassOutage. For a
+// message again later may succeed: classify(err) is classOutage. For a
 // *PublishError it reports whether every failed message is; callers
 // should normally check Errs[i] one by one instead. nil is not retriable.
 // Startup retries Ping while it is.
 func IsRetriable(err error) bool {
-	c, _ := Classify(err)
-	return c == ClassOutage
+	c, _ := classify(err)
+	return c == classOutage
 }
 
-// IsRecordRejected reports whether Classify(err) is ClassRejected: the
+// IsRecordRejected reports whether classify(err) is classRejected: the
 // broker refused err's message for reasons in the message itself or its
 // destination's name, so that sending it again unchanged cannot succeed:
 // MESSAGE_TOO_LARGE (also kafka-go's local MessageTooLargeError),
@@ -427,35 +427,35 @@ func IsRetriable(err error) bool {
 // outbox.ValidateTopic). The relay dead-letters such an event at once. For a
 // *PublishError: whether any entry is a rejection.
 func IsRecordRejected(err error) bool {
-	c, _ := Classify(err)
-	return c == ClassRejected
+	c, _ := classify(err)
+	return c == classRejected
 }
 
-// IsOutage reports whether Classify(err) is ClassOutage: a condition of the
+// IsOutage reports whether classify(err) is classOutage: a condition of the
 // cluster (or of the connection to it), not of the record. The relay does
 // not count such failures toward an event's max attempts. For a
 // *PublishError: whether every failed entry is.
 func IsOutage(err error) bool {
-	c, _ := Classify(err)
-	return c == ClassOutage
+	c, _ := classify(err)
+	return c == classOutage
 }
 
-// ErrorReason returns the reason Classify gives err: one of the Reason*
-// constants. For nil it returns ReasonOther, as it always has.
+// ErrorReason returns the reason classify gives err: one of the Reason*
+// constants. For nil it returns reasonOther, as it always has.
 func ErrorReason(err error) string {
 	if err == nil {
-		return ReasonOther
+		return reasonOther
 	}
-	_, r := Classify(err)
+	_, r := classify(err)
 	return r
 }
 
-// annotateAuth wraps ErrAuthentication around a SASL error code kafka-go
+// annotateAuth wraps errAuthentication around a SASL error code kafka-go
 // returned (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM,
 // ILLEGAL_SASL_STATE), naming the mechanism and user; other errors are
 // returned unchanged.
 func annotateAuth(err error, mechanism, user string) error {
-	if err == nil || errors.Is(err, ErrAuthentication) {
+	if err == nil || errors.Is(err, errAuthentication) {
 		return err
 	}
 	var hint string
@@ -470,7 +470,7 @@ func annotateAuth(err error, mechanism, user string) error {
 		return err
 	}
 	if mechanism == "" {
-		return fmt.Errorf("%w: no Config.SASLMechanism set: %s: %w", ErrAuthentication, hint, err)
+		return fmt.Errorf("%w: no Config.SASLMechanism set: %s: %w", errAuthentication, hint, err)
 	}
-	return fmt.Errorf("%w: mechanism %s, user %q: %s: %w", ErrAuthentication, mechanism, user, hint, err)
+	return fmt.Errorf("%w: mechanism %s, user %q: %s: %w", errAuthentication, mechanism, user, hint, err)
 }

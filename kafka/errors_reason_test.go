@@ -15,17 +15,17 @@ func TestErrorReason(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("publish: %w", kafkago.MessageSizeTooLarge), ReasonMessageTooLarge},
-		{kafkago.MessageTooLargeError{}, ReasonMessageTooLarge},
-		{kafkago.InvalidMessage, ReasonInvalidRecord},
-		{kafkago.NotLeaderForPartition, ReasonNotLeader},
-		{kafkago.NotEnoughReplicasAfterAppend, ReasonNotEnoughISR},
-		{kafkago.RequestTimedOut, ReasonTimeout},
-		{kafkago.UnknownTopicOrPartition, ReasonUnknownTopic},
-		{kafkago.TopicAuthorizationFailed, ReasonAuthorization},
-		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), ReasonUnreachable},
-		{context.DeadlineExceeded, ReasonUnreachable},
-		{errors.New("something else"), ReasonOther},
+		{fmt.Errorf("publish: %w", kafkago.MessageSizeTooLarge), reasonMessageTooLarge},
+		{kafkago.MessageTooLargeError{}, reasonMessageTooLarge},
+		{kafkago.InvalidMessage, reasonInvalidRecord},
+		{kafkago.NotLeaderForPartition, reasonNotLeader},
+		{kafkago.NotEnoughReplicasAfterAppend, reasonNotEnoughISR},
+		{kafkago.RequestTimedOut, reasonTimeout},
+		{kafkago.UnknownTopicOrPartition, reasonUnknownTopic},
+		{kafkago.TopicAuthorizationFailed, reasonAuthorization},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), reasonUnreachable},
+		{context.DeadlineExceeded, reasonUnreachable},
+		{errors.New("something else"), reasonOther},
 	} {
 		if got := ErrorReason(tc.err); got != tc.want {
 			t.Errorf("ErrorReason(%v) = %q, want %q", tc.err, got, tc.want)

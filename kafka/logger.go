@@ -8,17 +8,17 @@ import (
 	"go.uber.org/zap"
 )
 
-// RetryLogInterval is the least time between two Warn lines of kafka-go's
+// retryLogInterval is the least time between two Warn lines of kafka-go's
 // error log (Writer.ErrorLogger: one line per failed produce attempt, per
 // partition batch). Under a failing broker that is one line per batch per
 // attempt; the Publisher logs the first line at Warn, then at most one Warn
-// line per RetryLogInterval carrying "suppressed", the number of lines
+// line per retryLogInterval carrying "suppressed", the number of lines
 // logged at Debug only since the previous Warn line. The failures
 // themselves are also returned by Publish, and the relay logs those.
-const RetryLogInterval = 10 * time.Second
+const retryLogInterval = 10 * time.Second
 
 // retryLogger is kafka-go's Writer.ErrorLogger, rate-limited as described
-// at RetryLogInterval.
+// at retryLogInterval.
 type retryLogger struct {
 	log      *zap.Logger
 	interval time.Duration
@@ -30,7 +30,7 @@ type retryLogger struct {
 }
 
 func newRetryLogger(log *zap.Logger) *retryLogger {
-	return &retryLogger{log: log, interval: RetryLogInterval, now: time.Now}
+	return &retryLogger{log: log, interval: retryLogInterval, now: time.Now}
 }
 
 // Printf implements kafka-go's Logger.

@@ -12,7 +12,7 @@ import (
 // Brokers that point at a server of another protocol (an HTTP port, a
 // PostgreSQL port): Ping says the server did not answer as a Kafka broker,
 // naming it, instead of the client library's "multiple Read calls return
-// no data or error"; the error wraps ErrNotKafka, and is an outage (never
+// no data or error"; the error wraps errNotKafka, and is an outage (never
 // an event's attempt).
 func TestPingAtAServerThatIsNotKafka(t *testing.T) {
 	t.Parallel()

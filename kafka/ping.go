@@ -15,14 +15,14 @@ import (
 // an error ("ping: ...") joining every broker's failure. Without a ctx
 // deadline it is bounded by Config.DialTimeout + Config.WriteTimeout. Use it
 // for readiness checks and for retrying at startup; IsRetriable tells
-// whether retrying makes sense, Classify what went wrong: a refused SASL
-// exchange wraps ErrAuthentication, a failed TLS handshake ErrTLS (a
+// whether retrying makes sense, classify what went wrong: a refused SASL
+// exchange wraps errAuthentication, a failed TLS handshake ErrTLS (a
 // plaintext listener is recognized within about a quarter of a second),
 // both naming the broker; a server that answers in another protocol (an
-// HTTP or PostgreSQL port) wraps ErrNotKafka.
+// HTTP or PostgreSQL port) wraps errNotKafka.
 func (p *Publisher) Ping(ctx context.Context) error {
 	if p.closed.Load() {
-		return fmt.Errorf("ping: %w", ErrClosed)
+		return fmt.Errorf("ping: %w", errClosed)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -73,7 +73,7 @@ func (p *Publisher) pingOne(ctx context.Context, broker string) error {
 	if errors.Is(err, io.ErrNoProgress) {
 		// kafka-go's reading of an answer that is not Kafka's (an HTTP
 		// or PostgreSQL port given as a broker).
-		return fmt.Errorf("%w (is it a Kafka listener's address, not another service's port?): %w", ErrNotKafka, err)
+		return fmt.Errorf("%w (is it a Kafka listener's address, not another service's port?): %w", errNotKafka, err)
 	}
 	return err
 }

@@ -8,7 +8,7 @@
 //
 // The package is public for what relay.ServiceConfig exposes: Config (the
 // brokers, security, topic and retry settings), and Message and the error
-// classification (Classify, IsOutage, IsRecordRejected) that a
+// classification (classify, IsOutage, IsRecordRejected) that a
 // ServiceConfig.WrapPublisher wrapper sees.
 package kafka
 
@@ -195,7 +195,7 @@ func (p *Publisher) newTransport(dial func(context.Context, string, string) (net
 }
 
 // explain makes an error of a call on topic ("" if none) say what it
-// means: SASL error codes wrap ErrAuthentication with the mechanism and
+// means: SASL error codes wrap errAuthentication with the mechanism and
 // user, and UNKNOWN_TOPIC_OR_PARTITION names the topic.
 func (p *Publisher) explain(topic string, err error) error {
 	if err == nil {
@@ -247,7 +247,7 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 //     msgs[i] was delivered and the reason otherwise; callers mark only the
 //     delivered messages, or
 //   - any other error (wrapped as "publish: ..."), meaning no message is known
-//     to be delivered: ctx done, ErrClosed, ErrNoTopic, or a metadata
+//     to be delivered: ctx done, errClosed, errNoTopic, or a metadata
 //     failure before anything was sent (e.g. brokers unreachable).
 //
 // Messages for one partition are sent as one produce request, so they
@@ -261,8 +261,8 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 // a permanent error wrapping kafka-go's MessageSizeTooLarge; the others are
 // still sent. A message whose topic Kafka can never accept (see
 // outbox.ValidateTopic) fails the same way, before sending, with an error wrapping
-// ErrInvalidTopic (kafka-go's InvalidTopic) that says why the name is
-// illegal; Classify gives both ClassRejected.
+// errInvalidTopic (kafka-go's InvalidTopic) that says why the name is
+// illegal; classify gives both classRejected.
 //
 // If ctx ends first, Publish returns ctx's error, but messages already handed
 // to kafka-go may still be delivered later (a duplicate on retry); msgs'
@@ -275,7 +275,7 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 // new leader instead of waiting for Config.MetadataTTL.
 //
 // Errors name their cause: UNKNOWN_TOPIC_OR_PARTITION names the topic, a
-// refused SASL exchange wraps ErrAuthentication, a failed TLS handshake
+// refused SASL exchange wraps errAuthentication, a failed TLS handshake
 // ErrTLS.
 //
 // Messages for several topics are sent as one call per topic, in order of
@@ -334,7 +334,7 @@ func (p *Publisher) publishByTopic(ctx context.Context, msgs []Message, groups [
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, ErrNoTopic) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
+		if errors.Is(err, errNoTopic) || errors.Is(err, errClosed) || ctx.Err() != nil {
 			return err // the whole call's problem, not this topic's
 		}
 		failed = true
@@ -357,7 +357,7 @@ func (p *Publisher) publishByTopic(ctx context.Context, msgs []Message, groups [
 
 func (p *Publisher) publishOneTopicOnce(ctx context.Context, msgs []Message) error {
 	if p.closed.Load() {
-		return fmt.Errorf("publish: %w", ErrClosed)
+		return fmt.Errorf("publish: %w", errClosed)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("publish: %w", err)
@@ -445,7 +445,7 @@ func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, [
 		if topic == "" {
 			topic = p.cfg.Topic
 			if topic == "" {
-				return nil, nil, fmt.Errorf("publish: message %d: %w", i, ErrNoTopic)
+				return nil, nil, fmt.Errorf("publish: message %d: %w", i, errNoTopic)
 			}
 		}
 		if topic != checkedTopic {
@@ -538,7 +538,7 @@ func (p *Publisher) write(ctx context.Context, chunk []kafkago.Message, fail fun
 			continue
 		}
 		if errors.Is(err, io.ErrClosedPipe) {
-			err = ErrClosed
+			err = errClosed
 		}
 		return failed, err
 	}
@@ -550,7 +550,7 @@ func (p *Publisher) write(ctx context.Context, chunk []kafkago.Message, fail fun
 // reported as not delivered to their Publish call) instead of being waited
 // for; Close is therefore bounded by kafka-go's retry backoff (about a
 // second), not by WriteTimeout. Later Publish, Ping and CheckTopics calls
-// fail with ErrClosed. It is safe to call more than once.
+// fail with errClosed. It is safe to call more than once.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)

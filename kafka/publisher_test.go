@@ -477,8 +477,8 @@ func TestCloseAndNoTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = p.Publish(context.Background(), []Message{{Topic: topic, Value: []byte("1")}, {Value: []byte("2")}})
-	if !errors.Is(err, ErrNoTopic) || IsRetriable(err) || !strings.Contains(err.Error(), "Config.Topic") {
-		t.Errorf("Publish = %v, want ErrNoTopic naming Config.Topic", err)
+	if !errors.Is(err, errNoTopic) || IsRetriable(err) || !strings.Contains(err.Error(), "Config.Topic") {
+		t.Errorf("Publish = %v, want errNoTopic naming Config.Topic", err)
 	}
 	if err := p.Publish(context.Background(), []Message{{Topic: topic, Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
@@ -490,10 +490,10 @@ func TestCloseAndNoTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = p.Publish(context.Background(), []Message{{Topic: topic}})
-	if !errors.Is(err, ErrClosed) || IsRetriable(err) {
+	if !errors.Is(err, errClosed) || IsRetriable(err) {
 		t.Errorf("Publish after Close = %v", err)
 	}
-	if err := p.Ping(context.Background()); !errors.Is(err, ErrClosed) {
+	if err := p.Ping(context.Background()); !errors.Is(err, errClosed) {
 		t.Errorf("Ping after Close = %v", err)
 	}
 	if err := p.Publish(context.Background(), nil); err != nil {

@@ -144,7 +144,7 @@ func (r *refreshingTransport) RoundTrip(ctx context.Context, addr net.Addr, req 
 	sent := time.Now()
 	tr := r.acquire()
 	if tr == nil {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	resp, err := tr.t.RoundTrip(ctx, addr, req)
 	r.release(tr)

@@ -12,10 +12,10 @@ import (
 	"github.com/pgoutbox/outbox"
 )
 
-// validateTopic is outbox.ValidateTopic's error wrapping ErrInvalidTopic
+// validateTopic is outbox.ValidateTopic's error wrapping errInvalidTopic
 // (kafka-go's InvalidTopic). Publish applies it to every message before
 // sending, so an event with an illegal topic fails alone, as a rejection
-// (Classify: ClassRejected, ReasonInvalidTopic).
+// (classify: classRejected, reasonInvalidTopic).
 func validateTopic(name string) error {
 	if err := outbox.ValidateTopic(name); err != nil {
 		return fmt.Errorf("%w: %w", err, briefCode{kafkago.InvalidTopic})
@@ -46,16 +46,16 @@ func (e briefCode) Unwrap() error { return e.code }
 // Config.DialTimeout + Config.WriteTimeout.
 //
 // It returns nil when every topic exists with partitions. Otherwise its
-// error ("check topics: ...") wraps: ErrInvalidTopic for an illegal name
+// error ("check topics: ...") wraps: errInvalidTopic for an illegal name
 // (checked before contacting a broker, see outbox.ValidateTopic); a
-// *MissingTopicError (IsMissingTopic) naming the missing topics and the
+// *missingTopicError (isMissingTopic) naming the missing topics and the
 // broker that answered; the broker's error code for a topic it refused
 // otherwise (e.g. TOPIC_AUTHORIZATION_FAILED); or, if no broker answered,
-// every broker's connection error (ErrTLS, ErrAuthentication, network
-// errors), as Ping does; ErrClosed after Close.
+// every broker's connection error (ErrTLS, errAuthentication, network
+// errors), as Ping does; errClosed after Close.
 func (p *Publisher) CheckTopics(ctx context.Context, topics ...string) error {
 	if p.closed.Load() {
-		return fmt.Errorf("check topics: %w", ErrClosed)
+		return fmt.Errorf("check topics: %w", errClosed)
 	}
 	if len(topics) == 0 {
 		if p.cfg.Topic == "" {
@@ -114,7 +114,7 @@ func (p *Publisher) checkTopicsOn(ctx context.Context, broker string, topics []s
 		}
 		if err != nil && time.Since(began) >= autoCreateWait {
 			// Still unknown after autoCreateWait: the broker did not
-			// create them (err is the *MissingTopicError).
+			// create them (err is the *missingTopicError).
 			return true, err
 		}
 		t := time.NewTimer(backoff)
@@ -181,7 +181,7 @@ func (p *Publisher) topicMetadata(ctx context.Context, broker string, topics []s
 		}
 	}
 	if len(missing) > 0 {
-		errs = append([]error{&MissingTopicError{Topics: missing, Broker: broker, AutoCreate: p.cfg.AutoCreateTopic}}, errs...)
+		errs = append([]error{&missingTopicError{Topics: missing, Broker: broker, AutoCreate: p.cfg.AutoCreateTopic}}, errs...)
 		if p.cfg.AutoCreateTopic {
 			// Asked to create them: they may be on their way
 			// (autoCreateWait); the caller asks again.

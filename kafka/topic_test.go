@@ -92,21 +92,21 @@ func TestCheckTopics(t *testing.T) {
 	t.Run("missing", func(t *testing.T) {
 		missing := topic + "-missing"
 		err := p.CheckTopics(ctx, missing)
-		var mt *MissingTopicError
-		if !errors.As(err, &mt) || !IsMissingTopic(err) {
-			t.Fatalf("CheckTopics(%s) = %v, want *MissingTopicError", missing, err)
+		var mt *missingTopicError
+		if !errors.As(err, &mt) || !isMissingTopic(err) {
+			t.Fatalf("CheckTopics(%s) = %v, want *missingTopicError", missing, err)
 		}
 		t.Logf("missing: %v", err)
 		if len(mt.Topics) != 1 || mt.Topics[0] != missing || mt.Broker != b.addrs[0] || mt.AutoCreate {
-			t.Errorf("MissingTopicError = %+v", mt)
+			t.Errorf("missingTopicError = %+v", mt)
 		}
 		want := `check topics: kafka: topic "` + missing + `" does not exist (broker ` + b.addrs[0] +
 			`): create it, or enable Config.AutoCreateTopic (outbox-relay: --kafka-auto-create-topics)`
 		if !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("error text\n%s\nwant prefix\n%s", err, want)
 		}
-		if c, r := Classify(err); c != ClassOutage || r != ReasonUnknownTopic {
-			t.Errorf("Classify = %v, %s", c, r)
+		if c, r := classify(err); c != classOutage || r != reasonUnknownTopic {
+			t.Errorf("classify = %v, %s", c, r)
 		}
 		if requested, auto := md.requested(missing); !requested || auto {
 			t.Errorf("metadata request for %s: sent %v, auto-creation allowed %v; want sent without", missing, requested, auto)
@@ -119,9 +119,9 @@ func TestCheckTopics(t *testing.T) {
 	t.Run("one of several missing", func(t *testing.T) {
 		gone1, gone2 := topic+"-gone1", topic+"-gone2"
 		err := p.CheckTopics(ctx, topic, gone1, other, gone2, topic)
-		var mt *MissingTopicError
+		var mt *missingTopicError
 		if !errors.As(err, &mt) {
-			t.Fatalf("CheckTopics = %v, want *MissingTopicError", err)
+			t.Fatalf("CheckTopics = %v, want *missingTopicError", err)
 		}
 		t.Logf("one of several missing: %v", err)
 		if len(mt.Topics) != 2 || mt.Topics[0] != gone1 || mt.Topics[1] != gone2 {
@@ -135,9 +135,9 @@ func TestCheckTopics(t *testing.T) {
 	t.Run("illegal name", func(t *testing.T) {
 		err := p.CheckTopics(ctx, topic, "orders eu")
 		t.Logf("illegal name: %v", err)
-		if !errors.Is(err, ErrInvalidTopic) || IsMissingTopic(err) ||
+		if !errors.Is(err, errInvalidTopic) || isMissingTopic(err) ||
 			!strings.Contains(err.Error(), `topic "orders eu" is an illegal Kafka topic name`) {
-			t.Errorf("CheckTopics = %v, want ErrInvalidTopic naming the topic", err)
+			t.Errorf("CheckTopics = %v, want errInvalidTopic naming the topic", err)
 		}
 		if requested, _ := md.requested("orders eu"); requested {
 			t.Error("an illegal topic name was sent to the broker")
@@ -189,9 +189,9 @@ func TestCheckTopics(t *testing.T) {
 		ap := newTestPublisher(t, Config{Brokers: nb.addrs, AutoCreateTopic: true})
 		err := ap.CheckTopics(ctx, "never")
 		t.Logf("broker refuses auto-create: %v", err)
-		var mt *MissingTopicError
+		var mt *missingTopicError
 		if !errors.As(err, &mt) || !mt.AutoCreate || !strings.Contains(err.Error(), "did not create it on request") {
-			t.Errorf("CheckTopics = %v, want *MissingTopicError saying the broker did not create it", err)
+			t.Errorf("CheckTopics = %v, want *missingTopicError saying the broker did not create it", err)
 		}
 	})
 
@@ -217,7 +217,7 @@ func TestCheckTopics(t *testing.T) {
 	t.Run("unreachable", func(t *testing.T) {
 		up := newTestPublisher(t, Config{Brokers: []string{freePort(t)}, DialTimeout: time.Second})
 		err := up.CheckTopics(ctx, topic)
-		if err == nil || IsMissingTopic(err) || !IsOutage(err) {
+		if err == nil || isMissingTopic(err) || !IsOutage(err) {
 			t.Errorf("CheckTopics = %v, want an unreachable error", err)
 		}
 	})
@@ -227,7 +227,7 @@ func TestCheckTopics(t *testing.T) {
 		if err := cp.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := cp.CheckTopics(ctx, topic); !errors.Is(err, ErrClosed) {
+		if err := cp.CheckTopics(ctx, topic); !errors.Is(err, errClosed) {
 			t.Errorf("CheckTopics after Close = %v", err)
 		}
 	})
@@ -258,7 +258,7 @@ func TestPublishTopicErrors(t *testing.T) {
 		}
 		e := pe.Errs[1]
 		t.Logf("illegal topic: %v", e)
-		if !errors.Is(e, kafkago.InvalidTopic) || !IsRecordRejected(e) || IsRetriable(e) || ErrorReason(e) != ReasonInvalidTopic {
+		if !errors.Is(e, kafkago.InvalidTopic) || !IsRecordRejected(e) || IsRetriable(e) || ErrorReason(e) != reasonInvalidTopic {
 			t.Errorf("Errs[1] = %v, want a rejection wrapping InvalidTopic", e)
 		}
 		if want := `topic "orders/eu" is an illegal Kafka topic name: '/' at byte 6`; !strings.Contains(e.Error(), want) {
@@ -282,7 +282,7 @@ func TestPublishTopicErrors(t *testing.T) {
 		msgs := testMessages(2, []string{"a"})
 		msgs[0].Topic, msgs[1].Topic = missing, missing
 		err := p.Publish(ctx, msgs)
-		if !errors.Is(err, kafkago.UnknownTopicOrPartition) || !IsRetriable(err) || ErrorReason(err) != ReasonUnknownTopic {
+		if !errors.Is(err, kafkago.UnknownTopicOrPartition) || !IsRetriable(err) || ErrorReason(err) != reasonUnknownTopic {
 			t.Fatalf("Publish = %v, want retriable UNKNOWN_TOPIC_OR_PARTITION", err)
 		}
 		t.Logf("unknown topic: %v", err)
@@ -314,7 +314,7 @@ func TestPublishTopicErrors(t *testing.T) {
 				continue
 			}
 			n++
-			if !IsRecordRejected(e) || ErrorReason(e) != ReasonInvalidTopic {
+			if !IsRecordRejected(e) || ErrorReason(e) != reasonInvalidTopic {
 				t.Errorf("Errs[%d] = %v, want rejected invalid_topic", i, e)
 			}
 		}

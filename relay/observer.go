@@ -24,7 +24,7 @@ type Observer interface {
 	// and its error.
 	Marked(d time.Duration, rows int, marked int64, err error)
 	// PublishFailed is called for each event whose publish failed, with its
-	// destination topic, the error (see kafka.Classify) and whether it was
+	// destination topic, the error (see kafka.IsOutage) and whether it was
 	// dead-lettered.
 	PublishFailed(row lease.Row, topic string, err error, deadLettered bool)
 }
@@ -67,7 +67,7 @@ type Attempt struct {
 	// publisher's limit.
 	Began, Ended time.Time
 	// Outcome is what became of the event; Err the failure (see
-	// kafka.Classify), nil when it was published.
+	// kafka.IsOutage), nil when it was published.
 	Outcome Outcome
 	Err     error
 	// Attempts counts the event's failed attempts that count toward

@@ -23,7 +23,6 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/relay"
 	outboxsql "github.com/pgoutbox/outbox/sql"
@@ -260,7 +259,7 @@ func TestInprocPublishFailureLogsAreBounded(t *testing.T) {
 		t.Errorf("%d warn/error lines for %d failed publishes: the log is not bounded", warn, st.Failed)
 	}
 	outage, over := logs.FilterMessageSnippet("Kafka outage: publishes fail").All(), logs.FilterMessageSnippet("Kafka outage over").All()
-	if len(outage) != 1 || outage[0].ContextMap()["reason"] != kafka.ReasonNotLeader || outage[0].ContextMap()["sample_event_id"] == nil {
+	if len(outage) != 1 || outage[0].ContextMap()["reason"] != "not_leader" || outage[0].ContextMap()["sample_event_id"] == nil {
 		t.Errorf("want one outage line naming the condition and a sample event, got %v", outage)
 	}
 	if len(over) != 1 {
