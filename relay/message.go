@@ -33,15 +33,15 @@ func (r *Relay) message(row *lease.Row) kafka.Message {
 // topicOf returns the row's destination: its topic column, else the
 // TopicTemplate route, else Config.Topic.
 func (r *Relay) topicOf(row *lease.Row) string {
-	return Route(row.Topic, row.AggregateType, r.cfg.TopicTemplate, r.cfg.Topic)
+	return route(row.Topic, row.AggregateType, r.cfg.TopicTemplate, r.cfg.Topic)
 }
 
-// Route returns an event's destination topic as the relay computes it: the
+// route returns an event's destination topic as the relay computes it: the
 // row's own topic column if set, else template with "${aggregatetype}" (or
 // Debezium's "${routedByValue}") replaced by the aggregate type when both
 // are set, else the relay's default topic. status and inspect use it to
 // show where an event went.
-func Route(rowTopic, aggregateType, template, defaultTopic string) string {
+func route(rowTopic, aggregateType, template, defaultTopic string) string {
 	topic := rowTopic
 	if topic == "" && template != "" && aggregateType != "" {
 		topic = strings.NewReplacer("${aggregatetype}", aggregateType, "${routedByValue}", aggregateType).Replace(template)

@@ -53,7 +53,7 @@ type Attempt struct {
 	// Row is the event's row. It points into the relay's batch: read it
 	// during the call only.
 	Row *lease.Row
-	// Topic is the event's destination topic (see Route).
+	// Topic is the event's destination topic (see route).
 	Topic string
 	// Partition is the partition the event was (or, failing before it was
 	// sent, would be) sent to: kafka.Publisher.PartitionOf. -1 when

@@ -13,24 +13,24 @@ import (
 	"github.com/pgoutbox/outbox/kafka"
 )
 
-// TracerName is the instrumentation scope of the relay's spans.
-const TracerName = "github.com/pgoutbox/outbox/relay"
+// tracerName is the instrumentation scope of the relay's spans.
+const tracerName = "github.com/pgoutbox/outbox/relay"
 
 // Attributes of the relay's spans besides the semantic conventions'
 // messaging.* and error.type.
 const (
-	// AttrOutcome is the Attempt's Outcome: "published", "retried" or
+	// attrOutcome is the Attempt's Outcome: "published", "retried" or
 	// "dead_lettered".
-	AttrOutcome = attribute.Key("outbox.outcome")
-	// AttrAttempts is Attempt.Attempts: failed attempts that count toward
+	attrOutcome = attribute.Key("outbox.outcome")
+	// attrAttempts is Attempt.Attempts: failed attempts that count toward
 	// the maximum, this one included.
-	AttrAttempts = attribute.Key("outbox.attempts")
-	// AttrEventType is the event's type (the event_type header).
-	AttrEventType = attribute.Key("outbox.event_type")
+	attrAttempts = attribute.Key("outbox.attempts")
+	// attrEventType is the event's type (the event_type header).
+	attrEventType = attribute.Key("outbox.event_type")
 )
 
 // NewTracingObserver returns an AttemptObserver that records OpenTelemetry
-// spans with tp's tracer (TracerName), two per event that leaves the
+// spans with tp's tracer (tracerName), two per event that leaves the
 // outbox:
 //
 //   - "outbox <topic>" (kind internal), the event's time in the outbox:
@@ -65,7 +65,7 @@ func NewTracingObserver(tp trace.TracerProvider) AttemptObserver {
 	if tp == nil {
 		return nil
 	}
-	return &tracingObserver{tracer: tp.Tracer(TracerName, trace.WithSchemaURL(semconv.SchemaURL))}
+	return &tracingObserver{tracer: tp.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL))}
 }
 
 type tracingObserver struct {
@@ -82,9 +82,9 @@ func (o *tracingObserver) Attempted(a Attempt) {
 			semconv.MessagingDestinationName(a.Topic),
 			semconv.MessagingMessageID(a.Row.ID),
 			semconv.MessagingKafkaMessageKey(a.Row.AggregateID),
-			AttrEventType.String(a.Row.EventType),
-			AttrOutcome.String(string(a.Outcome)),
-			AttrAttempts.Int(a.Attempts),
+			attrEventType.String(a.Row.EventType),
+			attrOutcome.String(string(a.Outcome)),
+			attrAttempts.Int(a.Attempts),
 		)
 		if a.Partition >= 0 {
 			span.SetAttributes(semconv.MessagingDestinationPartitionID(strconv.Itoa(a.Partition)))

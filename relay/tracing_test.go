@@ -131,8 +131,8 @@ func TestTracingContinuesTheWritersTrace(t *testing.T) {
 		}
 		checkAttrs(t, s, map[attribute.Key]string{
 			"messaging.system": "kafka", "messaging.destination.name": topic, "messaging.destination.partition.id": partition[id],
-			"messaging.message.id": id, "messaging.kafka.message.key": "pay_1", relay.AttrEventType: "test.event",
-			relay.AttrOutcome: string(relay.OutcomePublished), relay.AttrAttempts: "0",
+			"messaging.message.id": id, "messaging.kafka.message.key": "pay_1", "outbox.event_type": "test.event",
+			"outbox.outcome": string(relay.OutcomePublished), "outbox.attempts": "0",
 		})
 		if s.Status.Code != codes.Unset || attrOf(s, "error.type") != "" {
 			t.Errorf("span %q of a published event: status %v, error.type %q", s.Name, s.Status, attrOf(s, "error.type"))
@@ -189,7 +189,7 @@ VALUES ($1, 'big', 'test.big', jsonb_build_object('blob', repeat('x', 2000000)),
 		}
 		checkAttrs(t, s, map[attribute.Key]string{
 			"messaging.destination.name": topic, "messaging.message.id": id,
-			relay.AttrOutcome: string(relay.OutcomeDeadLettered), relay.AttrAttempts: "1", "error.type": "message_too_large",
+			"outbox.outcome": string(relay.OutcomeDeadLettered), "outbox.attempts": "1", "error.type": "message_too_large",
 		})
 		if s.Status.Code != codes.Error || !strings.Contains(s.Status.Description, "over the publisher's limit") {
 			t.Errorf("span %q: status %v, want Error naming the publisher's limit", s.Name, s.Status)
@@ -289,7 +289,7 @@ func TestTracingRetriedThenPublished(t *testing.T) {
 	}
 	checkAttrs(t, first, map[attribute.Key]string{
 		"messaging.message.id": id, "messaging.destination.partition.id": "0",
-		relay.AttrOutcome: string(relay.OutcomeRetried), relay.AttrAttempts: "1", "error.type": "other",
+		"outbox.outcome": string(relay.OutcomeRetried), "outbox.attempts": "1", "error.type": "other",
 	})
 	if first.Status.Code != codes.Error || !strings.Contains(first.Status.Description, "[-1] Unknown") {
 		t.Errorf("retried send span: status %v, want Error with the broker's error (code -1)", first.Status)
@@ -297,7 +297,7 @@ func TestTracingRetriedThenPublished(t *testing.T) {
 	for _, s := range []tracetest.SpanStub{second, waited} {
 		checkAttrs(t, s, map[attribute.Key]string{
 			"messaging.message.id": id, "messaging.destination.partition.id": "0",
-			relay.AttrOutcome: string(relay.OutcomePublished), relay.AttrAttempts: "1", "error.type": "",
+			"outbox.outcome": string(relay.OutcomePublished), "outbox.attempts": "1", "error.type": "",
 		})
 		if s.Status.Code != codes.Unset {
 			t.Errorf("span %q of the published attempt: status %v", s.Name, s.Status)
