@@ -244,15 +244,15 @@ func (w *Writer) validate(i int, e *Event) error {
 	return nil
 }
 
-// MaxTopicLength is the longest topic name Kafka accepts, in characters
+// maxTopicLength is the longest topic name Kafka accepts, in characters
 // (org.apache.kafka.common.internals.Topic.MAX_NAME_LENGTH).
-const MaxTopicLength = 249
+const maxTopicLength = 249
 
 // ValidateTopic returns nil if Kafka accepts topic as a topic name, else an
 // error saying why. The rules are the broker's own
 // (org.apache.kafka.common.internals.Topic.validate, which makes it answer
 // INVALID_TOPIC_EXCEPTION): not empty, not "." or "..", at most
-// MaxTopicLength characters, only ASCII letters, digits, '.', '_' and '-'.
+// maxTopicLength characters, only ASCII letters, digits, '.', '_' and '-'.
 // Add applies it to every event's Topic, the relay to every record's.
 func ValidateTopic(topic string) error {
 	var why string
@@ -261,8 +261,8 @@ func ValidateTopic(topic string) error {
 		why = "it is empty"
 	case topic == "." || topic == "..":
 		why = `"." and ".." are reserved`
-	case n > MaxTopicLength:
-		why = fmt.Sprintf("it is %d characters long, over Kafka's limit of %d", n, MaxTopicLength)
+	case n > maxTopicLength:
+		why = fmt.Sprintf("it is %d characters long, over Kafka's limit of %d", n, maxTopicLength)
 	default:
 		for i, r := range topic {
 			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {

@@ -15,8 +15,6 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/produce"
-
-	"github.com/pgoutbox/outbox"
 )
 
 // realDialError returns the error of dialing a port nobody listens on.
@@ -171,11 +169,11 @@ func TestClassify(t *testing.T) {
 }
 
 func TestValidateTopic(t *testing.T) {
-	long := make([]byte, outbox.MaxTopicLength+1)
+	long := make([]byte, 249+1)
 	for i := range long {
 		long[i] = 'a'
 	}
-	for _, ok := range []string{"a", "payments", "outbox.event.Order_v2-eu", string(long[:outbox.MaxTopicLength])} {
+	for _, ok := range []string{"a", "payments", "outbox.event.Order_v2-eu", string(long[:249])} {
 		if err := validateTopic(ok); err != nil {
 			t.Errorf("validateTopic(%q) = %v", ok, err)
 		}
