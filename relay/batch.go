@@ -107,7 +107,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 			ended = r.clock.Now()
 			br.stamp(failed, began, ended)
 		}
-		r.record(report{kind: reportPublished, rows: delivered, began: began, ended: ended})
+		r.recordPublished(delivered, began, ended)
 		if len(delivered) > 0 {
 			r.marks.put(b.Token, seqsOf(delivered), markDelay(&r.cfg))
 		}
@@ -137,7 +137,7 @@ func (r *Relay) settle(br *batchRun) {
 				held++
 			}
 		}
-		r.record(report{kind: reportHeldBack, n: int(held)})
+		r.recordHeldBack(int(held))
 		if ce := r.log.Check(zap.DebugLevel, "giving back events"); ce != nil {
 			ce.Write(zap.Int("events", len(rows)), zap.Int64("held_back", held), zap.String("first_reason", br.returned[0].why), zap.Uint64("claim_no", br.b.no))
 		}
@@ -193,7 +193,7 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 			attempts++
 		}
 		dead := deadAtOnce(f.err) || attempts >= r.cfg.MaxAttempts
-		r.record(report{kind: reportFailed, failure: &f, topic: r.topicOf(&f.row), dead: dead, attempts: attempts})
+		r.recordFailure(&f, r.topicOf(&f.row), dead, attempts)
 		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
@@ -232,7 +232,7 @@ func (r *Relay) deadLetter(s lease.Settle) error {
 		r.log.Warn("dead-letter failed; the events come back when their lease ends", zap.Error(err), zap.Int("events", len(s.Seqs)))
 		return err
 	}
-	r.record(report{kind: reportDeadLettered, n: int(n)})
+	r.recordDeadLettered(int(n))
 	return nil
 }
 
@@ -262,7 +262,7 @@ func (r *Relay) release(s lease.Settle) error {
 		n, err = r.claimer.Release(rctx, s)
 		cancel()
 		if err == nil {
-			r.record(report{kind: reportReleased, n: int(n)})
+			r.recordReleased(int(n))
 			if ce := r.log.Check(zap.DebugLevel, "released"); ce != nil {
 				ce.Write(zap.Int("events", len(s.Seqs)), zap.Int64("released", n), zap.Duration("retry_in", s.RetryIn), zap.Stringer("claim_token", s.Token))
 			}
@@ -470,10 +470,10 @@ func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []ka
 	pctx, cancel := context.WithDeadline(work, deadline.Add(-r.lease.Lease/10))
 	defer cancel()
 	began := r.clock.Now()
-	r.record(report{kind: reportPublishing, began: began})
+	r.recordPublishing(began)
 	err := r.pub.Publish(pctx, msgs)
 	errs := make([]error, len(msgs))
-	defer func() { r.record(report{kind: reportPublishCall, began: began, errs: errs, err: err}) }()
+	defer func() { r.recordPublishCall(began, errs, err) }()
 	var perr *kafka.PublishError
 	switch {
 	case err == nil:

@@ -70,7 +70,7 @@ func (t *claimTimer) wait(ctx context.Context) bool {
 		}
 	}
 	t.cause = cause
-	r.record(report{kind: reportWoke, cause: cause})
+	r.recordWoke(cause)
 	if d := t.apply(schedEvent{kind: schedWoke, at: r.clock.Now(), cause: cause}); !d.notBefore.IsZero() {
 		if !sleepCtx(ctx, r.clock, d.notBefore.Sub(r.clock.Now())) {
 			return false
@@ -124,11 +124,11 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 		r.marks.putBack(jobs) // the marker marks them alone
 	} else {
 		for _, m := range marks {
-			r.record(report{kind: reportMark, took: d, n: len(m.Seqs), marked: m.Marked})
+			r.recordMark(d, len(m.Seqs), m.Marked, nil)
 		}
 	}
 	if err != nil {
-		r.record(report{kind: reportClaim, took: d, err: err, stopping: ctx.Err() != nil})
+		r.recordClaim(d, 0, 0, err, ctx.Err() != nil)
 		if ctx.Err() == nil {
 			r.logClaimError(err)
 		} else {
@@ -136,8 +136,8 @@ func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
 		}
 		return nil, no, err
 	}
-	r.record(report{kind: reportOwnership, ownership: r.claimer.Ownership()})
-	r.record(report{kind: reportClaim, took: d, n: len(b.Rows), takenOver: b.TakenOver})
+	r.recordOwnership(r.claimer.Ownership())
+	r.recordClaim(d, len(b.Rows), b.TakenOver, nil, false)
 	if len(b.Rows) == 0 {
 		return b, no, nil
 	}

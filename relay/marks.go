@@ -172,7 +172,7 @@ func (r *Relay) markAlone(work context.Context, job markJob) {
 		began := r.clock.Now()
 		n, err := r.claimer.MarkPublished(mctx, job.token, job.seqs)
 		cancel()
-		r.record(report{kind: reportMark, took: r.clock.Now().Sub(began), n: len(job.seqs), marked: n, err: err})
+		r.recordMark(r.clock.Now().Sub(began), len(job.seqs), n, err)
 		if err == nil {
 			return
 		}

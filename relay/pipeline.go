@@ -50,7 +50,7 @@ import (
 // the pause after an outage). The mark queue and the claim gate are each
 // one shared value (shared.go): one lock, and waiters wait on its changes.
 // Every outcome is recorded once
-// (Relay.record, record.go) into the Stats counters, the Observer and the
+// (the Relay.record* methods, record.go) into the Stats counters, the Observer and the
 // health progress, which any goroutine may update; every time reading,
 // timer and sleep goes through the Relay's clock (clock.go).
 //

@@ -11,10 +11,11 @@ import (
 
 // Recording what the relay does. Each outcome of a step (a wake-up, a
 // claim, what the claimer owns, a publish call started and answered, rows
-// published, a failure, a mark, a release, a dead letter) is recorded once, by Relay.record, which feeds every sink
-// that counts it: the Stats counters, the Observer (and AttemptObserver),
-// and the health progress; it also writes the warnings that belong to the
-// outcome itself.
+// published, a failure, a mark, a release, a dead letter) is recorded
+// once, by its Relay.record* method, which feeds every sink that counts
+// it: the Stats counters, the Observer (and AttemptObserver), and the
+// health progress; it also writes the warnings that belong to the outcome
+// itself.
 
 // counters are the Stats counters; any goroutine adds to them.
 type counters struct {
@@ -22,142 +23,112 @@ type counters struct {
 	wakeNotify, wakePoll, wakeWindow, wakeBacklog                                    atomic.Int64
 }
 
-// reportKind says which outcome a report records.
-type reportKind int
-
-const (
-	reportWoke         reportKind = iota // the claimer woke up: cause
-	reportClaim                          // a claim: took, rows, takenOver, err, stopping
-	reportOwnership                      // what the claimer owns after a claim: ownership (claimer goroutine only)
-	reportPublishing                     // a publish call started: began
-	reportPublishCall                    // a publish call answered: began, errs, err
-	reportPublished                      // Kafka acknowledged rows, carried by the call from began to ended
-	reportFailed                         // a failed row: failure, topic, dead, attempts
-	reportHeldBack                       // n rows given back held behind an earlier event
-	reportMark                           // a mark statement: took, n rows tried, marked, err
-	reportReleased                       // n rows given back
-	reportDeadLettered                   // n rows parked as dead letters
-)
-
-// report is one outcome to record; which fields count depends on kind
-// (see reportKind).
-type report struct {
-	kind         reportKind
-	cause        wakeCause
-	took         time.Duration
-	rows         []lease.Row
-	n, takenOver int
-	marked       int64
-	err          error
-	errs         []error
-	// stopping: the claim failed because the relay is stopping (no stall).
-	stopping     bool
-	began, ended time.Time
-	failure      *failure
-	ownership    lease.Ownership
-	topic        string
-	dead         bool
-	attempts     int
-}
-
-// record records one outcome in the Stats counters, the Observer and the
-// health progress.
-func (r *Relay) record(e report) {
+// recordWoke counts a wake-up of the claimer by its cause.
+func (r *Relay) recordWoke(cause wakeCause) {
 	s := &r.stats
-	switch e.kind {
-	case reportWoke:
-		switch e.cause {
-		case causeBacklog:
-			s.wakeBacklog.Add(1)
-		case causeNotify:
-			s.wakeNotify.Add(1)
-		case causePoll:
-			s.wakePoll.Add(1)
-		case causeWindow:
-			s.wakeWindow.Add(1)
-		}
-	case reportClaim:
-		r.recordClaim(e)
-	case reportOwnership:
-		r.recordOwnership(e.ownership)
-	case reportPublishing:
-		r.progress.inFlight.Store(e.began.UnixNano())
-	case reportPublishCall:
-		r.progress.inFlight.Store(0)
-		r.progress.publishAnswered(e.began, e.errs)
-		if e.err != nil {
-			r.progress.publishFailed(e.err)
-		}
-	case reportPublished:
-		if r.att != nil {
-			r.attemptedAll(e.rows, e.began, e.ended)
-		}
-		if len(e.rows) > 0 {
-			s.published.Add(int64(len(e.rows)))
-			r.progress.resolved()
-			r.obs.Published(e.rows)
-		}
-	case reportFailed:
-		r.recordFailure(e)
-	case reportHeldBack:
-		s.heldBack.Add(int64(e.n))
-	case reportMark:
-		r.recordMark(e)
-	case reportReleased:
-		s.released.Add(int64(e.n))
-	case reportDeadLettered:
-		s.deadLettered.Add(int64(e.n))
-		r.progress.resolved()
+	switch cause {
+	case causeBacklog:
+		s.wakeBacklog.Add(1)
+	case causeNotify:
+		s.wakeNotify.Add(1)
+	case causePoll:
+		s.wakePoll.Add(1)
+	case causeWindow:
+		s.wakeWindow.Add(1)
 	}
 }
 
-func (r *Relay) recordClaim(e report) {
+// recordClaim records a claim that took took and leased rows, takenOver
+// of them from another holder, or failed with err; stopping: it failed
+// because the relay is stopping, which is no stall.
+func (r *Relay) recordClaim(took time.Duration, rows, takenOver int, err error, stopping bool) {
 	r.stats.claims.Add(1)
-	if e.err != nil {
-		r.obs.Claimed(e.took, 0, 0, e.err)
-		if !e.stopping {
-			r.progress.claims.fail(r.clock.Now(), e.err)
+	if err != nil {
+		r.obs.Claimed(took, 0, 0, err)
+		if !stopping {
+			r.progress.claims.fail(r.clock.Now(), err)
 		}
 		return
 	}
 	r.progress.claims.ok()
-	r.obs.Claimed(e.took, e.n, e.takenOver, nil)
-	if e.n == 0 {
+	r.obs.Claimed(took, rows, takenOver, nil)
+	if rows == 0 {
 		r.stats.emptyClaims.Add(1)
 		return
 	}
 	r.progress.claimedRows(r.clock.Now())
 }
 
-func (r *Relay) recordFailure(e report) {
-	f := e.failure
+// recordPublishing records that a publish call started at began.
+func (r *Relay) recordPublishing(began time.Time) { r.progress.inFlight.Store(began.UnixNano()) }
+
+// recordPublishCall records the answer to the publish call started at
+// began: errs per message, err for the call.
+func (r *Relay) recordPublishCall(began time.Time, errs []error, err error) {
+	r.progress.inFlight.Store(0)
+	r.progress.publishAnswered(began, errs)
+	if err != nil {
+		r.progress.publishFailed(err)
+	}
+}
+
+// recordPublished records rows Kafka acknowledged, carried by the publish
+// call from began to ended.
+func (r *Relay) recordPublished(rows []lease.Row, began, ended time.Time) {
+	if r.att != nil {
+		r.attemptedAll(rows, began, ended)
+	}
+	if len(rows) > 0 {
+		r.stats.published.Add(int64(len(rows)))
+		r.progress.resolved()
+		r.obs.Published(rows)
+	}
+}
+
+// recordFailure records a row whose publish to topic failed: retried, or
+// dead (dead-lettered), after attempts attempts.
+func (r *Relay) recordFailure(f *failure, topic string, dead bool, attempts int) {
 	r.stats.failed.Add(1)
 	if r.att != nil {
 		outcome := OutcomeRetried
-		if e.dead {
+		if dead {
 			outcome = OutcomeDeadLettered
 		}
-		r.att.Attempted(Attempt{Row: &f.row, Topic: e.topic, Partition: r.partition(e.topic, &f.row),
-			Began: f.began, Ended: f.ended, Outcome: outcome, Err: f.err, Attempts: e.attempts})
+		r.att.Attempted(Attempt{Row: &f.row, Topic: topic, Partition: r.partition(topic, &f.row),
+			Began: f.began, Ended: f.ended, Outcome: outcome, Err: f.err, Attempts: attempts})
 	}
-	r.obs.PublishFailed(f.row, e.topic, f.err, e.dead)
-	r.fails.add(r.clock.Now(), &f.row, e.topic, f.err, e.dead, e.attempts)
+	r.obs.PublishFailed(f.row, topic, f.err, dead)
+	r.fails.add(r.clock.Now(), &f.row, topic, f.err, dead, attempts)
 }
 
-// recordMark records one mark's outcome, and warns about rows whose lease
-// passed to another claim.
-func (r *Relay) recordMark(e report) {
-	r.obs.Marked(e.took, e.n, e.marked, e.err)
-	if e.err != nil {
-		r.progress.marks.fail(r.clock.Now(), e.err)
+// recordMark records one mark statement that took took for n rows, of
+// which it marked marked, or failed with err; it warns about rows whose
+// lease passed to another claim.
+func (r *Relay) recordMark(took time.Duration, n int, marked int64, err error) {
+	r.obs.Marked(took, n, marked, err)
+	if err != nil {
+		r.progress.marks.fail(r.clock.Now(), err)
 		return
 	}
 	r.progress.marks.ok()
-	r.stats.marked.Add(e.marked)
-	if e.marked < int64(e.n) {
+	r.stats.marked.Add(marked)
+	if marked < int64(n) {
 		r.log.Warn("lease lost before mark: another claim holds these events and publishes them again",
-			zap.Int("events", e.n), zap.Int64("marked", e.marked))
+			zap.Int("events", n), zap.Int64("marked", marked))
 	}
+}
+
+// recordHeldBack counts n rows given back held behind an earlier event.
+func (r *Relay) recordHeldBack(n int) { r.stats.heldBack.Add(int64(n)) }
+
+// recordReleased counts n rows given back.
+func (r *Relay) recordReleased(n int) { r.stats.released.Add(int64(n)) }
+
+// recordDeadLettered counts n rows parked as dead letters, which resolves
+// them.
+func (r *Relay) recordDeadLettered(n int) {
+	r.stats.deadLettered.Add(int64(n))
+	r.progress.resolved()
 }
 
 // attemptedAll tells r.att that rows, carried by the publish call from
