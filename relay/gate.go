@@ -23,7 +23,7 @@ import (
 //
 // The claimer calls next before each claim (Relay.claim), batchSent after
 // handing a batch to the publisher (runClaimer), and wait before starting
-// a claim (claimTimer.wait); the publisher calls settled after each batch
+// a claim (scheduler.wait); the publisher calls settled after each batch
 // (publishBatch, runPublisher), flush when a batch gave rows back (before
 // settled: Relay.settle, Relay.keepLease), and pause after an outage
 // (runPublisher).

@@ -30,7 +30,7 @@ import (
 // Run starts four goroutines, and each piece of state has one owner:
 //
 //   - the claimer (Run's own goroutine, runClaimer) decides when to claim
-//     (the claim schedule: claimTimer, schedule.go), claims, and hands each
+//     (the claim schedule: scheduler, schedule.go), claims, and hands each
 //     batch to the publisher; it owns the schedule, its timers and what it
 //     saw of the key partitions (recordOwnership).
 //   - the publisher (runPublisher) publishes one batch at a time, in claim
@@ -143,10 +143,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// runClaimer waits for a reason to claim (claimTimer), claims, and hands
+// runClaimer waits for a reason to claim (scheduler), claims, and hands
 // the batches over to the publisher.
 func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
-	t := newClaimTimer(r)
+	t := newScheduler(r)
 	defer t.stop()
 	for {
 		if !t.wait(ctx) {

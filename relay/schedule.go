@@ -11,7 +11,7 @@ import "time"
 //
 // It is a pure function, schedConfig.next(state, event) -> (state,
 // decision), so that each of its modes is a row of a table test
-// (schedule_test.go); the claimer (claimer.go) feeds it the events and
+// (schedule_test.go); the claimer (scheduler.go) feeds it the events and
 // carries out its decisions with the timers.
 
 // schedConfig is what the schedule reads of the relay's configuration.

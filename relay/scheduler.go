@@ -11,10 +11,10 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 )
 
-// claimTimer runs the claim schedule (schedule.go) for the claimer
+// scheduler runs the claim schedule (schedule.go) for the claimer
 // goroutine, which owns it: it feeds the schedule the claimer's events and
 // carries out its decisions with the poll and claim-window timers.
-type claimTimer struct {
+type scheduler struct {
 	r      *Relay
 	cfg    schedConfig
 	st     schedState
@@ -24,21 +24,21 @@ type claimTimer struct {
 	unann  unannounced
 }
 
-func newClaimTimer(r *Relay) *claimTimer {
+func newScheduler(r *Relay) *scheduler {
 	cfg := schedConfig{batchSize: r.lease.BatchSize, window: r.cfg.ClaimWindow, windowPoll: r.cfg.ClaimWindowPoll, busyGap: r.cfg.BusyClaimInterval}
-	t := &claimTimer{r: r, cfg: cfg, st: cfg.start(),
+	t := &scheduler{r: r, cfg: cfg, st: cfg.start(),
 		poll: r.clock.NewTimer(backoff.Jitter(r.cfg.PollInterval, 0.1)), linger: r.clock.NewTimer(time.Hour)}
 	t.linger.Stop()
 	return t
 }
 
-func (t *claimTimer) stop() {
+func (t *scheduler) stop() {
 	t.poll.Stop()
 	t.linger.Stop()
 }
 
 // apply runs the schedule on e and restarts the timers it asks for.
-func (t *claimTimer) apply(e schedEvent) schedDecision {
+func (t *scheduler) apply(e schedEvent) schedDecision {
 	var d schedDecision
 	t.st, d = t.cfg.next(t.st, e)
 	if d.linger {
@@ -54,7 +54,7 @@ func (t *claimTimer) apply(e schedEvent) schedDecision {
 // then the debounce of a notification, and the claim gate (the pause
 // after an outage, the wait after a give-back). It returns false when ctx
 // is done.
-func (t *claimTimer) wait(ctx context.Context) bool {
+func (t *scheduler) wait(ctx context.Context) bool {
 	r := t.r
 	cause := causeBacklog
 	if !t.st.backlog {
@@ -84,7 +84,7 @@ func (t *claimTimer) wait(ctx context.Context) bool {
 }
 
 // failed waits out the backoff after a failed claim; false when ctx ended.
-func (t *claimTimer) failed(ctx context.Context) bool {
+func (t *scheduler) failed(ctx context.Context) bool {
 	d := t.apply(schedEvent{kind: schedFailed, at: t.r.clock.Now()})
 	return sleepCtx(ctx, t.r.clock, backoff.Delay(t.r.cfg.RetryMin, t.r.cfg.RetryMax/4, d.retry))
 }
@@ -93,7 +93,7 @@ func (t *claimTimer) failed(ctx context.Context) bool {
 // it stopped at its byte bound with claimable rows left (lease.Batch.More).
 // With notifications on, it warns when only the poll finds events
 // (unannounced).
-func (t *claimTimer) claimed(rows int, more bool) {
+func (t *scheduler) claimed(rows int, more bool) {
 	now := t.r.clock.Now()
 	if t.r.wake != nil && t.unann.claimed(t.cause, rows, now) {
 		t.r.log.Warn("events are found only by the fallback poll, no notification announced them: do the writers notify the channel "+

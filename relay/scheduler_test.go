@@ -22,7 +22,7 @@ func TestClaimTimerWaitsOnTheClock(t *testing.T) {
 	cfg := Config{PollInterval: time.Second, ClaimWindowPoll: 10 * time.Millisecond}.WithDefaults()
 	r := &Relay{cfg: cfg, lease: lease.Config{BatchSize: 100}, wake: wake, log: zap.NewNop(), clock: c, gate: newClaimGate()}
 	ctx := context.Background()
-	ct := newClaimTimer(r)
+	ct := newScheduler(r)
 	defer ct.stop()
 	if d := c.started(t); d < 900*time.Millisecond || d > 1100*time.Millisecond {
 		t.Fatalf("poll timer %v, want PollInterval ±10%%", d)
