@@ -195,7 +195,7 @@ const (
 	// a partition without a leader or with fewer in-sync replicas than
 	// min.insync.replicas, a request timed out on the broker, the broker's
 	// storage failing, the topic or partition missing, the record
-	// timestamps refused (the relay stamps each record with its send time,
+	// timestamps refused (each record is stamped with its send time,
 	// so that is a clock or configuration matter), throttling, or the
 	// message not sent because of another one (ErrNotAttempted). Sending
 	// the same record again once the condition ends succeeds. The relay

@@ -429,7 +429,6 @@ func (f *failures) fail(i int, err error) {
 // illegal topic name, a message over Config.BatchBytes. It returns an
 // error for the whole call when no topic applies.
 func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, []int64, error) {
-	now := time.Now() // kafka-go would send a zero time as timestamp 0 (1970)
 	nh := 0
 	for i := range msgs {
 		nh += len(msgs[i].Headers)
@@ -470,7 +469,6 @@ func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, [
 			Key:        m.Key,
 			Value:      m.Value,
 			Headers:    hdrs[start:len(hdrs):len(hdrs)],
-			Time:       now,
 			WriterData: i,
 		})
 		sizes = append(sizes, size)
