@@ -13,7 +13,10 @@ import (
 // topic is unknown waits for the broker to create it (CheckTopics asks it
 // to, and waits up to 3 s while it is being created) and sends once more:
 // Kafka answers UNKNOWN_TOPIC_OR_PARTITION while it creates a topic, which
-// is the normal first publish to a new topic, not a failure.
+// is the normal first publish to a new topic, not a failure. kafka-go's
+// Writer fails the call with that code instead of waiting: it waits only
+// for a topic the broker reported without an error (transport.go
+// connPool.roundTrip, kafka-go #806; writer.go Writer.partitions).
 func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
 	err := p.publishOneTopicOnce(ctx, msgs)
 	if err == nil || !p.cfg.AutoCreateTopic || !noneSentForUnknownTopic(err) {

@@ -14,7 +14,8 @@ const (
 
 	// DefaultBatchTimeout is how long kafka-go waits for more messages
 	// before sending a partially filled partition batch: the smallest
-	// positive duration (0 would mean kafka-go's 1s). See Config.BatchTimeout.
+	// positive duration (0 would mean kafka-go's 1s, which every synchronous
+	// call waits out: kafka-go #1180). See Config.BatchTimeout.
 	DefaultBatchTimeout = time.Nanosecond
 
 	// DefaultBatchSize is the maximum number of messages per produce request

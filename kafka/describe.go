@@ -58,8 +58,9 @@ type partitionInfo struct {
 
 // describer reads and briefly caches topic metadata to explain the errors
 // of a failed publish, on a connection of its own: the Writer's transport
-// answers metadata requests from a cache that may be seconds old. It runs
-// only when a publish fails for a condition of the cluster.
+// answers metadata requests from a cache that may be seconds old, with no
+// way to bypass it (transport.go connPool.roundTrip; kafka-go #1374). It
+// runs only when a publish fails for a condition of the cluster.
 type describer struct {
 	// read asks broker for topic's partitions (Publisher.readPartitions).
 	read    func(ctx context.Context, broker, topic string) ([]kafkago.Partition, error)
@@ -128,10 +129,10 @@ func (d *describer) remember(topic string, info *partitionInfo) {
 // request that never asks the broker to create the topic, on a fresh
 // kafka-go Transport (as CheckTopics asks: its discover request is for
 // exactly this topic, allow_auto_topic_creation false). Not kafka-go's
-// Conn.ReadPartitions, which sets allow_auto_topic_creation (Metadata v6;
-// v1 creates implicitly): after a publish failed on a deleted topic, on a
-// broker with auto.create.topics.enable (Kafka's default), it created the
-// topic again with the broker's default partition count.
+// Conn.ReadPartitions, which always sets allow_auto_topic_creation
+// (conn.go Conn.ReadPartitions, Metadata v6; v1 creates implicitly; no
+// kafka-go issue): on a broker with auto.create.topics.enable (Kafka's
+// default) it would create a deleted topic again.
 func (p *Publisher) readPartitions(ctx context.Context, broker, topic string) ([]kafkago.Partition, error) {
 	t := p.newTransport(p.dialer.dialConn, []string{topic})
 	defer t.CloseIdleConnections()

@@ -27,11 +27,12 @@ const tlsProbeAfter = 250 * time.Millisecond
 
 // brokerDialer opens broker connections for the Publisher's kafka-go
 // Transports (Transport.Dial) and Dialer (Dialer.DialFunc). It does the TLS
-// handshake itself, instead of kafka-go, so that the handshake is bounded
-// by Config.DialTimeout, a plaintext listener is recognized quickly, and
-// its failures wrap ErrTLS; and with SASL it watches the authentication
-// exchange so that a broker closing the connection on bad credentials
-// reads as errAuthentication instead of an unexpected EOF.
+// handshake itself, instead of kafka-go, so that its failures wrap ErrTLS
+// and name the cause, and a plaintext listener is recognized within
+// tlsProbeAfter: kafka-go's Transport handshakes implicitly on its first
+// request, so a TLS failure reads as that request's error, often a bare
+// unexpected EOF (kafka-go #864; transport.go connGroup.connect). With SASL
+// it watches the authentication exchange (saslWatchConn).
 type brokerDialer struct {
 	net      *net.Dialer
 	tls      *tls.Config // nil: plaintext
@@ -164,7 +165,8 @@ func isRemoteAlert(err error) bool {
 // TLS 1.3 the client's handshake is done before the server has checked the
 // client certificate, so a broker that refuses it (mutual TLS) answers the
 // first read with an alert ("bad certificate") instead of failing the
-// handshake. Such an error wraps ErrTLS like a failed handshake does.
+// handshake (crypto/tls, not kafka-go). Such an error wraps ErrTLS like a
+// failed handshake does.
 type alertConn struct {
 	net.Conn
 	addr string
@@ -194,7 +196,9 @@ const probeCorrelationID = 0x70676f62
 // listener answers before authentication (KIP-35, and KIP-43 for SASL
 // listeners). A TLS listener reads the request as a malformed record and
 // closes the connection (or sends an alert), so this never mistakes one
-// for the other.
+// for the other. kafka-go has no such check: it waits for the dial deadline
+// or reports the closed connection as an EOF (transport.go
+// connGroup.connect; no kafka-go issue).
 func speaksPlaintextKafka(ctx context.Context, d *net.Dialer, network, addr string) bool {
 	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {
@@ -242,9 +246,12 @@ func (c *readWatchConn) Read(b []byte) (int, error) {
 // SaslAuthenticate (36), i.e. until authentication is over. If the broker
 // closes the connection while a SASL request is unanswered, the read error
 // becomes an errAuthentication: brokers may end a failed exchange by
-// closing the connection instead of answering (kfake always does; kafka-go
-// v0.4.51 notes the same in dialer.go Dialer.authenticateSASL), which
-// kafka-go's Transport reports as a bare "unexpected EOF". Requests are
+// closing the connection instead of answering (kfake always does), which
+// kafka-go's Transport reports as a bare "unexpected EOF": its check for
+// this (transport.go authenticateSASL, errors.Is(err, io.EOF)) never
+// matches, because protocol.ReadResponse turns io.EOF into
+// io.ErrUnexpectedEOF (protocol/protocol.go dontExpectEOF), and a
+// SaslHandshake has no such check at all (no kafka-go issue). Requests are
 // framed as int32 size, then int16 api_key
 // (https://kafka.apache.org/protocol#protocol_messages). Write is called
 // by one goroutine at a time (kafka-go serializes each connection's
@@ -311,7 +318,9 @@ func (c *saslWatchConn) Read(b []byte) (int, error) {
 }
 
 // connSet tracks the Writer's broker connections, so that Close can cut
-// them.
+// them: kafka-go's Writer.Close waits for every queued batch through all
+// its attempts and cannot cancel them (writer.go partitionWriter.writeBatch,
+// its TODO; kafka-go #1099, #1427).
 type connSet struct {
 	mu     sync.Mutex
 	closed bool

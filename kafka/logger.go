@@ -18,7 +18,8 @@ import (
 const retryLogInterval = 10 * time.Second
 
 // retryLogger is kafka-go's Writer.ErrorLogger, rate-limited as described
-// at retryLogInterval.
+// at retryLogInterval: kafka-go logs every failed attempt of every batch
+// (writer.go partitionWriter.writeBatch; no kafka-go issue).
 type retryLogger struct {
 	log      *zap.Logger
 	interval time.Duration

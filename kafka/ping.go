@@ -10,16 +10,16 @@ import (
 )
 
 // Ping checks that a broker is reachable and answers a metadata request. It
-// opens a fresh connection (kafka-go's Writer serves metadata from a cache)
-// to each of Config.Brokers in turn and returns nil at the first success, or
-// an error ("ping: ...") joining every broker's failure. Without a ctx
-// deadline it is bounded by Config.DialTimeout + Config.WriteTimeout. Use it
-// for readiness checks and for retrying at startup; IsRetriable tells
-// whether retrying makes sense, classify what went wrong: a refused SASL
-// exchange wraps errAuthentication, a failed TLS handshake ErrTLS (a
-// plaintext listener is recognized within about a quarter of a second),
-// both naming the broker; a server that answers in another protocol (an
-// HTTP or PostgreSQL port) wraps errNotKafka.
+// opens a fresh connection (kafka-go's Transport serves metadata from its
+// cache: kafka-go #1374) to each of Config.Brokers in turn and returns nil
+// at the first success, or an error ("ping: ...") joining every broker's
+// failure. Without a ctx deadline it is bounded by Config.DialTimeout +
+// Config.WriteTimeout. Use it for readiness checks and for retrying at
+// startup; IsRetriable tells whether retrying makes sense, classify what
+// went wrong: a refused SASL exchange wraps errAuthentication, a failed TLS
+// handshake ErrTLS (a plaintext listener is recognized within about a
+// quarter of a second), both naming the broker; a server that answers in
+// another protocol (an HTTP or PostgreSQL port) wraps errNotKafka.
 func (p *Publisher) Ping(ctx context.Context) error {
 	if p.closed.Load() {
 		return fmt.Errorf("ping: %w", errClosed)

@@ -280,9 +280,10 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 //
 // Messages for several topics are sent as one call per topic, in order of
 // each topic's first message: kafka-go fails a whole call when one of its
-// topics is unknown, which would otherwise fail the other topics' messages
-// too. A topic's whole-call error then becomes the per-message error of
-// that topic's messages only.
+// topics is unknown (writer.go Writer.WriteMessages returns the first
+// topic's metadata error; no kafka-go issue), which would otherwise fail
+// the other topics' messages too. A topic's whole-call error then becomes
+// the per-message error of that topic's messages only.
 func (p *Publisher) Publish(ctx context.Context, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -426,8 +427,9 @@ func (f *failures) fail(i int, err error) {
 
 // toKafkaGo turns msgs (all for one topic) into kafka-go messages with
 // their sizes, failing at once (f) those that can never be sent: an
-// illegal topic name, a message over Config.BatchBytes. It returns an
-// error for the whole call when no topic applies.
+// illegal topic name, a message over Config.BatchBytes (kafka-go rejects
+// the whole call for one such message: kafka-go #364). It returns an error
+// for the whole call when no topic applies.
 func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, []int64, error) {
 	nh := 0
 	for i := range msgs {
@@ -481,18 +483,15 @@ func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, [
 // kafka-go sent nothing (or ctx ended).
 //
 // Calls are sent one at a time, and each sets the Writer's BatchSize to
-// its chunk's length first. kafka-go allocates a slice of BatchSize
+// its chunk's length first: kafka-go allocates a slice of BatchSize
 // messages (152 bytes each) for every partition batch it starts, however
-// few messages the batch gets (kafka-go v0.4.51 writer.go, writeBatch.add:
-// make([]Message, 0, maxSize)): with a fixed BatchSize of 1,000, a relay
-// publishing 1,000 events/s in chunks of one or two allocated 82 MB/s
-// (pprof, alloc space) and the Go GC took about a fifth of its CPU. kafka-go
-// reads BatchSize only in the calling goroutine (batchMessages, then
-// partitionWriter.writeMessages), so setting it under the semaphore is
-// safe. One Writer, not one per size: when ctx ends a call, kafka-go keeps
-// its batch queued and retries it; the next call's batch for that
-// partition then queues behind it in the same partition writer, so a late
-// copy never lands after later messages of its key. With Writers of
+// few messages the batch gets (writer.go writeBatch.add; kafka-go PR
+// #1193). kafka-go reads BatchSize only in the calling goroutine
+// (batchMessages, then partitionWriter.writeMessages), so setting it under
+// the semaphore is safe. One Writer, not one per size: when ctx ends a
+// call, kafka-go keeps its batch queued and retries it; the next call's
+// batch for that partition then queues behind it in the same partition
+// writer, so a late copy never lands after later messages of its key. With Writers of
 // several sizes it could (a later call through another Writer was
 // written first). With concurrent calls on one Writer, kafka-go could also
 // put part of one call in another call's produce request.

@@ -45,7 +45,7 @@ var staleMetadataCodes = map[int16]bool{
 // up to MetadataTTL (6s). kafka-go forces a refresh (connPool.
 // refreshMetadata, which wakes discover) only after CreateTopics or an
 // auto-creating Metadata request, not after NOT_LEADER_OR_FOLLOWER, and
-// has no exported way to trigger one.
+// has no exported way to trigger one (kafka-go #1221, #1374).
 //
 // How: a new Transport has an empty cache and fetches metadata on its
 // first request (grabPool starts discover, and connPool.roundTrip waits for
