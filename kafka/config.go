@@ -39,7 +39,7 @@ const (
 	DefaultWriteTimeout = 4 * time.Second
 
 	// DefaultDialTimeout bounds establishing one broker connection
-	// (including TLS and SASL handshakes); it is kafka-go's default.
+	// (Config.DialTimeout says what it covers); it is kafka-go's default.
 	DefaultDialTimeout = 5 * time.Second
 
 	// DefaultMetadataTTL is kafka-go's Transport default for refreshing
@@ -130,10 +130,11 @@ type Config struct {
 	// Defaults to 4s (DefaultWriteTimeout). See Publisher.AttemptBudget.
 	WriteTimeout time.Duration
 
-	// DialTimeout bounds connecting to one broker, TCP connect plus TLS
-	// handshake (and, for the Writer's connections, the ApiVersions and SASL
-	// round trips: kafka-go v0.4.51 transport.go connGroup.connect).
-	// Defaults to 5s.
+	// DialTimeout bounds connecting to one broker: TCP connect, TLS
+	// handshake and, for the Writer's connections, the ApiVersions round
+	// trip. kafka-go v0.4.51 (transport.go connGroup.connect) clears the
+	// deadline before the SASL round trips: a broker that stalls there is
+	// bounded by the publish call's deadline instead. Defaults to 5s.
 	DialTimeout time.Duration
 
 	// MetadataTTL is how often cached cluster metadata (partition counts,
