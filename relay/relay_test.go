@@ -157,6 +157,30 @@ func firstAppearances(recs []testenv.Record) (map[string][]string, int) {
 	return order, dups
 }
 
+// consumeUntil reads topic from its start until every event of ids has
+// appeared (a duplicate, which at-least-once allows, does not count twice)
+// and returns every record read. It fails the test after timeout.
+func consumeUntil(t *testing.T, k *testenv.TestKafka, topic string, timeout time.Duration, ids ...string) []testenv.Record {
+	t.Helper()
+	c := k.Consumer(t, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	missing := map[string]bool{}
+	for _, id := range ids {
+		missing[id] = true
+	}
+	var recs []testenv.Record
+	for len(missing) > 0 {
+		r, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %s, %d records read, events %v not among them: %v", timeout, len(recs), missing, err)
+		}
+		recs = append(recs, r)
+		delete(missing, r.Headers["event_id"])
+	}
+	return recs
+}
+
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
