@@ -28,7 +28,7 @@ import (
 func CheckPartitions(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, table string) error {
-	q, err := renderTableStmt("check_partitions", table)
+	q, err := renderTableStmt("CheckPartitions", table)
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func ReadOwners(ctx context.Context, db interface {
 	for _, r := range []struct {
 		sql  *string
 		name string
-	}{{&count, "read_partition_count"}, {&members, "read_members"}, {&owners, "read_owners"}} {
+	}{{&count, "ReadPartitionCount"}, {&members, "ReadMembers"}, {&owners, "ReadOwners"}} {
 		var err error
 		if *r.sql, err = renderTableStmt(r.name, table); err != nil {
 			return nil, err
@@ -169,9 +169,10 @@ func (o *Owners) Settled() bool {
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-var sqlFiles = sqlfile.NewFiles(sqlFS, "sql")
+// queries are the owners report's named queries (sql/owners.sql).
+var queries = sqlfile.MustLoad(sqlFS, "sql")
 
-// renderTableStmt renders sql/<name>.sql, a statement without arguments,
+// renderTableStmt renders the query name, a statement without arguments,
 // for table (these functions take the table per call, off the claim's
 // path). Slots: table_literal, relays, partitions, partitioning.
 func renderTableStmt(name, table string) (string, error) {
@@ -181,7 +182,7 @@ func renderTableStmt(name, table string) (string, error) {
 		"partitions":    sqlname.Beside(table, "_partitions"),
 		"partitioning":  sqlname.Beside(table, "_partitioning"),
 	}
-	s, err := sqlfile.Render[sqlfile.NoArgs](sqlFiles, name, slots)
+	s, err := sqlfile.Render[sqlfile.NoArgs](queries, name, slots)
 	if err != nil {
 		return "", fmt.Errorf("owners: render statement: %w", err)
 	}
