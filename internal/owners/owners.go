@@ -57,17 +57,17 @@ type Owners struct {
 
 // MemberOwnership is one member of Owners.
 type MemberOwnership struct {
-	Member    string    `json:"member"`
-	RelayID   string    `json:"relay_id"`
-	StartedAt time.Time `json:"started_at"`
-	RenewedAt time.Time `json:"renewed_at"`
+	Member    string    `json:"member" db:"member"`
+	RelayID   string    `json:"relay_id" db:"relay_id"`
+	StartedAt time.Time `json:"started_at" db:"started_at"`
+	RenewedAt time.Time `json:"renewed_at" db:"renewed_at"`
 	// Until is when its membership ends unless renewed; Live whether that
 	// is still ahead (by the database clock).
-	Until time.Time `json:"until"`
-	Live  bool      `json:"live"`
+	Until time.Time `json:"until" db:"until"`
+	Live  bool      `json:"live" db:"live"`
 	// Owned are the partitions it owns, since the earliest of Since.
-	Owned []int     `json:"owned"`
-	Since time.Time `json:"since,omitzero"`
+	Owned []int     `json:"owned" db:"-"`
+	Since time.Time `json:"since,omitzero" db:"-"`
 }
 
 // ReadOwners reads who owns table's key partitions (optionally
@@ -98,20 +98,15 @@ func ReadOwners(ctx context.Context, db interface {
 	if err != nil {
 		return nil, fmt.Errorf("read owners: %w", err)
 	}
+	relays, err := pgx.CollectRows(rows, pgx.RowToStructByName[MemberOwnership])
+	if err != nil {
+		return nil, fmt.Errorf("read owners: %w", err)
+	}
 	index := map[string]int{}
-	for rows.Next() {
-		var m MemberOwnership
-		if err := rows.Scan(&m.Member, &m.RelayID, &m.StartedAt, &m.RenewedAt, &m.Until, &m.Live); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read owners: %w", err)
-		}
+	for _, m := range relays {
 		m.Owned = []int{}
 		index[m.Member] = len(o.Relays)
 		o.Relays = append(o.Relays, m)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read owners: %w", err)
 	}
 	rows, err = db.Query(ctx, owners)
 	if err != nil {

@@ -33,6 +33,10 @@
 // field and a field the statement does not use are errors. To run a
 // statement in psql, replace each slot by the name it stands for and each
 // @name by a value.
+//
+// Rows are read by column name into structs whose fields are tagged
+// `db:"column"`: with pgx.RowToStructByName, or, on a hot path, with
+// Columns, which looks the names up once per result instead of per row.
 package sqlfile
 
 import (
@@ -43,6 +47,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // NoArgs is the argument struct of a statement without arguments.
@@ -438,4 +444,38 @@ var quotedRE = regexp.MustCompile(`'[^']*'|"[^"]*"`)
 // check each statement with it.
 func Leftover(sql string) bool {
 	return leftoverRE.MatchString(quotedRE.ReplaceAllString(sql, ""))
+}
+
+// Columns returns pointers to the fields of dst, a pointer to a struct
+// whose fields are tagged `db:"column"` (`db:"-"` or no tag: not a
+// column), in the order of the columns fields describes: scanning each
+// row into them reads the row by column name at the cost of a positional
+// scan, as the name lookup is done once per result rather than per row
+// (what pgx.RowToStructByName does). A column without a field and a
+// field without a column are errors.
+func Columns(fields []pgconn.FieldDescription, dst any) ([]any, error) {
+	v := reflect.ValueOf(dst)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("columns: %T is not a pointer to a struct", dst)
+	}
+	v = v.Elem()
+	byName := map[string]any{}
+	for i := 0; i < v.NumField(); i++ {
+		if tag := v.Type().Field(i).Tag.Get("db"); tag != "" && tag != "-" {
+			byName[tag] = v.Field(i).Addr().Interface()
+		}
+	}
+	out := make([]any, len(fields))
+	for i, f := range fields {
+		p, ok := byName[f.Name]
+		if !ok {
+			return nil, fmt.Errorf("columns: column %q has no field in %s", f.Name, v.Type())
+		}
+		out[i] = p
+		delete(byName, f.Name)
+	}
+	for name := range byName {
+		return nil, fmt.Errorf("columns: %s has a field for column %q, which the rows do not have", v.Type(), name)
+	}
+	return out, nil
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A slot without a value, an argument without a field and a field the
@@ -186,5 +188,44 @@ func TestLeftover(t *testing.T) {
 		if got := Leftover(sql); got != want {
 			t.Errorf("Leftover(%q) = %v, want %v", sql, got, want)
 		}
+	}
+}
+
+// Columns maps the columns of a result to the tagged fields of a struct,
+// whatever their order, and names a column or a field left over.
+func TestColumns(t *testing.T) {
+	t.Parallel()
+	type row struct {
+		A     int    `db:"a"`
+		B     string `db:"b"`
+		Extra bool   `db:"-"`
+		Plain int
+	}
+	fields := func(names ...string) []pgconn.FieldDescription {
+		var out []pgconn.FieldDescription
+		for _, n := range names {
+			out = append(out, pgconn.FieldDescription{Name: n})
+		}
+		return out
+	}
+	var r row
+	dest, err := Columns(fields("b", "a"), &r)
+	if err != nil || len(dest) != 2 || dest[0] != any(&r.B) || dest[1] != any(&r.A) {
+		t.Fatalf("Columns: %v, %v; want &r.B, &r.A", dest, err)
+	}
+	for _, tc := range []struct {
+		cols []string
+		want string
+	}{
+		{[]string{"a", "b", "c"}, `column "c" has no field`},
+		{[]string{"a"}, `field for column "b"`},
+		{[]string{"a", "b", "a"}, `column "a" has no field`},
+	} {
+		if _, err := Columns(fields(tc.cols...), &r); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Columns(%v): %v, want an error with %q", tc.cols, err, tc.want)
+		}
+	}
+	if _, err := Columns(fields("a"), r); err == nil {
+		t.Error("Columns of a struct, not a pointer: no error")
 	}
 }

@@ -180,15 +180,18 @@ WITH lo AS MATERIALIZED (
 UPDATE /* TEMPLATE: table */ o
 SET locked_until = least(now() + @lease_ms * interval '1 millisecond', (SELECT until FROM me)), locked_by = @holder, claim_token = @token
 /* TEMPLATE: match_candidates */
-RETURNING o.seq, o./* TEMPLATE: id */::text, o./* TEMPLATE: aggregate_id */::text, o./* TEMPLATE: event_type */::text, CASE WHEN o.payload_size > @max_bytes THEN NULL ELSE o./* TEMPLATE: payload */ END,
-  o.headers, o.topic, o.created_at, o.attempts, o.locked_until, /* TEMPLATE: aggregate_type_o */,
-  /* TEMPLATE: key_partition_o */, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint, o.payload_size
+RETURNING o.seq, o./* TEMPLATE: id */::text AS id, o./* TEMPLATE: aggregate_id */::text AS aggregate_id, o./* TEMPLATE: event_type */::text AS event_type,
+  CASE WHEN o.payload_size > @max_bytes THEN NULL ELSE o./* TEMPLATE: payload */ END AS payload,
+  o.headers, o.topic, o.created_at, o.attempts, o.locked_until, /* TEMPLATE: aggregate_type_o */ AS aggregate_type,
+  /* TEMPLATE: key_partition_o */ AS key_partition, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint AS lease_ms, o.payload_size
 )
 -- The last two columns: the rows taken over (whose previous lease had
 -- ended unsettled), and whether the byte bound left claimable rows behind,
 -- so that the relay claims again at once as after a full batch
--- (Batch.More).
-SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over), (SELECT count(*) FROM scan) > (SELECT count(*) FROM candidates) FROM claimed
+-- (Batch.More). The relay reads the columns by name (claimedRow).
+SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) AS taken_over,
+  (SELECT count(*) FROM scan) > (SELECT count(*) FROM candidates) AS more
+FROM claimed
 
 -- name: Holds :one
 -- Whether a row backs off after a failed publish or is held as a dead

@@ -50,7 +50,7 @@ WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1
 -- The status command's relays holding leases: each relay (locked_by)
 -- holding unpublished rows whose lease has not ended, how many, and when
 -- the last of those leases ends. A row backing off (locked_by NULL) is no
--- relay's.
-SELECT locked_by, count(*), max(locked_until) FROM /* TEMPLATE: table */
+-- relay's. Read by column name into relayLeases.
+SELECT locked_by AS relay_id, count(*) AS leased, max(locked_until) AS lease_ends_at FROM /* TEMPLATE: table */
 WHERE published_at IS NULL AND locked_until > now() AND locked_by IS NOT NULL
 GROUP BY locked_by ORDER BY locked_by

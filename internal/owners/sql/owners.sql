@@ -10,8 +10,9 @@ SELECT backfilled_at IS NOT NULL FROM /* TEMPLATE: partitioning */
 SELECT partitions FROM /* TEMPLATE: partitioning */
 
 -- name: ReadMembers :many
--- Every member, live or whose membership ran out (`outbox-relay status`).
-SELECT member, relay_id, started_at, renewed_at, until, until > now() FROM /* TEMPLATE: relays */ ORDER BY member
+-- Every member, live or whose membership ran out (`outbox-relay status`),
+-- read by column name into MemberOwnership.
+SELECT member, relay_id, started_at, renewed_at, until, until > now() AS live FROM /* TEMPLATE: relays */ ORDER BY member
 
 -- name: ReadOwners :many
 -- The owner of each key partition ('' for nobody) and since when
