@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 )
 
 // rescanEvery is how often a claim ignores the floor and scans from the
@@ -259,6 +260,32 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 // past its memory bound.
 var ErrPayloadTooLarge = errors.New("payload larger than the claim's byte bound")
 
+// claimedRow is one row of the claim statement (Claim), scanned by
+// column name (sqlfile.Columns, which looks the names up once per claim).
+// Payload scans straight into a fresh []byte (nil for SQL NULL). Every column a writer controls scans into a type that takes any
+// value the column can hold: a row the relay cannot use becomes a dead
+// letter by itself (DecodeErr), never a claim that fails after it
+// committed, again at every lease. TakenOver and More are the batch's,
+// repeated on every row.
+type claimedRow struct {
+	Seq           int64              `db:"seq"`
+	ID            string             `db:"id"`
+	AggregateID   string             `db:"aggregate_id"`
+	EventType     string             `db:"event_type"`
+	Payload       []byte             `db:"payload"`
+	Headers       []byte             `db:"headers"`
+	Topic         *string            `db:"topic"`
+	CreatedAt     pgtype.Timestamptz `db:"created_at"`
+	Attempts      int                `db:"attempts"`
+	LockedUntil   time.Time          `db:"locked_until"`
+	AggregateType *string            `db:"aggregate_type"`
+	KeyPartition  int                `db:"key_partition"`
+	LeaseMS       int64              `db:"lease_ms"`
+	PayloadSize   *int64             `db:"payload_size"`
+	TakenOver     int                `db:"taken_over"`
+	More          bool               `db:"more"`
+}
+
 // readClaimed reads the claim statement's rows; maxBytes is
 // Config.MaxBatchBytes.
 func readClaimed(br pgx.BatchResults, token uuid.UUID, maxBytes int64) (*Batch, error) {
@@ -269,22 +296,22 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID, maxBytes int64) (*Batch, 
 	defer rows.Close()
 	batch := &Batch{Token: token}
 	var read int64 // payload bytes kept (Row.Unread)
-	var headers []byte
-	var topic, aggType *string
-	var created pgtype.Timestamptz
+	var c claimedRow
+	var dest []any // c's fields in the order of the columns
 	for rows.Next() {
-		var r Row
-		// Payload scans straight into a fresh []byte (nil for SQL NULL).
-		// Every column a writer controls scans into a type that takes any
-		// value the column can hold: a row the relay cannot use becomes a
-		// dead letter by itself (DecodeErr), never a claim that fails after
-		// it committed, again at every lease.
-		var leaseMS int64
-		var size *int64
-		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateID, &r.EventType, &r.Payload, &headers, &topic, &created, &r.Attempts, &batch.LockedUntil, &aggType,
-			&r.KeyPartition, &leaseMS, &size, &batch.TakenOver, &batch.More); err != nil {
+		if dest == nil {
+			if dest, err = sqlfile.Columns(rows.FieldDescriptions(), &c); err != nil {
+				return nil, fmt.Errorf("claim batch: scan: %w", err)
+			}
+		}
+		c = claimedRow{}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("claim batch: scan: %w", err)
 		}
+		r := Row{Seq: c.Seq, ID: c.ID, AggregateID: c.AggregateID, EventType: c.EventType, Payload: c.Payload,
+			Attempts: c.Attempts, KeyPartition: c.KeyPartition}
+		batch.LockedUntil, batch.TakenOver, batch.More = c.LockedUntil, c.TakenOver, c.More
+		size, created, headers := c.PayloadSize, c.CreatedAt, c.Headers
 		// As the claim counts payload_size: a row is read while the
 		// bytes read before it are under the bound, here a quarter
 		// over it: JSON prints a little larger than jsonb stores it (a
@@ -299,16 +326,16 @@ func readClaimed(br pgx.BatchResults, token uuid.UUID, maxBytes int64) (*Batch, 
 			r.DecodeErr = fmt.Errorf("%w: %d bytes (payload_size, recorded at insert) against lease.Config.MaxBatchBytes %d (--max-batch-bytes); it was not read: raise the bound to publish the event, if the broker's message.max.bytes allows records that large",
 				ErrPayloadTooLarge, *size, maxBytes)
 		}
-		batch.Lease = time.Duration(leaseMS) * time.Millisecond
+		batch.Lease = time.Duration(c.LeaseMS) * time.Millisecond
 		r.CreatedAt = created.Time
 		if !created.Valid || created.InfinityModifier != pgtype.Finite {
 			r.DecodeErr = fmt.Errorf("created_at is %s: not a timestamp the relay can publish", timestamptzText(created))
 		}
-		if topic != nil {
-			r.Topic = *topic
+		if c.Topic != nil {
+			r.Topic = *c.Topic
 		}
-		if aggType != nil {
-			r.AggregateType = *aggType
+		if c.AggregateType != nil {
+			r.AggregateType = *c.AggregateType
 		}
 		if len(headers) > 0 && string(headers) != "null" {
 			if r.Headers, err = decodeHeaderJSON(headers); err != nil {

@@ -44,7 +44,7 @@ func TestOwnMoveDoesNotHideAConcurrentGiveBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	h := &hook{marker: "acquired AS"} // a's move statement (move.sql)
+	h := &hook{marker: "acquired AS"} // a's move statement (Move)
 	cfg, err := pgxpool.ParseConfig(db.ConnString)
 	if err != nil {
 		t.Fatal(err)

@@ -17,37 +17,37 @@ import (
 // address (sqlname.RowAddress): Claimer.rows is one of plain and
 // partitioned.
 type statements struct {
-	plan        stmt[noArgs] // plan.SQL
-	asyncCommit stmt[noArgs] // async_commit.SQL
-	beat        stmt[beatArgs]
-	hold        stmt[holdArgs]
-	sweep       stmt[noArgs]
-	holdsReset  stmt[noArgs]
-	unregister  stmt[holderArgs]
-	requeue     stmt[requeueArgs]
-	partitioned stmt[tableArgs] // whether the table is partitioned
-	generation  stmt[noArgs]    // read after each claim
-	holds       stmt[noArgs]    // read before each claim
-	advanceSeq  stmt[noArgs]
-	advanceVXID stmt[noArgs]
-	advance     stmt[advanceArgs]
-	join        stmt[joinArgs]
-	members     stmt[noArgs]
-	owners      stmt[noArgs]
-	legacy      stmt[noArgs]
-	move        stmt[moveArgs]
-	leave       stmt[leaveArgs]
+	plan        sqlfile.Stmt[sqlfile.NoArgs] // Plan
+	asyncCommit sqlfile.Stmt[sqlfile.NoArgs] // AsyncCommit
+	beat        sqlfile.Stmt[beatArgs]
+	hold        sqlfile.Stmt[holdArgs]
+	sweep       sqlfile.Stmt[sqlfile.NoArgs]
+	holdsReset  sqlfile.Stmt[sqlfile.NoArgs]
+	unregister  sqlfile.Stmt[holderArgs]
+	requeue     sqlfile.Stmt[requeueArgs]
+	partitioned sqlfile.Stmt[tableArgs]      // whether the table is partitioned
+	generation  sqlfile.Stmt[sqlfile.NoArgs] // read after each claim
+	holds       sqlfile.Stmt[sqlfile.NoArgs] // read before each claim
+	advanceSeq  sqlfile.Stmt[sqlfile.NoArgs]
+	advanceVXID sqlfile.Stmt[sqlfile.NoArgs]
+	advance     sqlfile.Stmt[advanceArgs]
+	join        sqlfile.Stmt[joinArgs]
+	members     sqlfile.Stmt[sqlfile.NoArgs]
+	owners      sqlfile.Stmt[sqlfile.NoArgs]
+	legacy      sqlfile.Stmt[sqlfile.NoArgs]
+	move        sqlfile.Stmt[moveArgs]
+	leave       sqlfile.Stmt[leaveArgs]
 
 	plainRows, partitionedRows *rowStatements
 }
 
 // rowStatements are the statements that name rows by address.
 type rowStatements struct {
-	claim   stmt[claimArgs]
-	mark    stmt[settleArgs]
-	extend  stmt[extendArgs]
-	release stmt[releaseArgs]
-	dead    stmt[deadArgs]
+	claim   sqlfile.Stmt[claimArgs]
+	mark    sqlfile.Stmt[settleArgs]
+	extend  sqlfile.Stmt[extendArgs]
+	release sqlfile.Stmt[releaseArgs]
+	dead    sqlfile.Stmt[deadArgs]
 }
 
 // The arguments of the statements, by name: each field's position is its
@@ -168,14 +168,14 @@ func claimerSlots(cfg Config) (map[string]string, error) {
 		s["aggregate_type_o"] = "o." + col(cfg.Columns.AggregateType) + "::text"
 	}
 	s["key_partition_o"] = `coalesce(o.key_partition, ` + sqlname.Beside(cfg.Table, "_key_partition") + `(o.` + s["aggregate_id"] + `::text))`
-	plan, err := renderFile("plan_settings", s)
+	plan, err := queries.Fill("PlanSettings", s)
 	if err != nil {
 		return nil, err
 	}
 	s["plan_settings"] = plan
 	st := rowstate.NewStates(cfg.Table, cfg.Columns.AggregateID)
 	s["live_o"], s["lease_free_o"] = st.Live("o"), st.LeaseFree("o")
-	guardFrom, err := renderFile("claim_guard_from", s)
+	guardFrom, err := queries.Fill("ClaimGuardFrom", s)
 	if err != nil {
 		return nil, err
 	}
@@ -190,27 +190,27 @@ func newStatements(cfg Config) (*statements, error) {
 		return nil, err
 	}
 	st := &statements{}
-	r := sqlfile.Renderer{Files: sqlFiles, Slots: s}
-	sqlfile.Into(&r, &st.plan, "plan")
-	sqlfile.Into(&r, &st.asyncCommit, "async_commit")
-	sqlfile.Into(&r, &st.beat, "beat")
-	sqlfile.Into(&r, &st.hold, "hold")
-	sqlfile.Into(&r, &st.sweep, "sweep")
-	sqlfile.Into(&r, &st.holdsReset, "holds_reset")
-	sqlfile.Into(&r, &st.unregister, "unregister")
-	sqlfile.Into(&r, &st.requeue, "requeue")
-	sqlfile.Into(&r, &st.partitioned, "partitioned")
-	sqlfile.Into(&r, &st.generation, "generation")
-	sqlfile.Into(&r, &st.holds, "holds")
-	sqlfile.Into(&r, &st.advanceSeq, "advance_seq")
-	sqlfile.Into(&r, &st.advanceVXID, "advance_vxid")
-	sqlfile.Into(&r, &st.advance, "advance")
-	sqlfile.Into(&r, &st.join, "join")
-	sqlfile.Into(&r, &st.members, "members")
-	sqlfile.Into(&r, &st.owners, "owners")
-	sqlfile.Into(&r, &st.legacy, "legacy")
-	sqlfile.Into(&r, &st.move, "move")
-	sqlfile.Into(&r, &st.leave, "leave")
+	r := sqlfile.Renderer{Set: queries, Slots: s}
+	sqlfile.Into(&r, &st.plan, "Plan")
+	sqlfile.Into(&r, &st.asyncCommit, "AsyncCommit")
+	sqlfile.Into(&r, &st.beat, "Beat")
+	sqlfile.Into(&r, &st.hold, "Hold")
+	sqlfile.Into(&r, &st.sweep, "Sweep")
+	sqlfile.Into(&r, &st.holdsReset, "HoldsReset")
+	sqlfile.Into(&r, &st.unregister, "Unregister")
+	sqlfile.Into(&r, &st.requeue, "Requeue")
+	sqlfile.Into(&r, &st.partitioned, "Partitioned")
+	sqlfile.Into(&r, &st.generation, "Generation")
+	sqlfile.Into(&r, &st.holds, "Holds")
+	sqlfile.Into(&r, &st.advanceSeq, "AdvanceSeq")
+	sqlfile.Into(&r, &st.advanceVXID, "AdvanceVXID")
+	sqlfile.Into(&r, &st.advance, "Advance")
+	sqlfile.Into(&r, &st.join, "Join")
+	sqlfile.Into(&r, &st.members, "Members")
+	sqlfile.Into(&r, &st.owners, "Owners")
+	sqlfile.Into(&r, &st.legacy, "Legacy")
+	sqlfile.Into(&r, &st.move, "Move")
+	sqlfile.Into(&r, &st.leave, "Leave")
 	st.plainRows = newRowStatements(&r, cfg, false)
 	st.partitionedRows = newRowStatements(&r, cfg, true)
 	if r.Err != nil {
@@ -226,20 +226,16 @@ func newStatements(cfg Config) (*statements, error) {
 // unaliased, matching the rows of that CTE).
 func newRowStatements(r *sqlfile.Renderer, cfg Config, partitioned bool) *rowStatements {
 	addr := sqlname.NewRowAddress(cfg.Table, cfg.Columns.ID, partitioned)
-	s := make(map[string]string, len(r.Slots)+5)
-	for k, v := range r.Slots {
-		s[k] = v
-	}
-	s["row_address"], s["row_address_o"] = addr.Select(""), addr.Select("o")
 	match := func(a, cte string) string { return strings.TrimPrefix(addr.Match(a, cte), "\n") }
-	s["match_candidates"], s["match_settled"], s["match_settled_o"] = match("o", "candidates"), match("", "settled"), match("o", "settled")
-	rr := sqlfile.Renderer{Files: sqlFiles, Slots: s}
+	s := sqlfile.With(r.Slots, "row_address", addr.Select(""), "row_address_o", addr.Select("o"),
+		"match_candidates", match("o", "candidates"), "match_settled", match("", "settled"), "match_settled_o", match("o", "settled"))
+	rr := sqlfile.Renderer{Set: queries, Slots: s}
 	rs := &rowStatements{}
-	sqlfile.Into(&rr, &rs.claim, "claim")
-	sqlfile.Into(&rr, &rs.mark, "mark")
-	sqlfile.Into(&rr, &rs.extend, "extend")
-	sqlfile.Into(&rr, &rs.release, "release")
-	sqlfile.Into(&rr, &rs.dead, "dead_letter")
+	sqlfile.Into(&rr, &rs.claim, "Claim")
+	sqlfile.Into(&rr, &rs.mark, "Mark")
+	sqlfile.Into(&rr, &rs.extend, "Extend")
+	sqlfile.Into(&rr, &rs.release, "Release")
+	sqlfile.Into(&rr, &rs.dead, "DeadLetter")
 	if rr.Err != nil && r.Err == nil {
 		r.Err = rr.Err
 	}

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"io/fs"
 	"reflect"
 	"regexp"
 	"strings"
@@ -9,7 +8,7 @@ import (
 )
 
 // Every statement renders for every kind of table: no slot or argument is
-// left in the SQL, and every file of sql/ renders with a Claimer's slots.
+// left in the SQL, and every query of sql/ renders with a Claimer's slots.
 func TestStatementsRender(t *testing.T) {
 	t.Parallel()
 	leftover := regexp.MustCompile(`TEMPLATE|@[A-Za-z_]|--`)
@@ -49,12 +48,12 @@ func TestStatementsRender(t *testing.T) {
 	for _, k := range []string{"row_address", "row_address_o", "match_candidates", "match_settled", "match_settled_o"} {
 		slots[k] = "x"
 	}
-	files, err := fs.Glob(sqlFS, "sql/*.sql")
-	if err != nil || len(files) == 0 {
-		t.Fatal(files, err)
+	qs := queries.Queries()
+	if len(qs) == 0 {
+		t.Fatal("no queries in sql/")
 	}
-	for _, f := range files {
-		if _, err := renderFile(strings.TrimSuffix(strings.TrimPrefix(f, "sql/"), ".sql"), slots); err != nil {
+	for _, q := range qs {
+		if _, err := queries.Fill(q.Name, slots); err != nil {
 			t.Error(err)
 		}
 	}

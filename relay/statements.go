@@ -8,13 +8,14 @@ import (
 )
 
 // The relay's own SQL (its sessions' settings and the start-up check of
-// the table; claiming and marking are lease's) lives in sql/*.sql,
-// rendered by internal/sqlfile.
+// the table; claiming and marking are lease's) lives in sql/session.sql,
+// named queries rendered by internal/sqlfile.
 
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-var sqlFiles = sqlfile.NewFiles(sqlFS, "sql")
+// queries are the relay's named queries.
+var queries = sqlfile.MustLoad(sqlFS, "sql")
 
 // poolSettingsArgs: DBTimeoutMS is Config.DBTimeout in milliseconds, as
 // text (the statement is sent with the simple protocol).
@@ -25,12 +26,12 @@ type poolSettingsArgs struct {
 // The statements that take nothing from a Config, rendered once; a broken
 // file fails every test of the package (TestStatementsRender).
 var (
-	poolSettings     = sqlfile.MustRender[poolSettingsArgs](sqlFiles, "pool_settings", nil)
-	listenerSettings = sqlfile.MustRender[sqlfile.NoArgs](sqlFiles, "listener_settings", nil)
+	poolSettings     = sqlfile.MustRender[poolSettingsArgs](queries, "PoolSettings", nil)
+	listenerSettings = sqlfile.MustRender[sqlfile.NoArgs](queries, "ListenerSettings", nil)
 )
 
-// checkTableSQL renders sql/check_table.sql for table.
+// checkTableSQL renders CheckTable for table.
 func checkTableSQL(table string) (string, error) {
-	s, err := sqlfile.Render[sqlfile.NoArgs](sqlFiles, "check_table", map[string]string{"table": sqlname.Quote(table)})
+	s, err := sqlfile.Render[sqlfile.NoArgs](queries, "CheckTable", map[string]string{"table": sqlname.Quote(table)})
 	return s.SQL, err
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Every statement of sql/ renders: no slot, argument or comment is left,
+// Every query of sql/ renders: no slot, argument or comment is left,
 // and the table check names the table it is given.
 func TestStatementsRender(t *testing.T) {
 	t.Parallel()
@@ -16,9 +16,9 @@ func TestStatementsRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(check, `"app"."Out""box"`) {
-		t.Errorf("check_table.sql does not name the table: %q", check)
+		t.Errorf("CheckTable does not name the table: %q", check)
 	}
-	for name, sql := range map[string]string{"pool_settings": poolSettings.SQL, "listener_settings": listenerSettings.SQL, "check_table": check} {
+	for name, sql := range map[string]string{"PoolSettings": poolSettings.SQL, "ListenerSettings": listenerSettings.SQL, "CheckTable": check} {
 		if sql == "" || leftover.MatchString(regexp.MustCompile(`'[^']*'|"[^"]*"`).ReplaceAllString(sql, "")) {
 			t.Errorf("%s rendered as %q", name, sql)
 		}

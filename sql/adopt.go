@@ -3,11 +3,13 @@ package sql
 import (
 	"context"
 	"fmt"
-	"github.com/pgoutbox/outbox/internal/sqlname"
 	"hash/fnv"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -229,58 +231,58 @@ func adoptStatements(table string, cols AdoptColumns, partitioned, hasSeq, compr
 	// table's own, and CREATE INDEX IF NOT EXISTS would skip them.
 	idx := func(suffix string) string { return sqlname.Column(sqlname.BesideName(name, suffix)) }
 	seqName := sqlname.Beside(table, "_seq_seq")
-	st := newScript(with(tableSlots(table),
+	st := newScript(sqlfile.With(tableSlots(table),
 		"lock", sqlname.XactLock(sqlname.LockAdopt, table),
 		"storage", PartitionStorage, "storage_literal", sqlname.Literal(PartitionStorage),
 		"sequence", seqName, "sequence_literal", sqlname.Literal(seqName),
 		"aggregate", sqlname.Column(cols.AggregateID)))
-	st.add("xact_lock")
-	// Locked first (lock_table.sql says why).
-	st.add("lock_table")
+	st.add("XactLock")
+	// Locked first (LockTable says why).
+	st.add("LockTable")
 	// Storage parameters first: adding the seq column rewrites the table,
 	// and the rewrite packs the backlog by this fillfactor. A partitioned
 	// table has no storage: they go to each of its partitions instead.
 	if partitioned {
-		st.add("set_partition_storage")
+		st.add("SetPartitionStorage")
 	} else {
-		st.add("set_storage")
+		st.add("SetStorage")
 	}
 	// seq: an identity column, but on a partitioned table that has
 	// partitions, which refuses one (before PostgreSQL 17): a column
 	// filled by nextval of a sequence the column owns.
 	ownSeq := partitioned && !hasSeq
-	seqFile := "seq_identity_column"
+	seqQuery := "SeqIdentityColumn"
 	if ownSeq {
-		st.add("create_seq_sequence")
-		seqFile = "seq_nextval_column"
+		st.add("CreateSeqSequence")
+		seqQuery = "SeqNextvalColumn"
 	}
-	seqColumn, err := queries.Fill(seqFile, st.slots)
+	seqColumn, err := queries.Fill(seqQuery, st.slots)
 	if err != nil {
 		return nil, fmt.Errorf("render statement: %w", err)
 	}
 	// Adding seq numbers the rows already there in their order on disk:
 	// they are numbered again in the order they were written in.
 	if !hasSeq {
-		st.add("adopt_capture_order")
+		st.add("AdoptCaptureOrder")
 	}
-	st.add("adopt_columns", "seq_column", seqColumn)
+	st.add("AdoptColumns", "seq_column", seqColumn)
 	if ownSeq {
-		st.add("own_seq_sequence")
+		st.add("OwnSeqSequence")
 	}
 	if !hasSeq {
 		if !ownSeq {
-			st.add("adopt_seq_by_default")
+			st.add("AdoptSeqByDefault")
 		}
-		st.add("adopt_renumber_seq")
+		st.add("AdoptRenumberSeq")
 		if !ownSeq {
-			st.add("adopt_seq_always")
+			st.add("AdoptSeqAlways")
 		}
 	}
-	st.add("adopt_unpublished_seq_index", "index", idx("_unpublished_seq_idx"))
-	st.add("adopt_unpublished_aggregate_index", "index", idx("_unpublished_aggregate_idx"))
-	st.add("adopt_dead_letters_index", "index", idx("_dead_letters_idx"))
-	st.add("adopt_published_at_index", "index", idx("_published_at_idx"))
-	st.add("adopt_order_guard")
+	st.add("AdoptUnpublishedSeqIndex", "index", idx("_unpublished_seq_idx"))
+	st.add("AdoptUnpublishedAggregateIndex", "index", idx("_unpublished_aggregate_idx"))
+	st.add("AdoptDeadLettersIndex", "index", idx("_dead_letters_idx"))
+	st.add("AdoptPublishedAtIndex", "index", idx("_published_at_idx"))
+	st.add("AdoptOrderGuard")
 	if err := st.err(); err != nil {
 		return nil, err
 	}
@@ -298,7 +300,7 @@ func adoptStatements(table string, cols AdoptColumns, partitioned, hasSeq, compr
 func addRowChecks(ctx context.Context, tx pgx.Tx, table string, cols AdoptColumns, checks []rowCheck) error {
 	// The insert trigger reads the payload column: one the table lacks
 	// would fail every producer's INSERT after a successful adopt.
-	payload, err := renderTable[noArgs]("payload_column_check", table, "payload", sqlname.Column(cols.Payload))
+	payload, err := renderTable[sqlfile.NoArgs]("PayloadColumnCheck", table, "payload", sqlname.Column(cols.Payload))
 	if err != nil {
 		return err
 	}
@@ -322,7 +324,7 @@ func addRowChecks(ctx context.Context, tx pgx.Tx, table string, cols AdoptColumn
 	drops := make([]string, len(checks))
 	for i, c := range checks {
 		exprs[i] = "(" + c.expr + ")"
-		if drops[i], err = queries.Fill("drop_constraint", map[string]string{"constraint": sqlname.Column(c.name)}); err != nil {
+		if drops[i], err = queries.Fill("DropConstraint", map[string]string{"constraint": sqlname.Column(c.name)}); err != nil {
 			return fmt.Errorf("render statement: %w", err)
 		}
 	}
@@ -331,20 +333,20 @@ func addRowChecks(ctx context.Context, tx pgx.Tx, table string, cols AdoptColumn
 		return err
 	}
 	trigger, onUpdate := sqlname.Column(constraintName(name, "_row_checks")), sqlname.Column(constraintName(name, "_row_checks_on_update"))
-	st := newScript(with(tableSlots(table),
+	st := newScript(sqlfile.With(tableSlots(table),
 		"rules", strings.Join(exprs, ", "),
 		"drops", strings.Join(drops, ",\n  "),
 		"function", fn, "body_literal", sqlname.Literal(body),
 		"columns", strings.Join(on, ", ")))
-	st.add("plan_row_checks")
+	st.add("PlanRowChecks")
 	// The CHECK constraints an earlier adopt added are replaced by the
 	// triggers; two triggers, for the reason migration 00008 gives.
-	st.add("drop_row_check_constraints")
-	st.add("create_row_check_function")
-	st.add("drop_trigger", "trigger", trigger)
-	st.add("create_row_check_insert_trigger", "trigger", trigger)
-	st.add("drop_trigger", "trigger", onUpdate)
-	st.add("create_row_check_update_trigger", "trigger", onUpdate)
+	st.add("DropRowCheckConstraints")
+	st.add("CreateRowCheckFunction")
+	st.add("DropTrigger", "trigger", trigger)
+	st.add("CreateRowCheckInsertTrigger", "trigger", trigger)
+	st.add("DropTrigger", "trigger", onUpdate)
+	st.add("CreateRowCheckUpdateTrigger", "trigger", onUpdate)
 	if err := st.err(); err != nil {
 		return err
 	}
@@ -376,25 +378,25 @@ type rowCheck struct {
 }
 
 // rowChecks returns the rules for the table called table (unqualified)
-// with columns cols (queries/row_check_*.sql); an empty cols.EventType
+// with columns cols (queries/adopt.sql, RowCheck*); an empty cols.EventType
 // leaves out the event type's. For pgoutbox's own column names they must
 // stay the ones of migrations/00008_row_check_trigger.sql
 // (TestAdoptAddsTheMigrationsChecks compares the functions). Text casts
 // let them apply to varchar (Debezium) columns and to columns of other
 // types, as the relay reads them (::text).
 func rowChecks(table string, cols AdoptColumns) ([]rowCheck, error) {
-	type rule struct{ name, file, detail string }
+	type rule struct{ name, query, detail string }
 	rules := []rule{
-		{constraintName(table, "_aggregate_id_check"), "row_check_aggregate_id",
+		{constraintName(table, "_aggregate_id_check"), "RowCheckAggregateID",
 			cols.AggregateID + ` must be 1 to ` + strconv.Itoa(maxAggregateIDBytes) + ` bytes.`},
 	}
 	if cols.EventType != "" {
-		rules = append(rules, rule{constraintName(table, "_event_type_check"), "row_check_event_type", cols.EventType + ` must not be empty.`})
+		rules = append(rules, rule{constraintName(table, "_event_type_check"), "RowCheckEventType", cols.EventType + ` must not be empty.`})
 	}
 	rules = append(rules,
-		rule{constraintName(table, "_headers_check"), "row_check_headers",
+		rule{constraintName(table, "_headers_check"), "RowCheckHeaders",
 			`headers must be NULL or a JSON object of strings, with no empty name and none of event_id, event_type, aggregate_id.`},
-		rule{constraintName(table, "_topic_check"), "row_check_topic",
+		rule{constraintName(table, "_topic_check"), "RowCheckTopic",
 			`topic must be NULL or a Kafka topic name: 1 to 249 characters of a-z A-Z 0-9 . _ -, not "." or "..".`},
 	)
 	slots := map[string]string{
@@ -404,7 +406,7 @@ func rowChecks(table string, cols AdoptColumns) ([]rowCheck, error) {
 	}
 	checks := make([]rowCheck, len(rules))
 	for i, r := range rules {
-		expr, err := queries.Fill(r.file, slots)
+		expr, err := queries.Fill(r.query, slots)
 		if err != nil {
 			return nil, fmt.Errorf("render statement: %w", err)
 		}
@@ -414,16 +416,16 @@ func rowChecks(table string, cols AdoptColumns) ([]rowCheck, error) {
 }
 
 // rowCheckBody returns the body of the row-check trigger function of the
-// rules checks (queries/row_check_body.sql): each rule raising a
+// rules checks (RowCheckBody): each rule raising a
 // check_violation (SQLSTATE 23514) that names the rule's constraint with
 // PostgreSQL's own message for a CHECK constraint
-// (queries/row_check_rule.sql), as migration 00008 writes it, between
+// (RowCheckRule), as migration 00008 writes it, between
 // newlines as there.
 func rowCheckBody(checks []rowCheck) (string, error) {
 	rules := make([]string, len(checks))
 	for i, c := range checks {
 		lit := sqlname.Literal(c.name)
-		rule, err := queries.Fill("row_check_rule", map[string]string{
+		rule, err := queries.Fill("RowCheckRule", map[string]string{
 			"rule": c.expr, "constraint_literal": lit, "detail_literal": sqlname.Literal(c.detail),
 		})
 		if err != nil {
@@ -431,7 +433,7 @@ func rowCheckBody(checks []rowCheck) (string, error) {
 		}
 		rules[i] = rule
 	}
-	body, err := queries.Fill("row_check_body", map[string]string{"rules": strings.Join(rules, "\n")})
+	body, err := queries.Fill("RowCheckBody", map[string]string{"rules": strings.Join(rules, "\n")})
 	if err != nil {
 		return "", fmt.Errorf("render statement: %w", err)
 	}

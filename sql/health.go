@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
 
@@ -77,9 +78,9 @@ type SequenceBehindError struct {
 
 // Fix returns the statement that moves the sequence past MaxSeq:
 // SELECT setval(pg_get_serial_sequence('<table>','seq'), <MaxSeq>)
-// (queries/sequence_fix.sql).
+// (SequenceFix).
 func (e *SequenceBehindError) Fix() string {
-	return mustFill("sequence_fix", map[string]string{
+	return mustFill("SequenceFix", map[string]string{
 		"table_literal": sqlname.Literal(sqlname.Readable(e.Table)),
 		"max_seq":       strconv.FormatInt(e.MaxSeq, 10),
 	})
@@ -288,7 +289,7 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 		r.Sequence = *seq
 		var last int64
 		var called, unlogged bool
-		state, err := renderTable[sequenceArgs]("sequence_state", table, "sequence", r.Sequence)
+		state, err := renderTable[sequenceArgs]("SequenceState", table, "sequence", r.Sequence)
 		if err == nil {
 			err = q.QueryRow(ctx, state.SQL, state.Args(sequenceArgs{r.Sequence})...).Scan(&last, &called, &unlogged)
 		}
@@ -299,7 +300,7 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 		if called {
 			r.SequenceNext++
 		}
-		maxSeq, err := renderTable[noArgs]("max_seq", table)
+		maxSeq, err := renderTable[sqlfile.NoArgs]("MaxSeq", table)
 		if err == nil {
 			err = q.QueryRow(ctx, maxSeq.SQL).Scan(&r.MaxSeq)
 		}
@@ -319,7 +320,7 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 	return r, nil
 }
 
-// sequenceArgs are the arguments of sequence_state.sql: the sequence as
+// sequenceArgs are the arguments of SequenceState: the sequence as
 // regclass prints it.
 type sequenceArgs struct {
 	Sequence string `arg:"sequence"`
@@ -367,9 +368,9 @@ func CheckReplicaIdentity(ctx context.Context, q Querier, table string) error {
 // SlotsSQL lists the logical replication slots of the current database,
 // with the WAL each retains (NULL on a standby, where
 // pg_current_wal_lsn() cannot run, and for a slot without restart_lsn):
-// queries/slots.sql, rendered. A variable, as it is read from that file:
-// do not change it.
-var SlotsSQL = mustRender[noArgs]("slots", nil).SQL
+// the query Slots, rendered. A variable, as it is read from the embedded
+// queries: do not change it.
+var SlotsSQL = mustRender[sqlfile.NoArgs]("Slots", nil).SQL
 
 // ReplicationSlots returns the logical replication slots of the current
 // database (SlotsSQL).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
 
@@ -23,8 +24,8 @@ const backfillBatch = 1000
 // left alone.
 func backfillKeyPartitions(ctx context.Context, pool *pgxpool.Pool, table, aggregateColumn string) error {
 	st := newScript(tableSlots(table))
-	st.add("backfilled")
-	st.add("mark_backfilled")
+	st.add("Backfilled")
+	st.add("MarkBackfilled")
 	if err := st.err(); err != nil {
 		return fmt.Errorf("migrate: key partitions: %w", err)
 	}
@@ -42,9 +43,9 @@ func backfillKeyPartitions(ctx context.Context, pool *pgxpool.Pool, table, aggre
 	}
 	// In seq order from where the last batch ended; on a partitioned table
 	// rows are named by partition and ctid (see the files).
-	name := "backfill_key_partitions"
+	name := "BackfillKeyPartitions"
 	if partitioned {
-		name = "backfill_key_partitions_partitioned"
+		name = "BackfillKeyPartitionsPartitioned"
 	}
 	fill, err := renderTable[backfillArgs](name, table, "aggregate", sqlname.Column(aggregateColumn), "batch_size", strconv.Itoa(backfillBatch))
 	if err != nil {
@@ -66,7 +67,7 @@ func backfillKeyPartitions(ctx context.Context, pool *pgxpool.Pool, table, aggre
 	return nil
 }
 
-// backfillArgs are the arguments of backfill_key_partitions.sql: the seq
+// backfillArgs are the arguments of BackfillKeyPartitions: the seq
 // the batch starts after.
 type backfillArgs struct {
 	After int64 `arg:"after"`
@@ -78,7 +79,7 @@ func checkPartitions(ctx context.Context, pool *pgxpool.Pool, opts MigrateOption
 	if opts.Partitions == 0 {
 		return nil
 	}
-	count, err := renderTable[noArgs]("partition_count", opts.Table)
+	count, err := renderTable[sqlfile.NoArgs]("PartitionCount", opts.Table)
 	if err != nil {
 		return fmt.Errorf("migrate: key partitions: %w", err)
 	}
@@ -96,8 +97,8 @@ func checkPartitions(ctx context.Context, pool *pgxpool.Pool, opts MigrateOption
 // an adopted table whose aggregate ID is in aggregateColumn and payload in
 // payloadColumn: the key_partition and payload_size columns, the function
 // and the insert trigger that fill them in, and the tables of the relays
-// and the partitions' owners (queries/adopt_*.sql and the files they
-// name). compression says the server has pg_column_compression
+// and the partitions' owners (queries/partitions.sql, AdoptKeyPartitionColumns
+// to CreateKeyPartitionTrigger). compression says the server has pg_column_compression
 // (PostgreSQL 14+; see payloadSizeExpr). It is idempotent (an adopted
 // table keeps its partition count).
 func keyPartitionStatements(table, aggregateColumn, payloadColumn string, partitions int, compression bool) ([]string, error) {
@@ -107,47 +108,47 @@ func keyPartitionStatements(table, aggregateColumn, payloadColumn string, partit
 	}
 	// The trigger function's body is a format() string (%s: the number of
 	// partitions), in a literal: every '%' of the names in it doubled.
-	body, err := queries.Fill("key_partition_trigger_body", map[string]string{
+	body, err := queries.Fill("KeyPartitionTriggerBody", map[string]string{
 		"aggregate":    strings.ReplaceAll(sqlname.Column(aggregateColumn), "%", "%%"),
 		"payload_size": strings.ReplaceAll(size, "%", "%%"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("render statement: %w", err)
 	}
-	slots := with(tableSlots(table),
+	slots := sqlfile.With(tableSlots(table),
 		"trigger", sqlname.Column(constraintName(tableName(table), "_key_partition_fill")),
 		"partition_count", strconv.Itoa(partitions),
 		"set_key_partition_body", sqlname.Literal(body))
-	slots = with(slots,
+	slots = sqlfile.With(slots,
 		"key_partition_fn_literal", sqlname.Literal(slots["key_partition_fn"]),
 		"set_key_partition_fn_literal", sqlname.Literal(slots["set_key_partition_fn"]))
 	slots["do_tag"] = dollarTag("adopt", slots)
 	st := newScript(slots)
-	for _, file := range []string{
-		"adopt_key_partition_columns",
-		"adopt_partitioning_table",
-		"adopt_partitioning_time_columns",
-		"adopt_partitioning_row",
-		"adopt_relays_table",
-		"adopt_partitions_table",
-		"adopt_partitions_rows",
-		"adopt_key_partition_functions",
-		"drop_trigger",
-		"create_key_partition_trigger",
+	for _, name := range []string{
+		"AdoptKeyPartitionColumns",
+		"AdoptPartitioningTable",
+		"AdoptPartitioningTimeColumns",
+		"AdoptPartitioningRow",
+		"AdoptRelaysTable",
+		"AdoptPartitionsTable",
+		"AdoptPartitionsRows",
+		"AdoptKeyPartitionFunctions",
+		"DropTrigger",
+		"CreateKeyPartitionTrigger",
 	} {
-		st.add(file)
+		st.add(name)
 	}
 	return st.stmts, st.err()
 }
 
 // payloadSizeExpr is the size migration 00010's trigger writes to
 // payload_size, for the payload column column of the new row
-// (queries/payload_size_compressed.sql; without compression, on
-// PostgreSQL 13, queries/payload_size.sql).
+// (PayloadSizeCompressed; without compression, on
+// PostgreSQL 13, PayloadSize).
 func payloadSizeExpr(column string, compression bool) (string, error) {
-	name := "payload_size"
+	name := "PayloadSize"
 	if compression {
-		name = "payload_size_compressed"
+		name = "PayloadSizeCompressed"
 	}
 	s, err := queries.Fill(name, map[string]string{"payload": sqlname.Column(column)})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
 
@@ -123,41 +124,41 @@ func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs
 // block), so an unqualified table is found through the search_path as the
 // relay finds it.
 func GrantScript(role, table, writerRole string) string {
-	// The statements are queries/grant_*.sql; the comments between them
-	// are the script's own, written here, since rendering drops a file's.
-	slots := with(tableSlots(table), "role", sqlname.Column(role), "role_literal", sqlname.Literal(sqlname.Column(role)))
+	// The statements are queries/grants.sql's; the comments between them
+	// are the script's own, written here, since rendering drops a query's.
+	slots := sqlfile.With(tableSlots(table), "role", sqlname.Column(role), "role_literal", sqlname.Literal(sqlname.Column(role)))
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- Privileges of the outbox relay's role %s on outbox table %s (outbox-relay grants).\n", role, table)
 	b.WriteString("-- Run as the table's owner or a superuser, in its database, after outbox-relay migrate or adopt.\n")
 	b.WriteString("-- The table's schema, and its seq sequence, whose last value the claim floor reads:\n")
 	writeLookups(&b, slots, true)
 	b.WriteString("-- Claims and marks (SELECT, UPDATE); retention deletes published rows (DELETE; --retention, on by default):\n")
-	b.WriteString(mustFill("grant_relay_table", slots) + "\n")
+	b.WriteString(mustFill("GrantRelayTable", slots) + "\n")
 	b.WriteString("-- The claims' order guard:\n")
-	b.WriteString(mustFill("grant_order_guard", slots) + "\n")
+	b.WriteString(mustFill("GrantOrderGuard", slots) + "\n")
 	b.WriteString("-- Ownership of key partitions: the members' heartbeat, who owns which partition, the generation:\n")
-	b.WriteString(mustFill("grant_relays", slots) + "\n")
-	b.WriteString(mustFill("grant_key_partitions", slots) + "\n")
+	b.WriteString(mustFill("GrantRelays", slots) + "\n")
+	b.WriteString(mustFill("GrantKeyPartitions", slots) + "\n")
 	b.WriteString("-- The held-snapshot watch sees other roles' transactions (needs a superuser, or ADMIN OPTION on pg_read_all_stats):\n")
-	b.WriteString(mustFill("grant_read_all_stats", slots) + "\n")
+	b.WriteString(mustFill("GrantReadAllStats", slots) + "\n")
 	if writerRole != "" {
-		w := with(slots, "role", sqlname.Column(writerRole), "role_literal", sqlname.Literal(sqlname.Column(writerRole)))
+		w := sqlfile.With(slots, "role", sqlname.Column(writerRole), "role_literal", sqlname.Literal(sqlname.Column(writerRole)))
 		fmt.Fprintf(&b, "\n-- Writers of role %s (outbox.Add or a plain INSERT): INSERT only; the seq identity needs no privilege on its sequence.\n", writerRole)
 		writeLookups(&b, w, false)
-		b.WriteString(mustFill("grant_writer", w) + "\n")
+		b.WriteString(mustFill("GrantWriter", w) + "\n")
 	}
 	return b.String()
 }
 
 // writeLookups writes the DO block that grants USAGE on the table's
 // schema (and, with sequence, SELECT on its seq sequence) to the role of
-// slots (queries/grant_lookups.sql).
+// slots (GrantLookups).
 func writeLookups(b *strings.Builder, slots map[string]string, sequence bool) {
 	seq := ""
 	if sequence {
-		seq = mustFill("grant_sequence", slots)
+		seq = mustFill("GrantSequence", slots)
 	}
-	b.WriteString(mustFill("grant_lookups", with(slots, "sequence_grant", seq)) + "\n")
+	b.WriteString(mustFill("GrantLookups", sqlfile.With(slots, "sequence_grant", seq)) + "\n")
 }
 
 // besideReadable is sqlname.Beside's name of suffix beside table, as a

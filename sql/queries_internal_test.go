@@ -1,12 +1,13 @@
 package sql
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 )
 
 // leftover is what no rendered statement may hold outside its quoted
@@ -19,15 +20,15 @@ func bare(sql string) string {
 	return regexp.MustCompile(`'[^']*'|"[^"]*"`).ReplaceAllString(sql, "")
 }
 
-// Every file of queries/ renders with the slots the package fills in, is
+// Every query of queries/ renders with the slots the package fills in, is
 // named in the package's Go code, and every statement the package builds
 // renders, for tables of every kind of name, with no slot, argument or
 // comment left in it.
 func TestQueriesRender(t *testing.T) {
 	t.Parallel()
-	files, err := fs.Glob(queryFS, "queries/*.sql")
-	if err != nil || len(files) == 0 {
-		t.Fatal(files, err)
+	qs := queries.Queries()
+	if len(qs) == 0 {
+		t.Fatal("no queries in queries/")
 	}
 	var src strings.Builder
 	goFiles, err := filepath.Glob("*.go")
@@ -54,18 +55,17 @@ func TestQueriesRender(t *testing.T) {
 		"sequence", "sequence_grant", "sequence_literal", "set_key_partition_body", "key_partition_fn_literal", "set_key_partition_fn_literal", "do_tag", "storage", "storage_literal", "to", "trigger"} {
 		slots[k] = "x"
 	}
-	for _, f := range files {
-		name := strings.TrimSuffix(strings.TrimPrefix(f, "queries/"), ".sql")
-		text, err := queries.Fill(name, slots)
+	for _, q := range qs {
+		text, err := queries.Fill(q.Name, slots)
 		if err != nil {
 			t.Error(err)
 			continue
 		}
 		if text == "" || regexp.MustCompile(`TEMPLATE|--|/\*`).MatchString(bare(text)) {
-			t.Errorf("%s rendered as %q", f, text)
+			t.Errorf("%s:%d: %s rendered as %q", q.File, q.Line, q.Name, text)
 		}
-		if !strings.Contains(src.String(), `"`+name+`"`) {
-			t.Errorf("%s: no Go code of the package names %q", f, name)
+		if !strings.Contains(src.String(), `"`+q.Name+`"`) {
+			t.Errorf("%s:%d: no Go code of the package names %q", q.File, q.Line, q.Name)
 		}
 	}
 
@@ -85,29 +85,32 @@ func TestQueriesRender(t *testing.T) {
 	for _, table := range []string{"outbox", `app.Out"box`, "billing.o'utbox", strings.Repeat("ü", 30)} {
 		for _, r := range []func() (string, error){
 			func() (string, error) {
-				s, err := renderTable[timePartitioningArgs]("set_time_partitioning", table)
+				s, err := renderTable[timePartitioningArgs]("SetTimePartitioning", table)
 				return s.SQL, err
 			},
 			func() (string, error) {
-				s, err := renderTable[noArgs]("create_default_partition", table, "partition", "p", "storage", PartitionStorage)
+				s, err := renderTable[sqlfile.NoArgs]("CreateDefaultPartition", table, "partition", "p", "storage", PartitionStorage)
 				return s.SQL, err
 			},
 			func() (string, error) {
-				s, err := renderTable[sequenceArgs]("sequence_state", table, "sequence", "s")
+				s, err := renderTable[sequenceArgs]("SequenceState", table, "sequence", "s")
 				return s.SQL, err
 			},
-			func() (string, error) { s, err := renderTable[noArgs]("max_seq", table); return s.SQL, err },
-			func() (string, error) { s, err := renderTable[noArgs]("partition_count", table); return s.SQL, err },
+			func() (string, error) { s, err := renderTable[sqlfile.NoArgs]("MaxSeq", table); return s.SQL, err },
 			func() (string, error) {
-				s, err := renderTable[noArgs]("read_time_partitioning", table)
-				return s.SQL, err
-			},
-			func() (string, error) {
-				s, err := renderTable[noArgs]("xact_lock", table, "lock", "pg_advisory_xact_lock(1)")
+				s, err := renderTable[sqlfile.NoArgs]("PartitionCount", table)
 				return s.SQL, err
 			},
 			func() (string, error) {
-				s, err := renderTable[noArgs]("payload_column_check", table, "payload", `"payload"`)
+				s, err := renderTable[sqlfile.NoArgs]("ReadTimePartitioning", table)
+				return s.SQL, err
+			},
+			func() (string, error) {
+				s, err := renderTable[sqlfile.NoArgs]("XactLock", table, "lock", "pg_advisory_xact_lock(1)")
+				return s.SQL, err
+			},
+			func() (string, error) {
+				s, err := renderTable[sqlfile.NoArgs]("PayloadColumnCheck", table, "payload", `"payload"`)
 				return s.SQL, err
 			},
 		} {
@@ -117,7 +120,7 @@ func TestQueriesRender(t *testing.T) {
 			}
 			check(table, s)
 		}
-		for _, name := range []string{"backfill_key_partitions", "backfill_key_partitions_partitioned"} {
+		for _, name := range []string{"BackfillKeyPartitions", "BackfillKeyPartitionsPartitioned"} {
 			s, err := renderTable[backfillArgs](name, table, "aggregate", `"aggregate_id"`, "batch_size", "1000")
 			if err != nil {
 				t.Fatal(err)

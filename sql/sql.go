@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 
 	"github.com/jackc/pgx/v5"
@@ -231,7 +232,7 @@ func setTimePartitioning(ctx context.Context, pool *pgxpool.Pool, opts MigrateOp
 	if !byCreatedAt {
 		return fmt.Errorf("migrate: --time-partitioned: table %s is partitioned, but not by RANGE (created_at) alone", opts.Table)
 	}
-	set, err := renderTable[timePartitioningArgs]("set_time_partitioning", opts.Table)
+	set, err := renderTable[timePartitioningArgs]("SetTimePartitioning", opts.Table)
 	if err != nil {
 		return fmt.Errorf("migrate: time partitions: %w", err)
 	}
@@ -250,7 +251,7 @@ func setTimePartitioning(ctx context.Context, pool *pgxpool.Pool, opts MigrateOp
 	if !hasDefault {
 		parts := strings.Split(opts.Table, ".")
 		parts[len(parts)-1] = DefaultPartitionName(opts.Table)
-		create, err := renderTable[noArgs]("create_default_partition", opts.Table,
+		create, err := renderTable[sqlfile.NoArgs]("CreateDefaultPartition", opts.Table,
 			"partition", sqlname.Quote(strings.Join(parts, ".")), "storage", PartitionStorage)
 		if err == nil {
 			_, err = pool.Exec(ctx, create.SQL)
@@ -262,7 +263,7 @@ func setTimePartitioning(ctx context.Context, pool *pgxpool.Pool, opts MigrateOp
 	return nil
 }
 
-// timePartitioningArgs are the arguments of set_time_partitioning.sql:
+// timePartitioningArgs are the arguments of SetTimePartitioning:
 // the interval in seconds and the partitions ahead.
 type timePartitioningArgs struct {
 	IntervalSeconds int64 `arg:"interval_seconds"`

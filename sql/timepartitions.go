@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 )
 
@@ -62,7 +63,7 @@ type TimePartitioning struct {
 func ReadTimePartitioning(ctx context.Context, q RowQuerier, table string) (TimePartitioning, error) {
 	var secs *int64
 	var ahead *int32
-	read, err := renderTable[noArgs]("read_time_partitioning", table)
+	read, err := renderTable[sqlfile.NoArgs]("ReadTimePartitioning", table)
 	if err == nil {
 		err = q.QueryRow(ctx, read.SQL).Scan(&secs, &ahead)
 	}
@@ -139,7 +140,7 @@ func CreateTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string,
 		return nil, wrap(fmt.Errorf("the table is not time-partitioned by pgoutbox (outbox-relay migrate --time-partitioned)"))
 	}
 	t := sqlname.Quote(table)
-	lock, err := renderTable[noArgs]("xact_lock", table, "lock", sqlname.XactLock(sqlname.LockTimePartitions, table))
+	lock, err := renderTable[sqlfile.NoArgs]("XactLock", table, "lock", sqlname.XactLock(sqlname.LockTimePartitions, table))
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -181,10 +182,10 @@ func CreateTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string,
 				continue
 			}
 			lit := func(ts time.Time) string { return sqlname.Literal(ts.UTC().Format("2006-01-02 15:04:05+00")) }
-			st := newScript(with(tableSlots(table), "partition", pgx.Identifier{schema, name}.Sanitize(), "storage", PartitionStorage,
+			st := newScript(sqlfile.With(tableSlots(table), "partition", pgx.Identifier{schema, name}.Sanitize(), "storage", PartitionStorage,
 				"from", lit(start), "to", lit(start.Add(tp.Interval))))
-			st.add("create_time_partition")
-			st.add("attach_time_partition")
+			st.add("CreateTimePartition")
+			st.add("AttachTimePartition")
 			if err := st.err(); err != nil {
 				return fmt.Errorf("partition %s: %w", name, err)
 			}

@@ -11,8 +11,8 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 )
 
-// The commands' SQL lives in sql/*.sql, one statement per file, rendered
-// by internal/sqlfile (which says how the /* TEMPLATE: name */ slots and
+// The commands' SQL lives in sql/*.sql, named queries grouped by command
+// (status.sql, inspect.sql, checks.sql), rendered by internal/sqlfile (which says how the /* TEMPLATE: name */ slots and
 // the @name arguments work) once per command invocation, when the command
 // knows its table and columns: never per row or per retry. The only SQL
 // left in Go is inRecovery's probe (standby.go), which names no table,
@@ -22,15 +22,8 @@ import (
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-// sqlFiles are the commands' statement files.
-var sqlFiles = sqlfile.NewFiles(sqlFS, "sql")
-
-// noArgs is the argument struct of a statement without arguments.
-type noArgs = sqlfile.NoArgs
-
-// stmt is one rendered statement whose $1, $2, ... are the fields of A in
-// order.
-type stmt[A any] = sqlfile.Stmt[A]
+// queries are the commands' named queries.
+var queries = sqlfile.MustLoad(sqlFS, "sql")
 
 // The arguments of the statements, by name: each field's position is its
 // $n.
@@ -79,18 +72,18 @@ func commandSlots(table string, cols lease.Columns) map[string]string {
 
 // statusStatements are the status command's statements.
 type statusStatements struct {
-	counts stmt[noArgs] // status_counts.sql
-	oldest stmt[noArgs] // oldest_unpublished.sql
-	relays stmt[noArgs] // relay_leases.sql
+	counts sqlfile.Stmt[sqlfile.NoArgs] // StatusCounts
+	oldest sqlfile.Stmt[sqlfile.NoArgs] // OldestUnpublished
+	relays sqlfile.Stmt[sqlfile.NoArgs] // RelayLeases
 }
 
 // newStatusStatements renders the status command's statements on table.
 func newStatusStatements(table string, cols lease.Columns) (*statusStatements, error) {
 	st := &statusStatements{}
-	r := sqlfile.Renderer{Files: sqlFiles, Slots: commandSlots(table, cols)}
-	sqlfile.Into(&r, &st.counts, "status_counts")
-	sqlfile.Into(&r, &st.oldest, "oldest_unpublished")
-	sqlfile.Into(&r, &st.relays, "relay_leases")
+	r := sqlfile.Renderer{Set: queries, Slots: commandSlots(table, cols)}
+	sqlfile.Into(&r, &st.counts, "StatusCounts")
+	sqlfile.Into(&r, &st.oldest, "OldestUnpublished")
+	sqlfile.Into(&r, &st.relays, "RelayLeases")
 	if r.Err != nil {
 		return nil, fmt.Errorf("status: render statements: %w", r.Err)
 	}
@@ -102,9 +95,9 @@ func newStatusStatements(table string, cols lease.Columns) (*statusStatements, e
 // first: render renders it, and the blocker's, once that type is known
 // (still once per invocation).
 type inspectStatements struct {
-	idColumnType stmt[idColumnTypeArgs] // id_column_type.sql
-	event        stmt[eventArgs]        // event.sql
-	blocker      stmt[blockerArgs]      // blocker.sql
+	idColumnType sqlfile.Stmt[idColumnTypeArgs] // IDColumnType
+	event        sqlfile.Stmt[eventArgs]        // Event
+	blocker      sqlfile.Stmt[blockerArgs]      // Blocker
 	slots        map[string]string
 }
 
@@ -112,8 +105,8 @@ type inspectStatements struct {
 // statements on table, idColumnType.
 func newInspectStatements(table string, cols lease.Columns) (*inspectStatements, error) {
 	st := &inspectStatements{slots: commandSlots(table, cols)}
-	r := sqlfile.Renderer{Files: sqlFiles, Slots: st.slots}
-	sqlfile.Into(&r, &st.idColumnType, "id_column_type")
+	r := sqlfile.Renderer{Set: queries, Slots: st.slots}
+	sqlfile.Into(&r, &st.idColumnType, "IDColumnType")
 	if r.Err != nil {
 		return nil, fmt.Errorf("inspect: render statements: %w", r.Err)
 	}
@@ -124,9 +117,9 @@ func newInspectStatements(table string, cols lease.Columns) (*inspectStatements,
 // (format_type's spelling, spliced in as a type name).
 func (st *inspectStatements) render(idType string) error {
 	st.slots["id_type"] = idType
-	r := sqlfile.Renderer{Files: sqlFiles, Slots: st.slots}
-	sqlfile.Into(&r, &st.event, "event")
-	sqlfile.Into(&r, &st.blocker, "blocker")
+	r := sqlfile.Renderer{Set: queries, Slots: st.slots}
+	sqlfile.Into(&r, &st.event, "Event")
+	sqlfile.Into(&r, &st.blocker, "Blocker")
 	if r.Err != nil {
 		return fmt.Errorf("inspect: render statements: %w", r.Err)
 	}
@@ -135,14 +128,14 @@ func (st *inspectStatements) render(idType string) error {
 
 // renderCheckTable renders checkTable's statement on table with the
 // columns cols (defaults applied).
-func renderCheckTable(table string, cols lease.Columns) (stmt[noArgs], error) {
+func renderCheckTable(table string, cols lease.Columns) (sqlfile.Stmt[sqlfile.NoArgs], error) {
 	var event []string
 	for _, name := range []string{cols.ID, cols.AggregateID, cols.EventType, cols.Payload, cols.AggregateType} {
 		if name != "" {
 			event = append(event, sqlname.Column(name))
 		}
 	}
-	s, err := sqlfile.Render[noArgs](sqlFiles, "check_table", map[string]string{
+	s, err := sqlfile.Render[sqlfile.NoArgs](queries, "CheckTable", map[string]string{
 		"table":         sqlname.Quote(table),
 		"event_columns": strings.Join(event, ", "),
 	})
@@ -152,20 +145,20 @@ func renderCheckTable(table string, cols lease.Columns) (stmt[noArgs], error) {
 	return s, nil
 }
 
-// renderCheckOrderGuard renders sql/check_order_guard.sql for table, and
+// renderCheckOrderGuard renders CheckOrderGuard for table, and
 // returns the guard's quoted name with it.
-func renderCheckOrderGuard(table string) (stmt[noArgs], string, error) {
+func renderCheckOrderGuard(table string) (sqlfile.Stmt[sqlfile.NoArgs], string, error) {
 	guard := sqlname.OrderGuard(table)
-	s, err := sqlfile.Render[noArgs](sqlFiles, "check_order_guard", map[string]string{"guard": guard})
+	s, err := sqlfile.Render[sqlfile.NoArgs](queries, "CheckOrderGuard", map[string]string{"guard": guard})
 	if err != nil {
 		return s, guard, fmt.Errorf("check order guard of %q: render: %w", table, err)
 	}
 	return s, guard, nil
 }
 
-// renderUnpublishedCount renders sql/unpublished_count.sql for table.
-func renderUnpublishedCount(table string) (stmt[noArgs], error) {
-	s, err := sqlfile.Render[noArgs](sqlFiles, "unpublished_count", map[string]string{"table": sqlname.Quote(table)})
+// renderUnpublishedCount renders UnpublishedCount for table.
+func renderUnpublishedCount(table string) (sqlfile.Stmt[sqlfile.NoArgs], error) {
+	s, err := sqlfile.Render[sqlfile.NoArgs](queries, "UnpublishedCount", map[string]string{"table": sqlname.Quote(table)})
 	if err != nil {
 		return s, fmt.Errorf("count unpublished rows of %q: render: %w", table, err)
 	}

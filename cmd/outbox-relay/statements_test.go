@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io/fs"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,7 +11,7 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 )
 
-// Every file of sql/ renders, and every statement renders for every kind
+// Every query of sql/ renders, and every statement renders for every kind
 // of table: no slot, argument or comment is left in the SQL.
 func TestStatementsRender(t *testing.T) {
 	t.Parallel()
@@ -43,9 +42,9 @@ func TestStatementsRender(t *testing.T) {
 			t.Fatalf("%s: %v", cfg.Table, err)
 		}
 		for name, sql := range map[string]string{
-			"status_counts": status.counts.SQL, "oldest_unpublished": status.oldest.SQL, "relay_leases": status.relays.SQL,
-			"id_column_type": inspect.idColumnType.SQL, "event": inspect.event.SQL, "blocker": inspect.blocker.SQL,
-			"check_table": check.SQL, "check_order_guard": guard.SQL, "unpublished_count": unpublished.SQL,
+			"StatusCounts": status.counts.SQL, "OldestUnpublished": status.oldest.SQL, "RelayLeases": status.relays.SQL,
+			"IDColumnType": inspect.idColumnType.SQL, "Event": inspect.event.SQL, "Blocker": inspect.blocker.SQL,
+			"CheckTable": check.SQL, "CheckOrderGuard": guard.SQL, "UnpublishedCount": unpublished.SQL,
 		} {
 			if sql == "" || sqlfile.Leftover(sql) {
 				t.Errorf("%s: %s rendered as %q", cfg.Table, name, sql)
@@ -53,14 +52,11 @@ func TestStatementsRender(t *testing.T) {
 			rendered[name] = sql
 		}
 	}
-	files, err := fs.Glob(sqlFS, "sql/*.sql")
-	if err != nil || len(files) == 0 {
-		t.Fatal(files, err)
-	}
 	var names []string
-	for _, f := range files {
-		names = append(names, strings.TrimSuffix(strings.TrimPrefix(f, "sql/"), ".sql"))
+	for _, q := range queries.Queries() {
+		names = append(names, q.Name)
 	}
+	slices.Sort(names)
 	var used []string
 	for name := range rendered {
 		used = append(used, name)

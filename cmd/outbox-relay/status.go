@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/owners"
@@ -65,9 +66,9 @@ type statusReport struct {
 
 // relayLeases is one relay holding leases.
 type relayLeases struct {
-	RelayID     string    `json:"relay_id"`
-	Leased      int64     `json:"leased"`
-	LeaseEndsAt time.Time `json:"lease_ends_at"`
+	RelayID     string    `json:"relay_id" db:"relay_id"`
+	Leased      int64     `json:"leased" db:"leased"`
+	LeaseEndsAt time.Time `json:"lease_ends_at" db:"lease_ends_at"`
 }
 
 // queryStatus reads the status of table in one repeatable-read snapshot.
@@ -106,17 +107,11 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	if err != nil {
 		return nil, fmt.Errorf("status: relays: %w", err)
 	}
-	for rows.Next() {
-		var l relayLeases
-		if err := rows.Scan(&l.RelayID, &l.Leased, &l.LeaseEndsAt); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("status: relays: %w", err)
-		}
-		l.LeaseEndsAt = l.LeaseEndsAt.UTC()
-		r.Relays = append(r.Relays, l)
-	}
-	if err := rows.Err(); err != nil {
+	if r.Relays, err = pgx.AppendRows(r.Relays, rows, pgx.RowToStructByName[relayLeases]); err != nil {
 		return nil, fmt.Errorf("status: relays: %w", err)
+	}
+	for i := range r.Relays {
+		r.Relays[i].LeaseEndsAt = r.Relays[i].LeaseEndsAt.UTC()
 	}
 	ins, err := outboxsql.Inspect(ctx, tx, table)
 	if err != nil {

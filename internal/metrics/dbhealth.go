@@ -19,7 +19,7 @@ import (
 // relay.Service.Run and outboxsql.CheckDurability): the table or its seq
 // sequence made UNLOGGED (a crash then empties it), or the sequence
 // restarted below the seqs the table holds (new events then wait for the
-// relay's rescan). One statement (sql/table_check.sql) every
+// relay's rescan). One statement (TableCheck) every
 // Config.Interval, beside the table gauges: the persistence of the table
 // and of its sequence from pg_class, the sequence's last value, the
 // highest unpublished seq and the seq of the row published last (one

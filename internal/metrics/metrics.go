@@ -564,7 +564,7 @@ func (m *Metrics) refresh(ctx context.Context, counts bool) (TableStats, error) 
 	var headCreated []float64
 	var claimableSeq *int64
 	var claimable *float64
-	// The batch opens with the session settings (session_settings.sql:
+	// The batch opens with the session settings (SessionSettings:
 	// the index plans whatever the statistics say, and the statement
 	// timeout), for the statements' own transaction.
 	b := &pgx.Batch{}

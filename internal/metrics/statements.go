@@ -3,7 +3,6 @@ package metrics
 import (
 	"embed"
 	"fmt"
-	"maps"
 	"strconv"
 
 	"github.com/pgoutbox/outbox/internal/rowstate"
@@ -12,8 +11,9 @@ import (
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
-// The gauges' and the checks' SQL lives in sql/*.sql, one statement (or
-// one fragment of a statement) per file, rendered by internal/sqlfile
+// The gauges' and the checks' SQL lives in sql/*.sql, named queries and
+// fragments grouped by concern (gauges.sql, checks.sql), rendered by
+// internal/sqlfile
 // (which says how the /* TEMPLATE: name */ slots and the @name arguments
 // work) once, when New builds the Metrics: a refresh rewrites nothing; the
 // table check's statement, which names the table's sequence, is rendered
@@ -22,41 +22,34 @@ import (
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-// sqlFiles are the Metrics' statement files.
-var sqlFiles = sqlfile.NewFiles(sqlFS, "sql")
-
-// noArgs is the argument struct of a statement without arguments.
-type noArgs = sqlfile.NoArgs
-
-// stmt is one rendered statement whose $1, $2, ... are the fields of A in
-// order.
-type stmt[A any] = sqlfile.Stmt[A]
+// queries are the Metrics' named queries.
+var queries = sqlfile.MustLoad(sqlFS, "sql")
 
 // statements are the Metrics' SQL, rendered from sql/*.sql by New.
 // Metrics embeds them.
 type statements struct {
-	// statsSQL reads the table gauges (table_stats.sql with counts.sql);
-	// agesSQL is the same without the counts (no_counts.sql: NULL
+	// statsSQL reads the table gauges (TableStats with Counts);
+	// agesSQL is the same without the counts (NoCounts: NULL
 	// instead), what an early refresh reads (refresh).
 	statsSQL, agesSQL string
 	// settings opens the gauges' and the table check's statement batches
-	// (session_settings.sql).
-	settings stmt[noArgs]
+	// (SessionSettings).
+	settings sqlfile.Stmt[sqlfile.NoArgs]
 	// owned finds the oldest claimable row of the key partitions a member
-	// owns (owned_claimable.sql):
+	// owns (OwnedClaimable):
 	// outbox_relay_oldest_claimable_age_seconds.
-	owned stmt[ownedArgs]
+	owned sqlfile.Stmt[ownedArgs]
 	// slots are the slots the statements were rendered with, for the
 	// table check's (tableCheckSQL).
 	slots map[string]string
-	// maxSeq reads the table's highest seq (max_seq.sql).
-	maxSeq stmt[noArgs]
+	// maxSeq reads the table's highest seq (MaxSeq).
+	maxSeq sqlfile.Stmt[sqlfile.NoArgs]
 	// snapshotHolders finds the oldest snapshot holder
-	// (oldest_snapshot.sql); snapshotVisibility whether this role sees
-	// other roles' sessions (snapshot_visibility.sql).
-	snapshotHolders, snapshotVisibility stmt[noArgs]
-	// recovery is the "database" readiness check (recovery.sql).
-	recovery stmt[noArgs]
+	// (OldestSnapshot); snapshotVisibility whether this role sees
+	// other roles' sessions (SnapshotVisibility).
+	snapshotHolders, snapshotVisibility sqlfile.Stmt[sqlfile.NoArgs]
+	// recovery is the "database" readiness check (Recovery).
+	recovery sqlfile.Stmt[sqlfile.NoArgs]
 }
 
 // The arguments of the statements, by name: each field's position is its
@@ -67,23 +60,23 @@ type (
 	}
 )
 
-// tableCheckSQL renders the table check's statement (table_check.sql) for
+// tableCheckSQL renders the table check's statement (TableCheck) for
 // the table's seq sequence seq (quoted, as regclass prints it; "" when it
 // has none). The check looks the sequence up at its first run (and again
 // after a failure), not when New renders the other statements, so it
 // renders this one then.
 func (s *statements) tableCheckSQL(seq string) (string, error) {
-	frag := "no_sequence_columns"
-	extra := map[string]string{}
+	frag := "NoSequenceColumns"
+	var extra []string
 	if seq != "" {
-		frag = "sequence_columns"
-		extra = map[string]string{"sequence": seq, "sequence_literal": sqlname.Literal(seq)}
+		frag = "SequenceColumns"
+		extra = []string{"sequence", seq, "sequence_literal", sqlname.Literal(seq)}
 	}
-	cols, err := sqlFiles.Fill(frag, withSlots(s.slots, extra))
+	cols, err := queries.Fill(frag, sqlfile.With(s.slots, extra...))
 	if err != nil {
 		return "", fmt.Errorf("metrics: render the table check: %w", err)
 	}
-	st, err := sqlfile.Render[noArgs](sqlFiles, "table_check", withSlots(s.slots, map[string]string{"sequence_columns": cols}))
+	st, err := sqlfile.Render[sqlfile.NoArgs](queries, "TableCheck", sqlfile.With(s.slots, "sequence_columns", cols))
 	if err != nil {
 		return "", fmt.Errorf("metrics: render the table check: %w", err)
 	}
@@ -117,39 +110,32 @@ func metricsSlots(cfg Config) map[string]string {
 // newStatements renders cfg's statements (cfg with its defaults).
 func newStatements(cfg Config) (*statements, error) {
 	s := metricsSlots(cfg)
-	// The fragments go into table_stats.sql (counts).
+	// The fragments go into TableStats (slot counts).
 	frag := map[string]string{}
-	for _, name := range []string{"counts", "no_counts"} {
-		text, err := sqlFiles.Fill(name, s)
+	for _, name := range []string{"Counts", "NoCounts"} {
+		text, err := queries.Fill(name, s)
 		if err != nil {
 			return nil, fmt.Errorf("metrics: render statements: %w", err)
 		}
 		frag[name] = text
 	}
 	st := &statements{slots: s}
-	var stats, ages stmt[noArgs]
-	r := sqlfile.Renderer{Files: sqlFiles}
-	r.Slots = withSlots(s, map[string]string{"counts": frag["counts"]})
-	sqlfile.Into(&r, &stats, "table_stats")
-	r.Slots = withSlots(s, map[string]string{"counts": frag["no_counts"]})
-	sqlfile.Into(&r, &ages, "table_stats")
+	var stats, ages sqlfile.Stmt[sqlfile.NoArgs]
+	r := sqlfile.Renderer{Set: queries}
+	r.Slots = sqlfile.With(s, "counts", frag["Counts"])
+	sqlfile.Into(&r, &stats, "TableStats")
+	r.Slots = sqlfile.With(s, "counts", frag["NoCounts"])
+	sqlfile.Into(&r, &ages, "TableStats")
 	r.Slots = s
-	sqlfile.Into(&r, &st.settings, "session_settings")
-	sqlfile.Into(&r, &st.owned, "owned_claimable")
-	sqlfile.Into(&r, &st.maxSeq, "max_seq")
-	sqlfile.Into(&r, &st.snapshotHolders, "oldest_snapshot")
-	sqlfile.Into(&r, &st.snapshotVisibility, "snapshot_visibility")
-	sqlfile.Into(&r, &st.recovery, "recovery")
+	sqlfile.Into(&r, &st.settings, "SessionSettings")
+	sqlfile.Into(&r, &st.owned, "OwnedClaimable")
+	sqlfile.Into(&r, &st.maxSeq, "MaxSeq")
+	sqlfile.Into(&r, &st.snapshotHolders, "OldestSnapshot")
+	sqlfile.Into(&r, &st.snapshotVisibility, "SnapshotVisibility")
+	sqlfile.Into(&r, &st.recovery, "Recovery")
 	if r.Err != nil {
 		return nil, fmt.Errorf("metrics: render statements: %w", r.Err)
 	}
 	st.statsSQL, st.agesSQL = stats.SQL, ages.SQL
 	return st, nil
-}
-
-// withSlots returns a copy of slots with extra added.
-func withSlots(slots, extra map[string]string) map[string]string {
-	out := maps.Clone(slots)
-	maps.Copy(out, extra)
-	return out
 }

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"io/fs"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,7 +11,7 @@ import (
 )
 
 // Every statement renders for every kind of table: no slot, argument,
-// comment or open sequence is left in the SQL, and every file of sql/
+// comment or open sequence is left in the SQL, and every query of sql/
 // renders with the Metrics' slots.
 func TestStatementsRender(t *testing.T) {
 	t.Parallel()
@@ -57,12 +56,12 @@ func TestStatementsRender(t *testing.T) {
 	for _, k := range []string{"counts", "sequence_columns", "sequence", "sequence_literal"} {
 		slots[k] = "x"
 	}
-	files, err := fs.Glob(sqlFS, "sql/*.sql")
-	if err != nil || len(files) == 0 {
-		t.Fatal(files, err)
+	qs := queries.Queries()
+	if len(qs) == 0 {
+		t.Fatal("no queries in sql/")
 	}
-	for _, f := range files {
-		if _, err := sqlFiles.Fill(strings.TrimSuffix(strings.TrimPrefix(f, "sql/"), ".sql"), slots); err != nil {
+	for _, q := range qs {
+		if _, err := queries.Fill(q.Name, slots); err != nil {
 			t.Error(err)
 		}
 	}

@@ -28,7 +28,7 @@ import (
 func CheckPartitions(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, table string) error {
-	q, err := renderTableStmt("check_partitions", table)
+	q, err := renderTableStmt("CheckPartitions", table)
 	if err != nil {
 		return err
 	}
@@ -57,17 +57,17 @@ type Owners struct {
 
 // MemberOwnership is one member of Owners.
 type MemberOwnership struct {
-	Member    string    `json:"member"`
-	RelayID   string    `json:"relay_id"`
-	StartedAt time.Time `json:"started_at"`
-	RenewedAt time.Time `json:"renewed_at"`
+	Member    string    `json:"member" db:"member"`
+	RelayID   string    `json:"relay_id" db:"relay_id"`
+	StartedAt time.Time `json:"started_at" db:"started_at"`
+	RenewedAt time.Time `json:"renewed_at" db:"renewed_at"`
 	// Until is when its membership ends unless renewed; Live whether that
 	// is still ahead (by the database clock).
-	Until time.Time `json:"until"`
-	Live  bool      `json:"live"`
+	Until time.Time `json:"until" db:"until"`
+	Live  bool      `json:"live" db:"live"`
 	// Owned are the partitions it owns, since the earliest of Since.
-	Owned []int     `json:"owned"`
-	Since time.Time `json:"since,omitzero"`
+	Owned []int     `json:"owned" db:"-"`
+	Since time.Time `json:"since,omitzero" db:"-"`
 }
 
 // ReadOwners reads who owns table's key partitions (optionally
@@ -84,7 +84,7 @@ func ReadOwners(ctx context.Context, db interface {
 	for _, r := range []struct {
 		sql  *string
 		name string
-	}{{&count, "read_partition_count"}, {&members, "read_members"}, {&owners, "read_owners"}} {
+	}{{&count, "ReadPartitionCount"}, {&members, "ReadMembers"}, {&owners, "ReadOwners"}} {
 		var err error
 		if *r.sql, err = renderTableStmt(r.name, table); err != nil {
 			return nil, err
@@ -98,20 +98,15 @@ func ReadOwners(ctx context.Context, db interface {
 	if err != nil {
 		return nil, fmt.Errorf("read owners: %w", err)
 	}
+	relays, err := pgx.CollectRows(rows, pgx.RowToStructByName[MemberOwnership])
+	if err != nil {
+		return nil, fmt.Errorf("read owners: %w", err)
+	}
 	index := map[string]int{}
-	for rows.Next() {
-		var m MemberOwnership
-		if err := rows.Scan(&m.Member, &m.RelayID, &m.StartedAt, &m.RenewedAt, &m.Until, &m.Live); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read owners: %w", err)
-		}
+	for _, m := range relays {
 		m.Owned = []int{}
 		index[m.Member] = len(o.Relays)
 		o.Relays = append(o.Relays, m)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read owners: %w", err)
 	}
 	rows, err = db.Query(ctx, owners)
 	if err != nil {
@@ -169,9 +164,10 @@ func (o *Owners) Settled() bool {
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-var sqlFiles = sqlfile.NewFiles(sqlFS, "sql")
+// queries are the owners report's named queries (sql/owners.sql).
+var queries = sqlfile.MustLoad(sqlFS, "sql")
 
-// renderTableStmt renders sql/<name>.sql, a statement without arguments,
+// renderTableStmt renders the query name, a statement without arguments,
 // for table (these functions take the table per call, off the claim's
 // path). Slots: table_literal, relays, partitions, partitioning.
 func renderTableStmt(name, table string) (string, error) {
@@ -181,7 +177,7 @@ func renderTableStmt(name, table string) (string, error) {
 		"partitions":    sqlname.Beside(table, "_partitions"),
 		"partitioning":  sqlname.Beside(table, "_partitioning"),
 	}
-	s, err := sqlfile.Render[sqlfile.NoArgs](sqlFiles, name, slots)
+	s, err := sqlfile.Render[sqlfile.NoArgs](queries, name, slots)
 	if err != nil {
 		return "", fmt.Errorf("owners: render statement: %w", err)
 	}

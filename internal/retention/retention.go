@@ -46,6 +46,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -199,7 +200,7 @@ type Cleaner struct {
 	// has read whether the table is partitioned; deleteBatch is then the
 	// statement for it (SQL "" when DropPartitions leaves nothing to
 	// delete row by row).
-	deleteBatch stmt[deleteArgs]
+	deleteBatch sqlfile.Stmt[deleteArgs]
 	resolved    bool
 	partitioned bool
 
@@ -246,11 +247,11 @@ func (c *Cleaner) resolve(ctx context.Context) error {
 	case !partitioned:
 		c.deleteBatch = c.sql.plainDelete
 	case c.cfg.DropPartitions && def != nil:
-		if c.deleteBatch, err = onPartition[deleteArgs](c.sql, "delete_batch", "table", *def); err != nil {
+		if c.deleteBatch, err = onPartition[deleteArgs](c.sql, "DeleteBatch", "table", *def); err != nil {
 			return err
 		}
 	case c.cfg.DropPartitions:
-		c.deleteBatch = stmt[deleteArgs]{}
+		c.deleteBatch = sqlfile.Stmt[deleteArgs]{}
 	default:
 		c.deleteBatch = c.sql.partitionedDelete
 	}
@@ -287,7 +288,7 @@ func (c *Cleaner) dropPartitions(ctx context.Context, p *Pass) error {
 			continue
 		}
 		err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
-			for _, q := range []stmt[noArgs]{c.sql.lockTimeout, c.sql.lockTimePartitions, c.sql.lockTable} {
+			for _, q := range []sqlfile.Stmt[sqlfile.NoArgs]{c.sql.lockTimeout, c.sql.lockTimePartitions, c.sql.lockTable} {
 				if _, err := tx.Exec(ctx, q.SQL); err != nil {
 					return err
 				}
@@ -296,7 +297,7 @@ func (c *Cleaner) dropPartitions(ctx context.Context, p *Pass) error {
 			if err != nil || !ok {
 				return err
 			}
-			drop, err := onPartition[noArgs](c.sql, "drop_partition", "partition", part.Name)
+			drop, err := onPartition[sqlfile.NoArgs](c.sql, "DropPartition", "partition", part.Name)
 			if err != nil {
 				return err
 			}
@@ -324,7 +325,7 @@ func (c *Cleaner) droppable(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, part outboxsql.TimePartition) (bool, error) {
 	var ok bool
-	s, err := onPartition[retentionArgs](c.sql, "droppable", "partition", part.Name)
+	s, err := onPartition[retentionArgs](c.sql, "Droppable", "partition", part.Name)
 	if err != nil {
 		return false, err
 	}

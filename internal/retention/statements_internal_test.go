@@ -2,7 +2,6 @@ package retention
 
 import (
 	"errors"
-	"io/fs"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,7 +11,7 @@ import (
 
 // Every statement renders for every kind of table: no slot, argument or
 // comment is left in the SQL once the partition is filled in, the
-// partition goes where the slot was, and every file of sql/ renders with
+// partition goes where the slot was, and every query of sql/ renders with
 // the Cleaner's slots.
 func TestStatementsRender(t *testing.T) {
 	t.Parallel()
@@ -33,10 +32,10 @@ func TestStatementsRender(t *testing.T) {
 				t.Errorf("%s: %s rendered as %q", cfg.Table, name, sql)
 			}
 		}
-		del, err1 := onPartition[deleteArgs](st, "delete_batch", "table", part)
-		dropOK, err2 := onPartition[retentionArgs](st, "droppable", "partition", part)
-		drop, err3 := onPartition[noArgs](st, "drop_partition", "partition", part)
-		for name, sql := range map[string]string{"delete_batch": del.SQL, "droppable": dropOK.SQL, "drop_partition": drop.SQL} {
+		del, err1 := onPartition[deleteArgs](st, "DeleteBatch", "table", part)
+		dropOK, err2 := onPartition[retentionArgs](st, "Droppable", "partition", part)
+		drop, err3 := onPartition[sqlfile.NoArgs](st, "DropPartition", "partition", part)
+		for name, sql := range map[string]string{"DeleteBatch": del.SQL, "Droppable": dropOK.SQL, "DropPartition": drop.SQL} {
 			if !strings.Contains(sql, part) || sqlfile.Leftover(sql) {
 				t.Errorf("%s: %s on a partition rendered as %q", cfg.Table, name, sql)
 			}
@@ -45,20 +44,20 @@ func TestStatementsRender(t *testing.T) {
 			t.Fatalf("%s: %v", cfg.Table, err)
 		}
 	}
-	files, err := fs.Glob(sqlFS, "sql/*.sql")
-	if err != nil || len(files) == 0 {
-		t.Fatal(files, err)
+	qs := queries.Queries()
+	if len(qs) == 0 {
+		t.Fatal("no queries in sql/")
 	}
 	st, err := newStatements(Config{}.WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := onPartition[noArgs](st, "drop_partition", "partition", part); err != nil || got.SQL != "DROP TABLE "+part {
+	if got, err := onPartition[sqlfile.NoArgs](st, "DropPartition", "partition", part); err != nil || got.SQL != "DROP TABLE "+part {
 		t.Errorf("drop: %q, %v", got.SQL, err)
 	}
 	slots := map[string]string{"table": "t", "partition": "p", "lock_timeout_ms": "1", "time_partitions_lock": "pg_advisory_xact_lock(1, 2)"}
-	for _, f := range files {
-		if _, err := sqlFiles.Fill(strings.TrimSuffix(strings.TrimPrefix(f, "sql/"), ".sql"), slots); err != nil {
+	for _, q := range qs {
+		if _, err := queries.Fill(q.Name, slots); err != nil {
 			t.Error(err)
 		}
 	}

@@ -1,3 +1,64 @@
+-- The claim: its plan settings, the statement that leases a batch, and
+-- what a claim reads before and after it.
+
+-- name: PlanSettings :fragment
+-- A fragment, not a statement: the plan settings every statement batch
+-- of a Claimer sets for its own transaction (Plan, AsyncCommit),
+-- so that each hot statement stays on its index whatever the table's
+-- statistics say.
+--
+-- pgx prepares statements, and after five executions PostgreSQL may
+-- switch one to a generic plan, chosen with the statistics of that
+-- moment. Planned while the table was empty (as autovacuum's ANALYZE
+-- finds it between bursts), the claim becomes a sequential scan and a
+-- sort of the whole table, and the mark a sequential scan
+-- (relay.TestBurstAfterIdleDrainsAsFast). Forcing custom plans would
+-- re-plan the claim at every execution, many times the CPU of running the
+-- cached plan; disabling the plans that read the whole table keeps the
+-- cached plan and makes it the index's: outbox_unpublished_seq_idx in seq
+-- order for the claim and the floor, the seq index for mark, release and
+-- extend.
+--
+-- JIT is off: the claim's SubPlan (and any plan the disabled nodes
+-- inflate) would otherwise be compiled, some 20 ms a claim for nothing.
+set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)
+
+-- name: Plan :exec
+-- Sets the plan settings (PlanSettings) for the rest of the
+-- (implicit) transaction. A claim that registers the relay in the order
+-- guard starts with this one, not AsyncCommit: it commits
+-- synchronously, because relays of older versions skip their guard on the
+-- strength of that registration, so a database crash must not lose it
+-- while its leases survive.
+SELECT /* TEMPLATE: plan_settings */
+
+-- name: AsyncCommit :exec
+-- Turns off synchronous_commit for the rest of the (implicit)
+-- transaction, and sets the plan settings (PlanSettings).
+--
+-- Claims and marks commit without waiting for their WAL flush: they
+-- become visible at once, and a database crash can only lose the last few
+-- hundred milliseconds of them, which returns those rows to "unclaimed" or
+-- "unpublished": they are published again, which at-least-once delivery
+-- allows. It takes a WAL flush off every claim, which is on the path of
+-- every event's commit-to-publish latency. The writer's transactions are
+-- untouched: they commit with the application's own setting.
+SELECT set_config('synchronous_commit', 'off', true), /* TEMPLATE: plan_settings */
+
+-- name: ClaimGuardFrom :fragment
+-- A fragment of Claim (the lower bound of the order guard's probes),
+-- not a statement; it names Claim's CTE lo.
+--
+-- The guard's probes start at the lowest unpublished seq at or above the
+-- floor (lo.guard: @floor, or 0 after a restart of the sequence), computed
+-- once per claim (an InitPlan): no row below it is leased or backing off.
+-- Every probe walks its aggregate's index entries from there, dead ones
+-- included; from seq 0 (a new relay, or a rescan) each probe would walk
+-- its aggregate's whole history while a long transaction keeps VACUUM
+-- from removing it.
+(SELECT coalesce(min(m.seq), (SELECT guard FROM lo)) FROM /* TEMPLATE: table */ m WHERE m.published_at IS NULL AND m.seq >= (SELECT guard FROM lo))
+
+-- name: Claim :many
 -- The claim: leases up to @batch_size claimable rows of the partitions
 -- this relay (@member) owns, in seq order, for @lease_ms milliseconds
 -- under holder @holder and claim token @token, and returns them.
@@ -45,7 +106,7 @@ WITH lo AS MATERIALIZED (
   -- giving back), as its last rebalance left them at generation
   -- @generation; @owns_any says whether any is true. The mask holds only
   -- while the generation is unchanged: every change of members or owners
-  -- bumps it (join.sql, move.sql, leave.sql), so a relay whose partitions
+  -- bumps it (Join, Move, Leave), so a relay whose partitions
   -- moved (paused past its membership, say, or a takeover that committed
   -- while it rebalanced) takes nothing, and rebalances at once (the
   -- generation read after the claim, Claimer.queueClaim). Reading one row
@@ -67,7 +128,7 @@ WITH lo AS MATERIALIZED (
   -- into an anti-join that reads the whole table once per claim; as a
   -- correlated SubPlan it is one probe of outbox_unpublished_aggregate_idx
   -- per candidate, which stops at the first blocking row. Its probes start
-  -- at claim_guard_from.sql. JIT is off for the claim (plan_settings.sql):
+  -- at ClaimGuardFrom. JIT is off for the claim (PlanSettings):
   -- the SubPlan's pessimistic cost estimate would otherwise trigger JIT
   -- compilation.
   --
@@ -119,12 +180,35 @@ WITH lo AS MATERIALIZED (
 UPDATE /* TEMPLATE: table */ o
 SET locked_until = least(now() + @lease_ms * interval '1 millisecond', (SELECT until FROM me)), locked_by = @holder, claim_token = @token
 /* TEMPLATE: match_candidates */
-RETURNING o.seq, o./* TEMPLATE: id */::text, o./* TEMPLATE: aggregate_id */::text, o./* TEMPLATE: event_type */::text, CASE WHEN o.payload_size > @max_bytes THEN NULL ELSE o./* TEMPLATE: payload */ END,
-  o.headers, o.topic, o.created_at, o.attempts, o.locked_until, /* TEMPLATE: aggregate_type_o */,
-  /* TEMPLATE: key_partition_o */, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint, o.payload_size
+RETURNING o.seq, o./* TEMPLATE: id */::text AS id, o./* TEMPLATE: aggregate_id */::text AS aggregate_id, o./* TEMPLATE: event_type */::text AS event_type,
+  CASE WHEN o.payload_size > @max_bytes THEN NULL ELSE o./* TEMPLATE: payload */ END AS payload,
+  o.headers, o.topic, o.created_at, o.attempts, o.locked_until, /* TEMPLATE: aggregate_type_o */ AS aggregate_type,
+  /* TEMPLATE: key_partition_o */ AS key_partition, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint AS lease_ms, o.payload_size
 )
 -- The last two columns: the rows taken over (whose previous lease had
 -- ended unsettled), and whether the byte bound left claimable rows behind,
 -- so that the relay claims again at once as after a full batch
--- (Batch.More).
-SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over), (SELECT count(*) FROM scan) > (SELECT count(*) FROM candidates) FROM claimed
+-- (Batch.More). The relay reads the columns by name (claimedRow).
+SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) AS taken_over,
+  (SELECT count(*) FROM scan) > (SELECT count(*) FROM candidates) AS more
+FROM claimed
+
+-- name: Holds :one
+-- Whether a row backs off after a failed publish or is held as a dead
+-- letter ('holds' in the order guard), queued before the claim in the
+-- claim's own transaction: read before the claim's snapshot, false means
+-- that no such row lies below the claim's resume point (resume.go).
+SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: guard */ g WHERE g.key = 'holds' AND g.until > now())
+
+-- name: Generation :one
+-- Read after each claim: the generation (a change means another relay
+-- joined, left or moved partitions) and whether a member's membership
+-- ran out (its partitions are free): either makes the next claim
+-- rebalance first.
+SELECT m.generation, EXISTS (SELECT 1 FROM /* TEMPLATE: relays */ r WHERE r.until <= now()) FROM /* TEMPLATE: partitioning */ m
+
+-- name: Partitioned :one
+-- Whether the outbox table (@table, quoted and schema-qualified) is
+-- partitioned (PARTITION BY), which decides how the statements that
+-- update rows they selected name them (the row_address slots).
+SELECT relkind = 'p' FROM pg_class WHERE oid = @table::regclass

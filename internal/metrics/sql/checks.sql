@@ -1,0 +1,70 @@
+-- The table check and the readiness checks.
+
+-- name: TableCheck :one
+-- The table check (Metrics.CheckTable), every Config.Interval beside the
+-- table gauges, after SessionSettings: what a database setting can
+-- change under a running relay without a word.
+--
+-- Its columns: whether the table is UNLOGGED; the sequence behind the
+-- table's seqs (SequenceColumns: its last value, whether it was
+-- called, whether it is UNLOGGED; NULLs from NoSequenceColumns for a
+-- table without one); the first UNLOGGED partition of a partitioned table
+-- (a partition of its own may be UNLOGGED; pg_partition_tree of a plain
+-- table is the table alone, at level 0, so NULL there); the highest
+-- unpublished seq and the seq of the row published last (one probe of a
+-- partial index each); and the database's logical replication slots with
+-- the WAL each keeps (the replication_slots slot: outboxsql.SlotsSQL), as
+-- JSON.
+SELECT (SELECT relpersistence = 'u' FROM pg_class WHERE oid = /* TEMPLATE: table_literal */::regclass), /* TEMPLATE: sequence_columns */,
+  (SELECT min(u.oid::regclass::text) FROM pg_partition_tree(/* TEMPLATE: table_literal */::regclass) pt JOIN pg_class u ON u.oid = pt.relid
+     WHERE pt.level > 0 AND u.relpersistence = 'u'),
+  (SELECT o.seq FROM /* TEMPLATE: table */ o WHERE o.published_at IS NULL ORDER BY o.seq DESC LIMIT 1),
+  (SELECT o.seq FROM /* TEMPLATE: table */ o WHERE o.published_at IS NOT NULL ORDER BY o.published_at DESC LIMIT 1),
+  (SELECT coalesce(json_agg(json_build_object('name', s.name, 'plugin', s.plugin, 'active', s.active, 'retained_wal_bytes', s.retained)), '[]')
+     FROM (/* TEMPLATE: replication_slots */) s (name, plugin, active, retained))
+
+-- name: SequenceColumns :fragment
+-- A fragment of TableCheck (three of its columns), not a statement:
+-- the table's seq sequence (the sequence slot, quoted as regclass prints
+-- it; sequence_literal, the same as a string literal), which the table
+-- check looks up at its first run: its last value and whether nextval has
+-- handed that value out yet (the next seq), and whether the sequence is
+-- UNLOGGED (a crash then restarts it).
+(SELECT last_value FROM /* TEMPLATE: sequence */), (SELECT is_called FROM /* TEMPLATE: sequence */),
+  (SELECT relpersistence = 'u' FROM pg_class WHERE oid = /* TEMPLATE: sequence_literal */::regclass)
+
+-- name: NoSequenceColumns :fragment
+-- A fragment of TableCheck (three of its columns), not a statement:
+-- SequenceColumns's columns for a table whose seq column has no
+-- sequence: nothing to check.
+NULL::bigint, NULL::bool, NULL::bool
+
+-- name: OldestSnapshot :one
+-- The oldest snapshot of another session in this database, and the oldest
+-- prepared transaction, whichever has been open longest (Metrics.OldestSnapshot,
+-- outbox_oldest_snapshot_age_seconds): while either runs, VACUUM cannot
+-- remove the outbox table's dead row versions.
+--
+-- Columns: pid (0 for a prepared transaction), application_name, user,
+-- state, client address, the transaction's age in seconds, and how many
+-- transaction IDs behind the current one its snapshot is.
+SELECT pid, coalesce(application_name, ''), coalesce(usename::text, ''), coalesce(state, ''),
+  coalesce(host(client_addr), ''), extract(epoch FROM now() - xact_start)::float8, age(backend_xmin)::bigint
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL AND xact_start IS NOT NULL
+UNION ALL
+SELECT 0, '', owner::text, 'prepared', '', extract(epoch FROM now() - prepared)::float8, age(transaction)::bigint
+FROM pg_prepared_xacts WHERE database = current_database()
+ORDER BY 6 DESC LIMIT 1
+
+-- name: SnapshotVisibility :one
+-- Whether this role sees every role's sessions in pg_stat_activity
+-- (OldestSnapshot): without the privileges of pg_read_all_stats (or
+-- a superuser's) their xact_start and backend_xmin read as NULL. Read
+-- once, at the refresher's start.
+SELECT current_user::text, pg_has_role('pg_read_all_stats', 'USAGE')
+
+-- name: Recovery :one
+-- The "database" readiness check: whether the server is in recovery (a
+-- standby, where claims cannot write), and its address for the message.
+SELECT pg_is_in_recovery(), host(inet_server_addr()), inet_server_port()

@@ -1,2 +1,0 @@
--- The live members, which Assign shares the key partitions among.
-SELECT member FROM /* TEMPLATE: relays */ WHERE until > now() ORDER BY member
