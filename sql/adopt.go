@@ -233,7 +233,7 @@ func adoptStatements(table string, cols AdoptColumns, partitioned, hasSeq, compr
 	seqName := sqlname.Beside(table, "_seq_seq")
 	st := newScript(sqlfile.With(tableSlots(table),
 		"lock", sqlname.XactLock(sqlname.LockAdopt, table),
-		"storage", PartitionStorage, "storage_literal", sqlname.Literal(PartitionStorage),
+		"storage", partitionStorage, "storage_literal", sqlname.Literal(partitionStorage),
 		"sequence", seqName, "sequence_literal", sqlname.Literal(seqName),
 		"aggregate", sqlname.Column(cols.AggregateID)))
 	st.add("XactLock")

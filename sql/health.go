@@ -312,7 +312,7 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 	if r.ReplicaIdentity, r.Publications, err = publications(ctx, q, table); err != nil {
 		return nil, wrap(err)
 	}
-	slots, err := ReplicationSlots(ctx, q)
+	slots, err := replicationSlots(ctx, q)
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -372,9 +372,9 @@ func CheckReplicaIdentity(ctx context.Context, q Querier, table string) error {
 // queries: do not change it.
 var SlotsSQL = mustRender[sqlfile.NoArgs]("Slots", nil).SQL
 
-// ReplicationSlots returns the logical replication slots of the current
+// replicationSlots returns the logical replication slots of the current
 // database (SlotsSQL).
-func ReplicationSlots(ctx context.Context, q Querier) ([]Slot, error) {
+func replicationSlots(ctx context.Context, q Querier) ([]Slot, error) {
 	rows, err := q.Query(ctx, SlotsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("replication slots: %w", err)

@@ -89,7 +89,7 @@ func TestQueriesRender(t *testing.T) {
 				return s.SQL, err
 			},
 			func() (string, error) {
-				s, err := renderTable[sqlfile.NoArgs]("CreateDefaultPartition", table, "partition", "p", "storage", PartitionStorage)
+				s, err := renderTable[sqlfile.NoArgs]("CreateDefaultPartition", table, "partition", "p", "storage", partitionStorage)
 				return s.SQL, err
 			},
 			func() (string, error) {

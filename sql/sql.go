@@ -250,9 +250,9 @@ func setTimePartitioning(ctx context.Context, pool *pgxpool.Pool, opts MigrateOp
 	}
 	if !hasDefault {
 		parts := strings.Split(opts.Table, ".")
-		parts[len(parts)-1] = DefaultPartitionName(opts.Table)
+		parts[len(parts)-1] = defaultPartitionName(opts.Table)
 		create, err := renderTable[sqlfile.NoArgs]("CreateDefaultPartition", opts.Table,
-			"partition", sqlname.Quote(strings.Join(parts, ".")), "storage", PartitionStorage)
+			"partition", sqlname.Quote(strings.Join(parts, ".")), "storage", partitionStorage)
 		if err == nil {
 			_, err = pool.Exec(ctx, create.SQL)
 		}
@@ -415,7 +415,7 @@ var createTableRE = regexp.MustCompile(`(?s)\n\) WITH \(.*?\n\);`)
 // partitioned by RANGE (created_at) (MigrateOptions.TimePartitioned): the
 // primary key becomes (id, created_at), as a partitioned table's unique
 // keys must contain its partition key, and the storage parameters go to
-// each partition instead (PartitionStorage).
+// each partition instead (partitionStorage).
 func timePartitionedTable(s string) (string, error) {
 	const pk = "id           uuid        PRIMARY KEY,"
 	if strings.Count(s, pk) != 1 || len(createTableRE.FindAllStringIndex(s, -1)) != 1 {

@@ -39,11 +39,11 @@ const (
 	partitionLockTimeout = "5s"
 )
 
-// PartitionStorage are the storage parameters every partition of a
+// partitionStorage are the storage parameters every partition of a
 // time-partitioned outbox table gets when it is created (a partitioned
 // table has no storage and refuses them): those migrations 00001, 00003
 // and 00006 give a plain outbox table.
-const PartitionStorage = "fillfactor = 40, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01, vacuum_index_cleanup = on"
+const partitionStorage = "fillfactor = 40, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01, vacuum_index_cleanup = on"
 
 // TimePartitioning is what <table>_partitioning records about a table
 // partitioned by created_at by MigrateWith (migration 00011).
@@ -90,9 +90,9 @@ func TimePartitionName(table string, start time.Time) string {
 	return parts[len(parts)-1] + "_p" + start.UTC().Format("20060102_1504")
 }
 
-// DefaultPartitionName returns the unqualified name of the DEFAULT
+// defaultPartitionName returns the unqualified name of the DEFAULT
 // partition MigrateWith gives a time-partitioned table: <table>_default.
-func DefaultPartitionName(table string) string {
+func defaultPartitionName(table string) string {
 	parts := strings.Split(table, ".")
 	return parts[len(parts)-1] + "_default"
 }
@@ -119,7 +119,7 @@ func EnsureTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string)
 
 // CreateTimePartitions creates the missing partitions of table that cover
 // [from, to): one per TimePartitioning.Interval, aligned to multiples of it
-// since the Unix epoch, named by TimePartitionName, with PartitionStorage.
+// since the Unix epoch, named by TimePartitionName, with partitionStorage.
 // Each is created as a table of its own (CREATE TABLE ... (LIKE table
 // INCLUDING DEFAULTS INCLUDING CONSTRAINTS)) and attached, which locks
 // table in SHARE UPDATE EXCLUSIVE mode only: producers and relays go on
@@ -182,7 +182,7 @@ func CreateTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string,
 				continue
 			}
 			lit := func(ts time.Time) string { return sqlname.Literal(ts.UTC().Format("2006-01-02 15:04:05+00")) }
-			st := newScript(sqlfile.With(tableSlots(table), "partition", pgx.Identifier{schema, name}.Sanitize(), "storage", PartitionStorage,
+			st := newScript(sqlfile.With(tableSlots(table), "partition", pgx.Identifier{schema, name}.Sanitize(), "storage", partitionStorage,
 				"from", lit(start), "to", lit(start.Add(tp.Interval))))
 			st.add("CreateTimePartition")
 			st.add("AttachTimePartition")
