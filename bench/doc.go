@@ -43,6 +43,12 @@
 // (the same Kafka client and broker without a database: produce, consume).
 // "notify-proc" is the notify relay as a child process (Env.RelayBin, see
 // BuildRelay), whose own RSS and CPU time are read from /proc.
+// "notify-every-tx" (latency only) is the simple design beside it: the
+// same process with its claim window off (no lingering, no busy
+// schedule: it claims on a notification, the fallback poll or a full
+// batch) and writers that notify in every transaction
+// (outbox.WakeupEveryTx). SuiteConfig.LatencyRounds runs the latency modes
+// several times at each rate, interleaved (A B, B A, ...).
 //
 // Every latency run also measures the broker's own produce-to-consume
 // latency under the same load (a floor probe: LatencyConfig.FloorProbeRate)

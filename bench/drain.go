@@ -98,6 +98,9 @@ func (c *DrainConfig) validate() error {
 	default:
 		c.Relay.Mode = c.Mode
 	}
+	if c.Mode == ModeNotifyEveryTx {
+		return fmt.Errorf("bench: DrainConfig.Mode: %s is a latency mode only", c.Mode)
+	}
 	if err := c.Relay.validate(); err != nil {
 		if c.Mode != ModeSQLCeiling {
 			return err

@@ -21,8 +21,10 @@ import (
 type LatencyConfig struct {
 	// Mode is ModeNotify, ModePoll, ModeNaive, ModeNotifyProc (the notify
 	// relay as a process, Env.RelayBin: its CPU time is measured),
-	// ModeFloor or ModeWritersOnly (the writers alone, no relay: the
-	// baseline of the cost figures). Required.
+	// ModeNotifyEveryTx (the same process with its claim window off, the
+	// writers notifying in every transaction), ModeFloor or
+	// ModeWritersOnly (the writers alone, no relay: the baseline of the
+	// cost figures). Required.
 	Mode string
 	// Relay configures the relay (Relay.Mode is set from Mode). Ignored
 	// for floor and writers-only.
@@ -94,9 +96,9 @@ type LatencyConfig struct {
 
 func (c *LatencyConfig) validate() error {
 	switch c.Mode {
-	case ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc, ModeWritersOnly:
+	case ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc, ModeNotifyEveryTx, ModeWritersOnly:
 	default:
-		return fmt.Errorf("bench: LatencyConfig.Mode: %q is not notify, poll, naive, floor, notify-proc or writers-only", c.Mode)
+		return fmt.Errorf("bench: LatencyConfig.Mode: %q is not notify, poll, naive, floor, notify-proc, notify-every-tx or writers-only", c.Mode)
 	}
 	if c.Scenario == "" {
 		c.Scenario = ScenarioLatency
@@ -134,8 +136,8 @@ func (c *LatencyConfig) validate() error {
 	switch {
 	case c.Relays < 1 || c.Relays > 16:
 		return fmt.Errorf("bench: LatencyConfig.Relays: must be 1..16, got %d", c.Relays)
-	case c.Relays > 1 && c.Mode != ModeNotify && c.Mode != ModeNotifyProc && c.Mode != ModePoll:
-		return fmt.Errorf("bench: LatencyConfig.Relays: several relays need mode notify, notify-proc or poll, not %s", c.Mode)
+	case c.Relays > 1 && c.Mode != ModeNotify && !procMode(c.Mode) && c.Mode != ModePoll:
+		return fmt.Errorf("bench: LatencyConfig.Relays: several relays need mode notify, notify-proc, notify-every-tx or poll, not %s", c.Mode)
 	case math.IsNaN(c.FloorProbeRate) || math.IsInf(c.FloorProbeRate, 0) || c.FloorProbeRate > 10000:
 		return fmt.Errorf("bench: LatencyConfig.FloorProbeRate: must be at most 10000 records/s (negative: off), got %v", c.FloorProbeRate)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
@@ -214,6 +216,9 @@ func (c *LatencyConfig) writerWakeup() (outbox.WakeupMode, bool) {
 		m, after, _ := parseWakeup(c.WakeupMode) // checked by validate
 		return m, after
 	}
+	if c.Mode == ModeNotifyEveryTx {
+		return outbox.WakeupEveryTx, false
+	}
 	if c.wakeups() {
 		return outbox.WakeupDebounced, false // the writer's default
 	}
@@ -229,10 +234,11 @@ func (c *LatencyConfig) wakeupName() string {
 	return m.String()
 }
 
-// wakeups reports whether the run's writers queue debounced wake-ups.
+// wakeups reports whether the run's writers notify the relay (debounced,
+// or in every transaction in ModeNotifyEveryTx).
 func (c *LatencyConfig) wakeups() bool {
 	switch c.Mode {
-	case ModeNotify, ModeNotifyProc:
+	case ModeNotify, ModeNotifyProc, ModeNotifyEveryTx:
 		return true
 	case ModeWritersOnly:
 		return c.Wakeups
@@ -335,7 +341,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		if cfg.Mode != ModeNaive {
 			run.LeaseMS = ms(cfg.Relay.Lease)
 		}
-		run.RelayDefaults = cfg.Relay.ProcDefaults && cfg.Mode == ModeNotifyProc
+		run.RelayDefaults = cfg.Relay.ProcDefaults && procMode(cfg.Mode)
 		if cfg.Relays > 1 {
 			run.LatencyRelays = cfg.Relays
 		}

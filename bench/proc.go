@@ -70,8 +70,9 @@ func schemaURL(dsn, schema, app string) (string, error) {
 // no retention cleaner), with the metrics server on metricsAddr (the bench
 // reads the relay's counters there). With cfg.ProcDefaults only what
 // connects it to the run is given (brokers, topic, channel, metrics
-// address, logging, start-up wait): every other setting is the relay's
-// default, retention included.
+// address, logging, start-up wait; in ModeNotifyEveryTx also
+// --claim-window, off): every other setting is the relay's default,
+// retention included.
 func relayArgs(brokers []string, topic, channel, metricsAddr string, cfg RelayConfig) []string {
 	args := []string{"run",
 		"--brokers", strings.Join(brokers, ","),
@@ -89,12 +90,12 @@ func relayArgs(brokers []string, topic, channel, metricsAddr string, cfg RelayCo
 			"--batch-size", strconv.Itoa(cfg.BatchSize),
 			"--retention=-1s",
 		)
-		if cfg.ClaimWindow != 0 {
-			args = append(args, "--claim-window="+cfg.ClaimWindow.String())
-		}
 		if cfg.ClaimWindowPoll != 0 {
 			args = append(args, "--claim-window-poll="+cfg.ClaimWindowPoll.String())
 		}
+	}
+	if cfg.ClaimWindow != 0 && (!cfg.ProcDefaults || cfg.Mode == ModeNotifyEveryTx) {
+		args = append(args, "--claim-window="+cfg.ClaimWindow.String())
 	}
 	if cfg.BusyClaimInterval != 0 {
 		args = append(args, "--busy-claim-interval="+cfg.BusyClaimInterval.String())

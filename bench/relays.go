@@ -21,9 +21,10 @@ import (
 
 // RelayConfig configures the relay under test in one run.
 type RelayConfig struct {
-	// Mode is ModeNotify, ModePoll, ModeNaive or ModeNotifyProc (the
-	// notify relay as an `outbox-relay run` process, Env.RelayBin).
-	// Required.
+	// Mode is ModeNotify, ModePoll, ModeNaive, ModeNotifyProc (the
+	// notify relay as an `outbox-relay run` process, Env.RelayBin) or
+	// ModeNotifyEveryTx (the same process, its claim window off whatever
+	// ClaimWindow says). Required.
 	Mode string
 	// PollInterval is the relay's poll interval (notify: the fallback
 	// poll). Defaults to 500ms.
@@ -44,9 +45,11 @@ type RelayConfig struct {
 	// notify-proc, even with ProcDefaults): 0 keeps the relay's default
 	// (relay.DefaultBusyClaimInterval).
 	BusyClaimInterval time.Duration
-	// ProcDefaults runs a relay process (ModeNotifyProc) with the
-	// relay's own defaults: PollInterval, Lease, BatchSize and ClaimWindow are
-	// not passed on, and the retention cleaner runs with its default.
+	// ProcDefaults runs a relay process (ModeNotifyProc,
+	// ModeNotifyEveryTx) with the relay's own defaults: PollInterval,
+	// Lease, BatchSize and ClaimWindow are not passed on (but
+	// ModeNotifyEveryTx's --claim-window off), and the retention cleaner
+	// runs with its default.
 	// Defaults to false: the process gets the same settings as the
 	// in-process relay, retention off.
 	ProcDefaults bool
@@ -54,12 +57,15 @@ type RelayConfig struct {
 
 func (c *RelayConfig) validate() error {
 	switch c.Mode {
-	case ModeNotify, ModePoll, ModeNaive, ModeNotifyProc:
+	case ModeNotify, ModePoll, ModeNaive, ModeNotifyProc, ModeNotifyEveryTx:
 	default:
-		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll, naive or notify-proc", c.Mode)
+		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll, naive, notify-proc or notify-every-tx", c.Mode)
 	}
 	if c.ProcDefaults {
 		c.PollInterval, c.Lease, c.BatchSize, c.ClaimWindow, c.ClaimWindowPoll = relay.DefaultPollInterval, lease.DefaultLease, lease.DefaultBatchSize, 0, 0
+	}
+	if c.Mode == ModeNotifyEveryTx {
+		c.ClaimWindow = claimWindowOff
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 500 * time.Millisecond
@@ -80,6 +86,16 @@ func (c *RelayConfig) validate() error {
 	}
 	return nil
 }
+
+// claimWindowOff is RelayConfig.ClaimWindow (and the relay's
+// --claim-window) in ModeNotifyEveryTx: negative, so that the relay
+// neither lingers after a claim that found events nor claims on the busy
+// schedule (relay.Config.ClaimWindow).
+const claimWindowOff = -time.Millisecond
+
+// procMode reports whether mode runs the relay as an `outbox-relay run`
+// process (Env.RelayBin).
+func procMode(mode string) bool { return mode == ModeNotifyProc || mode == ModeNotifyEveryTx }
 
 // relayStats are the counters the report needs from any relay.
 type relayStats struct {
@@ -198,13 +214,14 @@ func (e *Env) startRelays(ctx context.Context, db *runDB, topic, channel string,
 
 // startRelay starts one relay of cfg.Mode on db, publishing to topic;
 // its database connections are named db.relayApp. channel is the NOTIFY
-// channel (notify modes). A notify-proc relay is an `outbox-relay run`
-// process (Env.RelayBin); startRelay returns once it runs and listens.
+// channel (notify modes). A notify-proc or notify-every-tx relay is an
+// `outbox-relay run` process (Env.RelayBin); startRelay returns once it
+// runs and listens.
 func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, cfg RelayConfig, log *zap.Logger) (runningRelay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Mode == ModeNotifyProc {
+	if procMode(cfg.Mode) {
 		p, err := e.startRelayProc(db, topic, channel, cfg, log)
 		if err != nil {
 			return nil, err

@@ -47,6 +47,12 @@ const (
 	// cmd/outbox-relay binary, `run`), so that the relay's own RSS and CPU
 	// time are measured apart from the bench's consumer and broker.
 	ModeNotifyProc = "notify-proc"
+	// ModeNotifyEveryTx is the simple design beside notify-proc: the
+	// relay process with its claim window off (--claim-window negative:
+	// no lingering, no busy schedule; it claims on a notification, the
+	// fallback poll or a full batch) and writers that notify in every
+	// transaction (outbox.WakeupEveryTx).
+	ModeNotifyEveryTx = "notify-every-tx"
 	// ModeWritersOnly is the latency scenario's writers with no relay: the
 	// baseline that the relay's share of the cost figures subtracts.
 	ModeWritersOnly = "writers-only"

@@ -3,9 +3,12 @@ package bench
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox"
 )
 
 func TestSummarize(t *testing.T) {
@@ -198,5 +201,54 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if c.Rate != 1000 || c.Duration != 30*time.Second || c.Writers != 8 || c.EventsPerTx != 1 || c.Relay.PollInterval != 500*time.Millisecond {
 		t.Errorf("defaults = %+v", c)
+	}
+}
+
+// TestNotifyEveryTxMode: the simple design's mode runs a relay process
+// with --claim-window off (with its other defaults, or the bench's
+// settings) and writers in outbox.WakeupEveryTx, its baseline's writers
+// too; notify-proc keeps the writer's debounced default and the relay's
+// own claim window.
+func TestNotifyEveryTxMode(t *testing.T) {
+	for _, procDefaults := range []bool{true, false} {
+		c := LatencyConfig{Mode: ModeNotifyEveryTx, Relay: RelayConfig{ProcDefaults: procDefaults, ClaimWindow: 40 * time.Millisecond}}
+		if err := c.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if m, after := c.writerWakeup(); m != outbox.WakeupEveryTx || after || c.wakeupName() != "every-tx" || !c.wakeups() {
+			t.Errorf("procDefaults %v: writers' wake-up %v (after-commit %v), name %q", procDefaults, m, after, c.wakeupName())
+		}
+		args := strings.Join(relayArgs([]string{"b:9092"}, "t", "ch", "127.0.0.1:1", c.Relay), " ")
+		if c.Relay.ClaimWindow >= 0 || !strings.Contains(args, "--claim-window=-1ms") || strings.Contains(args, "--no-notify") {
+			t.Errorf("procDefaults %v: claim window %s, relay args %s", procDefaults, c.Relay.ClaimWindow, args)
+		}
+		if strings.Contains(args, "--poll-interval") == procDefaults {
+			t.Errorf("procDefaults %v: relay args %s", procDefaults, args)
+		}
+	}
+	c := LatencyConfig{Mode: ModeNotifyProc, Relay: RelayConfig{ProcDefaults: true}}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(relayArgs([]string{"b:9092"}, "t", "ch", "127.0.0.1:1", c.Relay), " ")
+	if c.wakeupName() != "debounced" || strings.Contains(args, "--claim-window") {
+		t.Errorf("notify-proc: writers %q, relay args %s", c.wakeupName(), args)
+	}
+	s := SuiteConfig{Scenarios: []string{ScenarioLatency}, Modes: []string{ModeNotifyProc, ModeNotifyEveryTx}, LatencyRounds: 3}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !s.NeedsRelayBin(false) || !(&SuiteConfig{Scenarios: []string{ScenarioLatency}, Modes: []string{ModeNotifyEveryTx}}).NeedsRelayBin(false) {
+		t.Error("notify-every-tx: no relay binary needed")
+	}
+	want := []string{ModeNotifyProc, ModeNotifyEveryTx, ModeNotifyEveryTx, ModeNotifyProc, ModeNotifyProc, ModeNotifyEveryTx}
+	if got := roundModes(s.Modes, s.LatencyRounds); !slices.Equal(got, want) {
+		t.Errorf("roundModes = %v, want %v", got, want)
+	}
+	if err := (&SuiteConfig{LatencyRounds: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "LatencyRounds") {
+		t.Errorf("LatencyRounds -1: %v", err)
+	}
+	if err := (&DrainConfig{Mode: ModeNotifyEveryTx}).validate(); err == nil {
+		t.Error("drain accepts notify-every-tx")
 	}
 }

@@ -22,11 +22,13 @@ type SuiteConfig struct {
 	// on a quiet cluster). Defaults to latency, drain, writers.
 	Scenarios []string
 	// Modes for the latency scenario (notify, poll, naive, floor,
-	// notify-proc); drain uses notify (with each of DrainRelays),
-	// notify-proc and naive (one relay) among them, plus sql-ceiling; sweep
-	// uses notify and poll. notify-proc runs the relay as a child process
-	// (Env.RelayBin) to measure its own RSS and CPU time. Defaults to
-	// notify, poll, naive and floor.
+	// notify-proc, notify-every-tx); drain uses notify (with each of
+	// DrainRelays), notify-proc and naive (one relay) among them, plus
+	// sql-ceiling; sweep uses notify and poll. notify-proc runs the relay
+	// as a child process (Env.RelayBin) to measure its own RSS and CPU
+	// time; notify-every-tx too, with its claim window off and writers
+	// notifying in every transaction (latency only). Defaults to notify,
+	// poll, naive and floor.
 	Modes []string
 	// PollIntervals are the poll intervals of the poll and naive modes
 	// (one run each) and the sweep's first axis. Defaults to [500ms].
@@ -59,6 +61,12 @@ type SuiteConfig struct {
 	// max(Latency.Writers, rate/400) writers. Defaults to [Latency.Rate];
 	// the sweep runs at Latency.Rate.
 	Rates []float64
+	// LatencyRounds is how many times the latency scenario runs its modes
+	// at each rate, interleaved: the modes in order in the first round,
+	// reversed in the second, and so on (A B, B A, A B ...), so that drift
+	// on the machine weighs on every mode alike and the spread between
+	// runs of one mode shows. Defaults to 1.
+	LatencyRounds int
 	// SweepDuration is each sweep run's duration. Defaults to
 	// Latency.Duration.
 	SweepDuration time.Duration
@@ -165,6 +173,9 @@ func (c *SuiteConfig) setDefaults() {
 	if len(c.NotifyCostRates) == 0 {
 		c.NotifyCostRates = DefaultNotifyCostRates
 	}
+	if c.LatencyRounds == 0 {
+		c.LatencyRounds = 1
+	}
 	if len(c.Rates) == 0 {
 		rate := c.Latency.Rate
 		if rate == 0 {
@@ -204,6 +215,9 @@ func (c *SuiteConfig) Validate() error {
 			return fmt.Errorf("bench: SuiteConfig.Rates: must be positive (and at most 50 million events per run), got %v", r)
 		}
 	}
+	if c.LatencyRounds < 1 {
+		return fmt.Errorf("bench: SuiteConfig.LatencyRounds: must be positive, got %d", c.LatencyRounds)
+	}
 	if c.MinEvents < 0 {
 		return fmt.Errorf("bench: SuiteConfig.MinEvents: must not be negative, got %d", c.MinEvents)
 	}
@@ -229,8 +243,8 @@ func (c *SuiteConfig) Validate() error {
 		return fmt.Errorf("bench: SuiteConfig.LargePayloads.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxRecordBytes, b)
 	}
 	for _, m := range c.Modes {
-		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc}, m) {
-			return fmt.Errorf("bench: SuiteConfig.Modes: %q is not notify, poll, naive, floor or notify-proc", m)
+		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc, ModeNotifyEveryTx}, m) {
+			return fmt.Errorf("bench: SuiteConfig.Modes: %q is not notify, poll, naive, floor, notify-proc or notify-every-tx", m)
 		}
 	}
 	for _, d := range c.PollIntervals {
@@ -269,14 +283,14 @@ func (c *SuiteConfig) Validate() error {
 
 // NeedsRelayBin reports whether cfg runs a relay process (Env.RelayBin):
 // the burst, backlog, large-payloads and scale scenarios, latency or drain
-// with the notify-proc mode, or broker-down when the bench can take the
-// broker down (brokerControl: kfake or a real broker it started; with
-// external brokers broker-down is skipped).
+// with the notify-proc mode, latency with notify-every-tx, or broker-down
+// when the bench can take the broker down (brokerControl: kfake or a real
+// broker it started; with external brokers broker-down is skipped).
 func (c *SuiteConfig) NeedsRelayBin(brokerControl bool) bool {
 	has := func(s string) bool { return slices.Contains(c.Scenarios, s) }
 	proc := slices.Contains(c.Modes, ModeNotifyProc)
 	return has(ScenarioBurst) || has(ScenarioBacklog) || has(ScenarioLargePayloads) || has(ScenarioScale) || (brokerControl && has(ScenarioBrokerDown)) ||
-		(proc && (has(ScenarioLatency) || has(ScenarioDrain)))
+		(proc && (has(ScenarioLatency) || has(ScenarioDrain))) || (slices.Contains(c.Modes, ModeNotifyEveryTx) && has(ScenarioLatency))
 }
 
 // RunSuite runs cfg's scenarios one run after the other and appends each
@@ -309,7 +323,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 	}
 	relayCfg := func(mode string, poll, lease time.Duration) RelayConfig {
 		return RelayConfig{Mode: mode, PollInterval: poll, Lease: lease, BatchSize: cfg.BatchSize, ClaimWindow: cfg.ClaimWindow, ClaimWindowPoll: cfg.ClaimWindowPoll,
-			BusyClaimInterval: cfg.BusyClaimInterval, ProcDefaults: mode == ModeNotifyProc && !cfg.ProcFlags}
+			BusyClaimInterval: cfg.BusyClaimInterval, ProcDefaults: procMode(mode) && !cfg.ProcFlags}
 	}
 	has := func(m string) bool { return slices.Contains(cfg.Modes, m) }
 	lease0 := cfg.Leases[0]
@@ -324,9 +338,9 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		if cfg.NoCost || cfg.BaselineDuration < 0 || !lc.hasRelay() {
 			return nil, "", nil
 		}
-		wake := lc.wakeups()
-		key := fmt.Sprintf("%g/s %d writers %d/tx wakeups=%v", lc.Rate, lc.Writers, max(lc.EventsPerTx, 1), wake)
-		bl := LatencyConfig{Mode: ModeWritersOnly, Scenario: ScenarioBaseline, Wakeups: wake, Rate: lc.Rate, Duration: lc.Duration,
+		wake := lc.wakeupName()
+		key := fmt.Sprintf("%g/s %d writers %d/tx wakeup=%s", lc.Rate, lc.Writers, max(lc.EventsPerTx, 1), wake)
+		bl := LatencyConfig{Mode: ModeWritersOnly, Scenario: ScenarioBaseline, WakeupMode: wake, Rate: lc.Rate, Duration: lc.Duration,
 			Writers: lc.Writers, EventsPerTx: lc.EventsPerTx, PayloadBytes: lc.PayloadBytes, Aggregates: lc.Aggregates, Warmup: lc.Warmup}
 		label := fmt.Sprintf("%s %g/s", label(bl), lc.Rate)
 		if c, ok := baselines[key]; ok {
@@ -379,7 +393,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		switch sc {
 		case ScenarioLatency:
 			for _, rate := range cfg.Rates {
-				for _, m := range cfg.Modes {
+				for _, m := range roundModes(cfg.Modes, cfg.LatencyRounds) {
 					polls := []time.Duration{cfg.FallbackPoll}
 					if m == ModePoll || m == ModeNaive {
 						polls = cfg.PollIntervals
@@ -597,6 +611,21 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		}
 	}
 	return ctx.Err()
+}
+
+// roundModes returns the latency scenario's modes at one rate over
+// rounds rounds: modes in order, then reversed, and so on (A B, B A, ...).
+func roundModes(modes []string, rounds int) []string {
+	var out []string
+	for r := range rounds {
+		for i := range modes {
+			if r%2 == 1 {
+				i = len(modes) - 1 - i
+			}
+			out = append(out, modes[i])
+		}
+	}
+	return out
 }
 
 // mergeWriterRounds adds up the rounds of one writers configuration:

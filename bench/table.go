@@ -269,7 +269,7 @@ func writeCosts(w io.Writer, runs []*Run) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(DB: every PostgreSQL process; relay DB CPU, xact, WAL: per event minus the writers-only baseline at the same load;")
-	fmt.Fprintln(w, " relay CPU: the relay process, notify-proc only; broker CPU: a broker process the bench started, its floor probe's")
+	fmt.Fprintln(w, " relay CPU: the relay process, notify-proc and notify-every-tx only; broker CPU: a broker process the bench started, its floor probe's")
 	fmt.Fprintln(w, " and consumers' load included; floor: the broker's own latency in the same run; \"-\": not measured. See bench/README.md.)")
 	fmt.Fprintln(w)
 }
@@ -284,7 +284,7 @@ func floorFigures(r *Run) (p50, p99, maxMS string) {
 }
 
 // writeRelayTimings writes where the relay processes' time went in the
-// latency runs that scraped it (notify-proc).
+// latency runs that scraped it (notify-proc, notify-every-tx).
 func writeRelayTimings(w io.Writer, runs []*Run) {
 	var with []*Run
 	for _, r := range runs {

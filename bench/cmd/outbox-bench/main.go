@@ -85,12 +85,18 @@ floor (the same Kafka client and broker, no database), notify-proc (the
 notify relay run as an outbox-relay process, so that its own CPU time and
 RSS are measured; in latency with the relay's own defaults unless
 --relay-proc-flags; the other drain rows' RSS is the whole bench process
-with the consumer and the in-process broker).
+with the consumer and the in-process broker), notify-every-tx (latency
+only: the simple design beside notify-proc, the same relay process with
+--claim-window off, no lingering and no busy schedule, and writers that
+notify in every transaction, outbox.WakeupEveryTx).
 
-notify-proc, burst, backlog, large-payloads and broker-down run the outbox-relay binary
-given by --relay-bin, or one built with "go build" into a temporary
-directory (this needs the go command and the current directory inside the
-module).
+--latency-rounds N runs the latency modes N times at each rate,
+interleaved (A B, B A, A B ...), to show the spread between runs.
+
+notify-proc, notify-every-tx, burst, backlog, large-payloads and
+broker-down run the outbox-relay binary given by --relay-bin, or one built
+with "go build" into a temporary directory (this needs the go command and
+the current directory inside the module).
 
 The goals table at the end checks the relay's targets (1000/s p50, p99,
 max, relay DB CPU and transactions per event; 10000/s and 10/s p99; idle
@@ -212,7 +218,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.Float64Var(&o.floorRate, "floor-probe-rate", bench.DefaultFloorProbeRate, "latency: records/s of the broker's floor probe in every run (one record per Publish call to a topic of its own); 0: off")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
 	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog,large-payloads,scale")
-	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc (notify-proc: the relay as a process, latency and drain)")
+	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc,notify-every-tx (notify-proc: the relay as a process, latency and drain; notify-every-tx: that process with --claim-window off, writers notifying in every transaction, latency only)")
 	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
 	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
 	fs.Var(durations(&s.Leases), "lease", "leases of the sweep (the first is used elsewhere), e.g. 5s,30s")
@@ -223,6 +229,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&s.BusyClaimInterval, "busy-claim-interval", 0, "the relays' --busy-claim-interval (0: their default, 20ms), also for notify-proc; shorter: lower latency above 2,000 events/s, more claims")
 	s.Rates = []float64{1000}
 	fs.Var(floats(&s.Rates), "rate", "latency: arrival rates, events/s (open loop), comma-separated: every mode runs at each (the first is also broker-down's and the sweep's rate)")
+	fs.IntVar(&s.LatencyRounds, "latency-rounds", 1, "latency: runs of every mode at each rate, interleaved: the modes in order, then reversed, and so on (A B, B A, ...)")
 	fs.DurationVar(&s.Latency.Duration, "duration", 30*time.Second, "latency: how long events are sent per run")
 	fs.IntVar(&s.Latency.Writers, "writers", 8, "latency: writer goroutines (one connection each)")
 	fs.IntVar(&s.Latency.EventsPerTx, "events-per-tx", 1, "latency: events per transaction")
@@ -263,7 +270,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&s.Writers.Duration, "writers-duration", 0, "writers: how long each run writes (0: --duration)")
 	fs.DurationVar(&s.BrokerDown.Outage, "outage", 20*time.Second, "broker-down: how long the broker refuses connections (writers go on at --rate)")
 	fs.DurationVar(&s.BrokerDown.Before, "outage-before", 3*time.Second, "broker-down: normal traffic before the outage (the baseline RSS)")
-	fs.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary for notify-proc and broker-down (empty: go build ./cmd/outbox-relay into a temporary directory)")
+	fs.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary for notify-proc, notify-every-tx and broker-down (empty: go build ./cmd/outbox-relay into a temporary directory)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&o.plotFile, "plot", "", "write the latency CDF plot to this file (.png or .svg)")
 	fs.StringVar(&o.costPlot, "cost-plot", "", "write the latency-against-DB-CPU-per-event plot to this file (.png or .svg; empty: --plot's name with -cost before the extension, none without --plot; \"-\": none)")

@@ -43,7 +43,8 @@ func TestBrokerFlagsAreCheckedFirst(t *testing.T) {
 }
 
 // TestFlagsMapOntoTheSuite: --rate takes a list (every mode runs at each
-// rate), --floor-probe-rate 0 turns the probe off, and the environment
+// rate), --floor-probe-rate 0 turns the probe off, --latency-rounds and
+// mode notify-every-tx are accepted, and the environment
 // (OUTBOX_KAFKA, OUTBOX_KAFKA_CPUS) sets the broker flags.
 func TestFlagsMapOntoTheSuite(t *testing.T) {
 	parse := func(args ...string) *options {
@@ -67,6 +68,11 @@ func TestFlagsMapOntoTheSuite(t *testing.T) {
 		o.suite.Latency.FloorProbeRate >= 0 {
 		t.Errorf("--rate 500,1000 --floor-probe-rate 0: rates %v, latency rate %v, broker-down rate %v, floor probe rate %v",
 			o.suite.Rates, o.suite.Latency.Rate, o.suite.BrokerDown.Rate, o.suite.Latency.FloorProbeRate)
+	}
+	o = parse("--mode", "notify-proc,notify-every-tx", "--latency-rounds", "2")
+	if err := o.suite.Validate(); err != nil || o.suite.LatencyRounds != 2 ||
+		!slices.Equal(o.suite.Modes, []string{bench.ModeNotifyProc, bench.ModeNotifyEveryTx}) {
+		t.Errorf("--mode notify-proc,notify-every-tx --latency-rounds 2: modes %v rounds %d err %v", o.suite.Modes, o.suite.LatencyRounds, err)
 	}
 	t.Setenv("OUTBOX_KAFKA", "4.4.0")
 	t.Setenv("OUTBOX_KAFKA_CPUS", "1")
