@@ -1,5 +1,5 @@
 # Developer entry points. `make test` needs Go, the PostgreSQL server
-# binaries (or DATABASE_URL, or Docker), and Java 17+ with Maven for the real
+# binaries (or DATABASE_URL), and Java 17+ with Maven for the real
 # Apache Kafka brokers (without them the tests use the in-process kfake
 # broker, except under CI=true).
 

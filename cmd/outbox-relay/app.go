@@ -474,16 +474,18 @@ func waitFor(ctx context.Context, log *zap.Logger, what string, check func(conte
 }
 
 // permanent reports whether a connection error (nil: none) will not go
-// away by waiting: the database does not exist (SQLSTATE 3D000), the server
-// refused the credentials (class 28), the server does not speak TLS where
-// the URL's sslmode requires it, or its certificate does not verify.
+// away by waiting: the server refused the session for a reason other than
+// a passing one (see passingRefusal) — the database does not exist
+// (SQLSTATE 3D000), the credentials (class 28), a misspelled or invalid
+// parameter in the URL (42704, 22023) — or the server does not speak TLS
+// where the URL's sslmode requires it, or its certificate does not verify.
 func permanent(err error) bool {
 	if err == nil {
 		return false
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Code == pgerrcode.InvalidCatalogName || pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code)
+		return !passingRefusal(pgErr.Code)
 	}
 	// pgconn has no sentinel for a server that answered the SSLRequest
 	// with 'N': its text is matched.
@@ -495,6 +497,16 @@ func permanent(err error) bool {
 	// speak TLS where --kafka-tls expects it, or is no Kafka broker at
 	// all: waiting will not help.
 	return kafka.IsAuthentication(err) || kafka.IsTLS(err) || kafka.IsNotKafka(err)
+}
+
+// passingRefusal reports whether the server's SQLSTATE refuses a session
+// only for a while: a connection exception (class 08), too many
+// connections or another resource short (53), the server starting up,
+// shutting down or cancelling (57: cannot_connect_now, admin_shutdown,
+// query_canceled), a system error (58) or an internal error (XX).
+func passingRefusal(code string) bool {
+	return pgerrcode.IsConnectionException(code) || pgerrcode.IsInsufficientResources(code) ||
+		pgerrcode.IsOperatorIntervention(code) || pgerrcode.IsSystemError(code) || pgerrcode.IsInternalError(code)
 }
 
 func connectFunc(cfg *pgx.ConnConfig) func(ctx context.Context) (*pgx.Conn, error) {

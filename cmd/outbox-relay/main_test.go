@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -319,6 +321,53 @@ func TestMissingDatabaseFailsAtOnce(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("took %s: it retried", d)
+	}
+}
+
+// A misspelled parameter in the URL (sslmod for sslmode) is sent to the
+// server as a setting, which refuses the session (42704): waiting will not
+// fix it, so the relay fails at once instead of retrying as "not
+// reachable yet".
+func TestUnknownURLParameterFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	cfg, err := pgx.ParseConfig(db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&sslmod=disable", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	// The bound only stops a relay that retries; the verdict is the exit
+	// status and the message.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, _, stderr := runMain(t, ctx, "run", "--database-url", dsn, "--brokers", "127.0.0.1:1", "--topic", "t", "--metrics-addr", "")
+	if code != exitFailure || !strings.Contains(stderr, "database refused the connection") || !strings.Contains(stderr, "sslmod") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 naming the unknown parameter", code, stderr)
+	}
+}
+
+// TestPermanentRefusals: a refusal that waiting can end is retried, any
+// other refusal of the server is not.
+func TestPermanentRefusals(t *testing.T) {
+	for code, want := range map[string]bool{
+		"3D000": true,  // invalid_catalog_name: no such database
+		"28P01": true,  // invalid_password
+		"42704": true,  // undefined_object: unrecognized configuration parameter
+		"22023": true,  // invalid_parameter_value
+		"42501": true,  // insufficient_privilege: no CONNECT on the database
+		"57P03": false, // cannot_connect_now: starting up, or in recovery
+		"57P01": false, // admin_shutdown
+		"53300": false, // too_many_connections
+		"08006": false, // connection_failure
+		"58000": false, // system_error
+		"XX000": false, // internal_error
+	} {
+		if got := permanent(&pgconn.PgError{Code: code}); got != want {
+			t.Errorf("permanent(SQLSTATE %s) = %v, want %v", code, got, want)
+		}
+	}
+	if permanent(nil) || permanent(errors.New("dial tcp: connection refused")) {
+		t.Error("no error, or a refused TCP connection, counted as permanent")
 	}
 }
 
