@@ -140,8 +140,9 @@ run:
 # make bench BENCH_FLAGS='--kafka 4.4.0'.
 BENCH_FLAGS ?=
 bench:
+	$(GO) build -o bin/ ./cmd/outbox-relay
 	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
-	./bin/outbox-bench \
+	./bin/outbox-bench --relay-bin bin/outbox-relay \
 		--scenario burst,latency,drain,backlog,large-payloads,scale,writers,notify-cost,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 200 --duration 10s --baseline-duration 6s \
 		--grace 5s --idle-window 1s --poll-interval 500ms \
@@ -165,8 +166,9 @@ bench:
 # make bench-real BENCH_FLAGS='--kafka-cpus 1 --json bench/results/latest-real-pinned.json'
 .PHONY: bench-real
 bench-real:
+	$(GO) build -o bin/ ./cmd/outbox-relay
 	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
-	./bin/outbox-bench --kafka 4.4.0 --partitions 6 --aggregates 200 --events-per-tx 1 \
+	./bin/outbox-bench --relay-bin bin/outbox-relay --kafka 4.4.0 --partitions 6 --aggregates 200 --events-per-tx 1 \
 		--scenario latency --mode notify-proc,floor --rate 1000,500,200 \
 		--duration 20s --baseline-duration 10s --grace 10s --idle-window 1s \
 		--json bench/results/latest-real.json $(BENCH_FLAGS)
@@ -176,8 +178,9 @@ bench-real:
 # minutes.
 .PHONY: bench-full
 bench-full:
+	$(GO) build -o bin/ ./cmd/outbox-relay
 	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
-	./bin/outbox-bench \
+	./bin/outbox-bench --relay-bin bin/outbox-relay \
 		--scenario burst,latency,drain,backlog,large-payloads,writers,notify-cost,sweep,broker-down --mode notify,poll,naive,floor,notify-proc \
 		--rate 1000 --extra-rates 10000,10 --min-events 300 --duration 30s \
 		--poll-interval 50ms,100ms,500ms --lease 5s,30s --outage 20s \

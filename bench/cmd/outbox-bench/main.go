@@ -270,7 +270,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&s.Writers.Duration, "writers-duration", 0, "writers: how long each run writes (0: --duration)")
 	fs.DurationVar(&s.BrokerDown.Outage, "outage", 20*time.Second, "broker-down: how long the broker refuses connections (writers go on at --rate)")
 	fs.DurationVar(&s.BrokerDown.Before, "outage-before", 3*time.Second, "broker-down: normal traffic before the outage (the baseline RSS)")
-	fs.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary for notify-proc, notify-every-tx and broker-down (empty: go build ./cmd/outbox-relay into a temporary directory)")
+	fs.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary for notify-proc, notify-every-tx and broker-down (empty: go build github.com/pgoutbox/outbox/cmd/outbox-relay into a temporary directory, from inside the repository)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&o.plotFile, "plot", "", "write the latency CDF plot to this file (.png or .svg)")
 	fs.StringVar(&o.costPlot, "cost-plot", "", "write the latency-against-DB-CPU-per-event plot to this file (.png or .svg; empty: --plot's name with -cost before the extension, none without --plot; \"-\": none)")
