@@ -15,6 +15,9 @@ import (
 	"time"
 )
 
+// buildTimeout bounds building bench/cmd/pgcontainer.
+const buildTimeout = 10 * time.Minute
+
 // dockerPingTimeout bounds the Docker reachability check.
 const dockerPingTimeout = 2 * time.Second
 
@@ -106,7 +109,12 @@ func startContainer(ctx context.Context) (dsn string, stop func() error, err err
 		return "", nil, err
 	}
 	bin := filepath.Join(dir, "pgcontainer")
-	build := exec.CommandContext(ctx, "go", "-C", filepath.Join(root, "bench"), "build", "-o", bin, "./cmd/pgcontainer")
+	// The build has a bound of its own: on a fresh machine it downloads
+	// and compiles the Docker client first, which setupTimeout does not
+	// allow for.
+	bctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	build := exec.CommandContext(bctx, "go", "-C", filepath.Join(root, "bench"), "build", "-o", bin, "./cmd/pgcontainer")
 	if out, err := build.CombinedOutput(); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("go build bench/cmd/pgcontainer: %w\n%s", err, out)
