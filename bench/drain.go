@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -464,7 +465,7 @@ func preload(ctx context.Context, db *runDB, ids []uuid.UUID, cfg DrainConfig, p
 	return nil
 }
 
-// sqlCeiling runs cfg.Relays loops of lease.Claimer Claim + MarkPublished
+// sqlCeiling runs cfg.Relays loops of claim.Claimer Claim + MarkPublished
 // (no Kafka), each its own member owning its share of the key partitions,
 // until every row is marked, and returns when the last row was marked.
 func sqlCeiling(ctx context.Context, db *runDB, cfg DrainConfig, marked, claims *atomic.Int64) (time.Time, error) {
@@ -472,7 +473,7 @@ func sqlCeiling(ctx context.Context, db *runDB, cfg DrainConfig, marked, claims 
 	errs := make([]error, cfg.Relays)
 	var lastMark atomic.Int64
 	for i := range cfg.Relays {
-		c, err := lease.New(db.Pool, lease.Config{Lease: cfg.Relay.Lease, BatchSize: cfg.Relay.BatchSize})
+		c, err := claim.New(db.Pool, lease.Config{Lease: cfg.Relay.Lease, BatchSize: cfg.Relay.BatchSize})
 		if err != nil {
 			return time.Time{}, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -270,7 +271,7 @@ func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, 
 		// Start measuring once LISTEN is active, as a production relay
 		// would be long before the first event.
 		deadline := time.Now().Add(10 * time.Second)
-		for l.State() != notify.StateListening {
+		for l.State() != listen.StateListening {
 			if time.Now().After(deadline) {
 				p.Stop()
 				return nil, errors.New("bench: notify listener did not start listening within 10s")

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/internal/owners"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // Scenario names of the scale scenario (Env.Scale).
@@ -489,13 +489,13 @@ func procsCPU(procs []*relayProc) float64 {
 }
 
 // waitSettled waits until n relays are live on db's outbox table and own
-// the key partitions as Assign gives them (owners.Owners.Settled), or
+// the key partitions as Assign gives them (claim.Owners.Settled), or
 // exited returns an error (a relay process exited), or timeout passed.
 func waitSettled(ctx context.Context, db *runDB, n int, timeout time.Duration, exited func() error) error {
 	deadline := time.Now().Add(timeout)
-	var last *owners.Owners
+	var last *claim.Owners
 	for {
-		o, err := owners.ReadOwners(ctx, db.Pool, "outbox")
+		o, err := claim.ReadOwners(ctx, db.Pool, "outbox")
 		if err == nil {
 			live := 0
 			for _, m := range o.Relays {

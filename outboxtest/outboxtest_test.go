@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -223,7 +224,7 @@ func TestPublisherUnderRelayNew(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := outboxtest.Schema(t, testenv.DB(t).ConnString)
-	claimer, err := lease.New(pool, lease.Config{})
+	claimer, err := claim.New(pool, lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox/internal/backoff"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
 )
 
 // Publishing one claimed batch, in three steps: build the next chunk of
@@ -23,21 +23,21 @@ import (
 // is acknowledged.
 
 // ErrUndecodableRow marks a row that cannot become a Kafka record (see
-// lease.Row.DecodeErr): it is dead-lettered at once, with the reason.
+// claim.Row.DecodeErr): it is dead-lettered at once, with the reason.
 var ErrUndecodableRow = errors.New("row cannot be published")
 
 // whyUnsent is the reason of rows given back without being tried: the
 // broker was down, or the relay is shutting down.
 const whyUnsent = "not sent (broker unreachable or shutting down)"
 
-// whyUnread is why a row the claim did not read (lease.Row.Unread) is
+// whyUnread is why a row the claim did not read (claim.Row.Unread) is
 // given back.
 const whyUnread = "not read: the claim's payloads came to its byte bound (--max-batch-bytes) before it"
 
 // failure is a row whose publish failed, with the error and, for an
 // AttemptObserver, the publish call's start and end (stamp).
 type failure struct {
-	row          lease.Row
+	row          claim.Row
 	err          error
 	began, ended time.Time
 }
@@ -45,14 +45,14 @@ type failure struct {
 // returned is a row given back unpublished without a failure of its own,
 // and why: held back (a heldBack reason) or whyUnsent.
 type returned struct {
-	row lease.Row
+	row claim.Row
 	why string
 }
 
 // batchRun is one claimed batch on its way through the publisher.
 type batchRun struct {
 	b    claimed
-	rows []lease.Row
+	rows []claim.Row
 	// next is the index in rows of the first row not considered yet.
 	next int
 	// deadline is when the batch's lease ends, by this host's clock.
@@ -129,7 +129,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 func (r *Relay) settle(br *batchRun) {
 	gave, stuck := r.settleFailures(br.b.Token, br.failures)
 	if len(br.returned) > 0 {
-		rows := make([]lease.Row, len(br.returned))
+		rows := make([]claim.Row, len(br.returned))
 		held := int64(0)
 		for i, ret := range br.returned {
 			rows[i] = ret.row
@@ -141,7 +141,7 @@ func (r *Relay) settle(br *batchRun) {
 		if ce := r.log.Check(zap.DebugLevel, "giving back events"); ce != nil {
 			ce.Write(zap.Int("events", len(rows)), zap.Int64("held_back", held), zap.String("first_reason", br.returned[0].why), zap.Uint64("claim_no", br.b.no))
 		}
-		if err := r.release(lease.Settle{Token: br.b.Token, Seqs: seqsOf(rows)}); err != nil {
+		if err := r.release(claim.Settle{Token: br.b.Token, Seqs: seqsOf(rows)}); err != nil {
 			stuck = append(stuck, rows...)
 		} else {
 			gave = append(gave, rows...)
@@ -174,7 +174,7 @@ func (r *Relay) settle(br *batchRun) {
 // as attempts: they never make a dead letter. Rows with the same outcome, delay and error share a statement.
 // It returns the rows it gave back and those it could not (stuck: still
 // leased by this relay until the lease ends).
-func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lease.Row) {
+func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []claim.Row) {
 	if len(fs) == 0 {
 		return nil, nil
 	}
@@ -184,7 +184,7 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 		attempts int
 		msg      string
 	}
-	groups := map[key][]lease.Row{}
+	groups := map[key][]claim.Row{}
 	var order []key
 	for _, f := range fs {
 		count := !kafka.IsOutage(f.err)
@@ -202,7 +202,7 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 	}
 	for _, k := range order {
 		rows := groups[k]
-		s := lease.Settle{Token: token, Seqs: seqsOf(rows), CountAttempt: k.count, LastError: k.msg}
+		s := claim.Settle{Token: token, Seqs: seqsOf(rows), CountAttempt: k.count, LastError: k.msg}
 		var err error
 		if k.dead {
 			s.Hold = r.cfg.OnDeadLetter == DeadLetterHold
@@ -220,7 +220,7 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 	return gave, stuck
 }
 
-func (r *Relay) deadLetter(s lease.Settle) error {
+func (r *Relay) deadLetter(s claim.Settle) error {
 	rctx, cancel := context.WithTimeout(r.stop.final, r.cfg.DBTimeout)
 	defer cancel()
 	n, err := r.claimer.DeadLetter(rctx, s)
@@ -238,9 +238,9 @@ func (r *Relay) deadLetter(s lease.Settle) error {
 
 // releaseBatch gives a whole batch back unpublished (the relay is
 // stopping) and tells the claimer it is settled.
-func (r *Relay) releaseBatch(b *lease.Batch) {
+func (r *Relay) releaseBatch(b *claim.Batch) {
 	var busyUntil time.Time
-	if err := r.release(lease.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)}); err != nil {
+	if err := r.release(claim.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)}); err != nil {
 		busyUntil = b.Deadline(r.lease.Lease).Add(stuckMargin)
 	}
 	r.claimer.Settled(b.Token, busyUntil)
@@ -251,7 +251,7 @@ func (r *Relay) releaseBatch(b *lease.Batch) {
 // its own, and tried again a couple of times, since a transient database
 // error must not leave the rows held until their lease ends; a stopping
 // relay stops trying at ShutdownGrace after the shutdown timeout.
-func (r *Relay) release(s lease.Settle) error {
+func (r *Relay) release(s claim.Settle) error {
 	if len(s.Seqs) == 0 {
 		return nil
 	}
@@ -293,10 +293,10 @@ func newBatchRun(b claimed, leaseFor time.Duration) *batchRun {
 // event for another topic than its aggregate's earlier one in the chunk
 // starts the next chunk, which is only sent if this one delivered the
 // earlier event.
-func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*lease.Row) kafka.Message) ([]kafka.Message, []lease.Row) {
+func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*claim.Row) kafka.Message) ([]kafka.Message, []claim.Row) {
 	clear(br.topics)
 	var msgs []kafka.Message
-	var rows []lease.Row
+	var rows []claim.Row
 	var size int64
 	for ; br.next < len(br.rows); br.next++ {
 		row := &br.rows[br.next]
@@ -340,7 +340,7 @@ func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*leas
 	return msgs, rows
 }
 
-func (br *batchRun) fail(hb *holdback, row lease.Row, err error) {
+func (br *batchRun) fail(hb *holdback, row claim.Row, err error) {
 	br.failures = append(br.failures, failure{row: row, err: err})
 	hb.fail(&row)
 }
@@ -358,8 +358,8 @@ func (br *batchRun) stamp(from int, began, ended time.Time) {
 // record classifies the outcome of a published chunk (errs, one per row;
 // cutOff: the shutdown deadline ended the call, so failed rows' fate is
 // unknown) and returns the rows Kafka acknowledged that may be marked.
-func (br *batchRun) record(hb *holdback, rows []lease.Row, errs []error, cutOff bool) []lease.Row {
-	var delivered []lease.Row
+func (br *batchRun) record(hb *holdback, rows []claim.Row, errs []error, cutOff bool) []claim.Row {
+	var delivered []claim.Row
 	for j, row := range rows {
 		e := errs[j]
 		switch {
@@ -404,14 +404,14 @@ func (br *batchRun) abandon(hb *holdback, why string) {
 // batch must not go out before them: they are held as after a failure; and
 // the caller holds them in the batches claimed meanwhile, as after a
 // give-back.
-func (br *batchRun) drop(hb *holdback, kept []int64) []lease.Row {
+func (br *batchRun) drop(hb *holdback, kept []int64) []claim.Row {
 	keep := make(map[int64]bool, len(kept))
 	for _, s := range kept {
 		keep[s] = true
 	}
 	rest := br.rows[br.next:]
 	out := rest[:0:0]
-	var dropped []lease.Row
+	var dropped []claim.Row
 	for i := range rest {
 		if keep[rest[i].Seq] {
 			out = append(out, rest[i])
@@ -425,7 +425,7 @@ func (br *batchRun) drop(hb *holdback, kept []int64) []lease.Row {
 }
 
 // seqsOf returns the seqs of rows.
-func seqsOf(rows []lease.Row) []int64 {
+func seqsOf(rows []claim.Row) []int64 {
 	seqs := make([]int64, len(rows))
 	for i := range rows {
 		seqs[i] = rows[i].Seq
@@ -463,7 +463,7 @@ func deadAtOnce(err error) bool {
 // sent again one at a time, in order, as the Java producer splits a batch
 // that was too large: only a record rejected on its own is dead-lettered,
 // and once one is, the later events of its aggregate are held (errHeld).
-func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []kafka.Message, rows []lease.Row) ([]error, error, bool) {
+func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []kafka.Message, rows []claim.Row) ([]error, error, bool) {
 	// A publish must end before the lease does, with time left to mark:
 	// otherwise another claim (this relay's own, too) takes the rows over
 	// and publishes them again.
@@ -494,7 +494,7 @@ func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []ka
 
 // retryRejected sends the messages the broker rejected within a batch again
 // one at a time (see publishChunk), updating errs.
-func (r *Relay) retryRejected(ctx context.Context, msgs []kafka.Message, rows []lease.Row, errs []error) {
+func (r *Relay) retryRejected(ctx context.Context, msgs []kafka.Message, rows []claim.Row, errs []error) {
 	failed := map[string]bool{}
 	for i, e := range errs {
 		if !kafka.IsRecordRejected(e) {

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/relay"
@@ -72,7 +73,7 @@ func TestPoisonEventIsDeadLetteredAndHoldsItsAggregate(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `UPDATE outbox SET payload = '{"blob":"small now"}' WHERE id = $1`, evs[1].ID); err != nil {
 		t.Fatal(err)
 	}
-	claimer, err := lease.New(db.Pool, lease.Config{})
+	claimer, err := claim.New(db.Pool, lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestEventOverTheClaimsByteBoundIsDeadLetteredUnread(t *testing.T) {
 
 // A backlog of payloads whose claims stop at the byte bound, each with a
 // few rows, drains as fast as full batches do: a claim cut short by the
-// bound is followed at once by the next (lease.Batch.More), not by the
+// bound is followed at once by the next (claim.Batch.More), not by the
 // poll interval.
 func TestBacklogInByteBoundClaimsDrainsWithoutPolling(t *testing.T) {
 	t.Parallel()

@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
 )
 
 // failureLog keeps the log bounded while publishes fail. Failures of the
@@ -52,7 +52,7 @@ type failKind struct {
 
 type failCount struct {
 	n      int64
-	sample lease.Row
+	sample claim.Row
 	topic  string
 	err    error
 	tries  int
@@ -63,7 +63,7 @@ func newFailureLog(log *zap.Logger, every time.Duration) *failureLog {
 }
 
 // add records one failed event at now.
-func (f *failureLog) add(now time.Time, row *lease.Row, topic string, err error, dead bool, attempts int) {
+func (f *failureLog) add(now time.Time, row *claim.Row, topic string, err error, dead bool, attempts int) {
 	if ce := f.log.Check(zap.DebugLevel, "publish failed"); ce != nil {
 		ce.Write(zap.String("event_id", row.ID), zap.String("aggregate_id", row.AggregateID), zap.String("topic", topic),
 			zap.Int("attempts", attempts), zap.Bool("dead_lettered", dead), zap.Error(err))

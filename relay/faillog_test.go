@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // A relay stopped while publishes fail said "publishing works again"
@@ -22,7 +22,7 @@ func TestFailureLogEpisodes(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	f := newFailureLog(zap.New(core), 10*time.Second)
 	now := time.Now()
-	row := &lease.Row{ID: "e1", AggregateID: "a"}
+	row := &claim.Row{ID: "e1", AggregateID: "a"}
 	f.add(now, row, "t", errors.New("unknown topic"), false, 1)
 	f.flush(now, false)
 	f.add(now, row, "t", errors.New("unknown topic"), false, 2)
@@ -63,7 +63,7 @@ func TestFailureLogOutageIsTwoLines(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	f := newFailureLog(zap.New(core), 10*time.Second)
 	now := time.Now()
-	row := &lease.Row{ID: "e1", AggregateID: "a"}
+	row := &claim.Row{ID: "e1", AggregateID: "a"}
 	for i := range 100 {
 		at := now.Add(time.Duration(i) * time.Second)
 		f.add(at, row, "t", kafkago.NotEnoughReplicas, false, 0)

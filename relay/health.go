@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
 )
 
 // Health says whether the relay is moving events: the answer behind
@@ -95,7 +95,7 @@ type progress struct {
 }
 
 // ownership records what the claimer owned after a claim.
-func (p *progress) ownership(now time.Time, o lease.Ownership) {
+func (p *progress) ownership(now time.Time, o claim.Ownership) {
 	var why string
 	switch {
 	case o.Legacy != "":

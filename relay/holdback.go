@@ -3,7 +3,7 @@ package relay
 import (
 	"time"
 
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // The hold-back state: may this claimed row be published now, or must it wait
@@ -15,7 +15,7 @@ import (
 // A claim keeps it by itself against other relays and against events
 // backing off or held as dead letters: it never takes a row while an earlier
 // unpublished row of its aggregate is leased by another relay or is waiting
-// (lease.Claimer's guard). But this relay's own leases do not block its
+// (claim.Claimer's guard). But this relay's own leases do not block its
 // claims, because the claimer runs ahead of the publisher: batch N+1 is
 // claimed while batch N, which may hold earlier events of the same
 // aggregates, is being published. Batches are published in claim order, so
@@ -115,7 +115,7 @@ const (
 )
 
 // heldBack reports whether row, of the current batch, must wait, and why.
-func (h *holdback) heldBack(row *lease.Row) (bool, string) {
+func (h *holdback) heldBack(row *claim.Row) (bool, string) {
 	agg := row.AggregateID
 	if h.failed[agg] {
 		return true, heldFailed
@@ -132,7 +132,7 @@ func (h *holdback) heldBack(row *lease.Row) (bool, string) {
 // fail records that row failed in the current batch: its aggregate's later
 // rows in this batch wait (the failed row is given back or stuck after the
 // batch, which then holds them in later batches).
-func (h *holdback) fail(row *lease.Row) { h.failed[row.AggregateID] = true }
+func (h *holdback) fail(row *claim.Row) { h.failed[row.AggregateID] = true }
 
 // gaveBack records that rows were given back (released or dead-lettered, the
 // statement committed) when lastStarted was the number of the last claim
@@ -140,7 +140,7 @@ func (h *holdback) fail(row *lease.Row) { h.failed[row.AggregateID] = true }
 // later rows. Merging keeps the lowest seq per aggregate: all holds by claim
 // number pending at once end with the same batch (see claimGate), so the
 // merge is their exact union.
-func (h *holdback) gaveBack(rows []lease.Row, lastStarted uint64) {
+func (h *holdback) gaveBack(rows []claim.Row, lastStarted uint64) {
 	for i := range rows {
 		agg, seq := rows[i].AggregateID, rows[i].Seq
 		c, ok := h.byClaim[agg]
@@ -157,7 +157,7 @@ func (h *holdback) gaveBack(rows []lease.Row, lastStarted uint64) {
 // stuckMargin) hold back its aggregate's later rows. Several stuck rows of one
 // aggregate merge into the lowest seq and the latest end, which may hold a
 // little more than needed, for at most a lease.
-func (h *holdback) stuck(row *lease.Row, leaseEnd time.Time) {
+func (h *holdback) stuck(row *claim.Row, leaseEnd time.Time) {
 	until := leaseEnd.Add(stuckMargin)
 	t, ok := h.byTime[row.AggregateID]
 	if !ok || row.Seq < t.seq {

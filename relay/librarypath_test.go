@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -61,7 +62,7 @@ func TestServiceRunFailsFastOnAMissingTable(t *testing.T) {
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("Run on a database without the table: %v (ctx: %v); want an error at once", err, ctx.Err())
 	}
-	if !lease.IsMissingTable(err) || !strings.Contains(err.Error(), `outbox table "outbox" not found`) || !strings.Contains(err.Error(), "sql.Migrate") {
+	if !claim.IsMissingTable(err) || !strings.Contains(err.Error(), `outbox table "outbox" not found`) || !strings.Contains(err.Error(), "sql.Migrate") {
 		t.Fatalf("Run: %v; want a missing-table error naming the table and sql.Migrate", err)
 	}
 }

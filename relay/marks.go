@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/backoff"
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // Marking delivered rows published. A mark is a transaction of its own
@@ -157,10 +157,10 @@ func (q *markQueue) close() {
 }
 
 // toLease turns jobs into the marks a claim carries.
-func toLease(jobs []markJob) []*lease.Mark {
-	out := make([]*lease.Mark, len(jobs))
+func toLease(jobs []markJob) []*claim.Mark {
+	out := make([]*claim.Mark, len(jobs))
 	for i, j := range jobs {
-		out[i] = &lease.Mark{Token: j.token, Seqs: j.seqs}
+		out[i] = &claim.Mark{Token: j.token, Seqs: j.seqs}
 	}
 	return out
 }

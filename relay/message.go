@@ -3,13 +3,13 @@ package relay
 import (
 	"strings"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
 )
 
 // message turns a row into a Kafka record: key aggregate ID, value the
 // payload, headers event_id, event_type, aggregate_id and the row's own.
-func (r *Relay) message(row *lease.Row) kafka.Message {
+func (r *Relay) message(row *claim.Row) kafka.Message {
 	h := make([]kafka.Header, 0, 3+len(row.Headers))
 	h = append(h,
 		kafka.Header{Key: "event_id", Value: []byte(row.ID)},
@@ -32,7 +32,7 @@ func (r *Relay) message(row *lease.Row) kafka.Message {
 
 // topicOf returns the row's destination: its topic column, else the
 // TopicTemplate route, else Config.Topic.
-func (r *Relay) topicOf(row *lease.Row) string {
+func (r *Relay) topicOf(row *claim.Row) string {
 	return route(row.Topic, row.AggregateType, r.cfg.TopicTemplate, r.cfg.Topic)
 }
 

@@ -17,13 +17,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/ownership"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
 
 // The ownership model: several relays on one in-memory outbox table with
-// key partitions, members and owners kept by lease.Claimer's rules (the
+// key partitions, members and owners kept by claim.Claimer's rules (the
 // same ownership.PlanRebalance decides every rebalance; a member's leases end
 // no later than its membership; a claim takes rows of the partitions its
 // member owns and is not giving back; a partition is given back once its
@@ -82,7 +83,7 @@ func (m *ownModel) logf(format string, args ...any) {
 	}
 }
 
-func orows(rows []lease.Row) string {
+func orows(rows []claim.Row) string {
 	s := ""
 	for _, r := range rows {
 		s += fmt.Sprintf(" %s/%d", r.AggregateID, r.Seq)
@@ -91,7 +92,7 @@ func orows(rows []lease.Row) string {
 }
 
 // orelay is one relay process of the model: the real Relay, and the
-// claimer state lease.Claimer keeps.
+// claimer state claim.Claimer keeps.
 type orelay struct {
 	m      *ownModel
 	name   string
@@ -99,7 +100,7 @@ type orelay struct {
 	queue  []claimed
 	state  string // "running", "leaving", "paused", "dead", "left"
 	wakeAt time.Time
-	// lease.Claimer's ownership state.
+	// claim.Claimer's ownership state.
 	joined    bool
 	seenGen   int64
 	renewed   time.Time
@@ -155,7 +156,7 @@ func (o *orelay) idle(p int) bool {
 	return !o.m.now.Before(o.busyUntil[p])
 }
 
-// rebalance is lease.Claimer.rebalance on the model's tables.
+// rebalance is claim.Claimer.rebalance on the model's tables.
 func (o *orelay) rebalance() {
 	m := o.m
 	for name, until := range m.members {
@@ -231,7 +232,7 @@ func (o *orelay) blocked(r *orow) bool {
 	return false
 }
 
-func (o *orelay) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error) {
+func (o *orelay) Claim(ctx context.Context, marks ...*claim.Mark) (*claim.Batch, error) {
 	m := o.m
 	for _, mk := range marks {
 		mk.Marked, _ = o.MarkPublished(ctx, mk.Token, mk.Seqs)
@@ -240,7 +241,7 @@ func (o *orelay) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch,
 		o.rebalance()
 	}
 	until := m.members[o.name]
-	b := &lease.Batch{Token: uuid.New(), Claimed: m.now}
+	b := &claim.Batch{Token: uuid.New(), Claimed: m.now}
 	if !until.After(m.now) {
 		return b, nil
 	}
@@ -258,7 +259,7 @@ func (o *orelay) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch,
 			b.TakenOver++
 		}
 		r.token, r.lockedBy, r.lockedUntil = b.Token, o.name, lockedUntil
-		b.Rows = append(b.Rows, lease.Row{Seq: r.seq, ID: r.id, AggregateID: r.agg, Attempts: r.attempts, KeyPartition: r.part, Payload: []byte(`{}`)})
+		b.Rows = append(b.Rows, claim.Row{Seq: r.seq, ID: r.id, AggregateID: r.agg, Attempts: r.attempts, KeyPartition: r.part, Payload: []byte(`{}`)})
 		if !slices.Contains(ps, r.part) {
 			ps = append(ps, r.part)
 		}
@@ -317,7 +318,7 @@ func (o *orelay) Extend(_ context.Context, token uuid.UUID, seqs []int64) ([]int
 	return kept, lockedUntil.Sub(m.now), nil
 }
 
-func (o *orelay) Release(_ context.Context, s lease.Settle) (int64, error) {
+func (o *orelay) Release(_ context.Context, s claim.Settle) (int64, error) {
 	return o.held(s.Token, s.Seqs, func(r *orow) {
 		r.token, r.lockedBy, r.lockedUntil = uuid.Nil, "", time.Time{}
 		if s.RetryIn > 0 {
@@ -329,7 +330,7 @@ func (o *orelay) Release(_ context.Context, s lease.Settle) (int64, error) {
 	}), nil
 }
 
-func (o *orelay) DeadLetter(_ context.Context, s lease.Settle) (int64, error) {
+func (o *orelay) DeadLetter(_ context.Context, s claim.Settle) (int64, error) {
 	return o.held(s.Token, s.Seqs, func(r *orow) {
 		r.token, r.lockedBy, r.lockedUntil, r.dead = uuid.Nil, "", farFuture, true
 	}), nil
@@ -347,11 +348,11 @@ func (o *orelay) Settled(token uuid.UUID, busyUntil time.Time) {
 	delete(o.batches, token)
 }
 
-func (o *orelay) Ownership() lease.Ownership {
-	return lease.Ownership{Member: o.name, Partitions: o.m.parts, Owned: len(o.owned), Releasing: len(o.releasing), Members: len(o.m.live())}
+func (o *orelay) Ownership() claim.Ownership {
+	return claim.Ownership{Member: o.name, Partitions: o.m.parts, Owned: len(o.owned), Releasing: len(o.releasing), Members: len(o.m.live())}
 }
 
-// Close is lease.Claimer.Close: idle partitions given back, the member
+// Close is claim.Claimer.Close: idle partitions given back, the member
 // removed when none is left busy.
 func (o *orelay) Close(context.Context) error {
 	m := o.m

@@ -16,13 +16,14 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
 
 // A randomized model test of the relay's ordering and progress, with no
 // database and no broker: an in-memory outbox table whose claim follows
-// lease.Claimer's rules (seq order; rows leased or backing off are not
+// claim.Claimer's rules (seq order; rows leased or backing off are not
 // taken; a row waits while an earlier row of its aggregate is leased by
 // another holder, backing off or held as a dead letter; this relay's own
 // leases do not block it), and an in-memory broker that fails, rejects and
@@ -124,11 +125,11 @@ func (m *model) blocked(r *mrow) bool {
 	return false
 }
 
-func (m *model) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error) {
+func (m *model) Claim(ctx context.Context, marks ...*claim.Mark) (*claim.Batch, error) {
 	for _, mk := range marks {
 		mk.Marked, _ = m.MarkPublished(ctx, mk.Token, mk.Seqs)
 	}
-	b := &lease.Batch{Token: uuid.New(), Claimed: m.now, LockedUntil: m.now.Add(m.lease)}
+	b := &claim.Batch{Token: uuid.New(), Claimed: m.now, LockedUntil: m.now.Add(m.lease)}
 	for m.floor < len(m.rows) && m.rows[m.floor].published {
 		m.floor++
 	}
@@ -143,7 +144,7 @@ func (m *model) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, 
 			b.TakenOver++
 		}
 		r.token, r.lockedBy, r.lockedUntil = b.Token, m.me, m.now.Add(m.lease)
-		b.Rows = append(b.Rows, lease.Row{Seq: r.seq, ID: r.id, AggregateID: r.agg, Attempts: r.attempts, Payload: []byte(`{}`)})
+		b.Rows = append(b.Rows, claim.Row{Seq: r.seq, ID: r.id, AggregateID: r.agg, Attempts: r.attempts, Payload: []byte(`{}`)})
 	}
 	m.claims++
 	if len(b.Rows) > 0 {
@@ -182,13 +183,13 @@ func (m *model) Extend(_ context.Context, token uuid.UUID, seqs []int64) ([]int6
 
 func (m *model) Settled(uuid.UUID, time.Time) {}
 
-func (m *model) Ownership() lease.Ownership {
-	return lease.Ownership{Member: m.me, Partitions: 1, Owned: 1, Members: 1}
+func (m *model) Ownership() claim.Ownership {
+	return claim.Ownership{Member: m.me, Partitions: 1, Owned: 1, Members: 1}
 }
 
 var errStuck = errors.New("model: connection reset")
 
-func (m *model) Release(_ context.Context, s lease.Settle) (int64, error) {
+func (m *model) Release(_ context.Context, s claim.Settle) (int64, error) {
 	if m.faults && m.rng.Float64() < m.pStuck {
 		m.logf("  release %s FAILED %v", s.Token.String()[:4], s.Seqs)
 		return 0, errStuck
@@ -205,7 +206,7 @@ func (m *model) Release(_ context.Context, s lease.Settle) (int64, error) {
 	}), nil
 }
 
-func (m *model) DeadLetter(_ context.Context, s lease.Settle) (int64, error) {
+func (m *model) DeadLetter(_ context.Context, s claim.Settle) (int64, error) {
 	if m.faults && m.rng.Float64() < m.pStuck {
 		m.logf("  dead-letter %s FAILED %v", s.Token.String()[:4], s.Seqs)
 		return 0, errStuck

@@ -3,7 +3,7 @@ package relay
 import (
 	"time"
 
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // Observer is told what the relay does, for metrics, tests and benchmarks.
@@ -18,7 +18,7 @@ type Observer interface {
 	Claimed(d time.Duration, rows, takenOver int, err error)
 	// Published is called after each publish with the rows Kafka
 	// acknowledged (acks=all), before they are marked.
-	Published(rows []lease.Row)
+	Published(rows []claim.Row)
 	// Marked is called after each mark statement with its duration, the
 	// rows it tried to mark, how many it marked (fewer: the lease was lost)
 	// and its error.
@@ -26,7 +26,7 @@ type Observer interface {
 	// PublishFailed is called for each event whose publish failed, with its
 	// destination topic, the error (see kafka.IsOutage) and whether it was
 	// dead-lettered.
-	PublishFailed(row lease.Row, topic string, err error, deadLettered bool)
+	PublishFailed(row claim.Row, topic string, err error, deadLettered bool)
 }
 
 // Outcome is what became of one publish attempt of an event (Attempt).
@@ -52,7 +52,7 @@ const (
 type Attempt struct {
 	// Row is the event's row. It points into the relay's batch: read it
 	// during the call only.
-	Row *lease.Row
+	Row *claim.Row
 	// Topic is the event's destination topic (see route).
 	Topic string
 	// Partition is the partition the event was (or, failing before it was
@@ -131,9 +131,9 @@ func (as attempters) Attempted(a Attempt) {
 // skipped.
 type ObserverFuncs struct {
 	OnClaimed       func(d time.Duration, rows, takenOver int, err error)
-	OnPublished     func(rows []lease.Row)
+	OnPublished     func(rows []claim.Row)
 	OnMarked        func(d time.Duration, rows int, marked int64, err error)
-	OnPublishFailed func(row lease.Row, topic string, err error, deadLettered bool)
+	OnPublishFailed func(row claim.Row, topic string, err error, deadLettered bool)
 }
 
 // Claimed implements Observer.
@@ -144,7 +144,7 @@ func (f ObserverFuncs) Claimed(d time.Duration, rows, takenOver int, err error) 
 }
 
 // Published implements Observer.
-func (f ObserverFuncs) Published(rows []lease.Row) {
+func (f ObserverFuncs) Published(rows []claim.Row) {
 	if f.OnPublished != nil {
 		f.OnPublished(rows)
 	}
@@ -158,7 +158,7 @@ func (f ObserverFuncs) Marked(d time.Duration, rows int, marked int64, err error
 }
 
 // PublishFailed implements Observer.
-func (f ObserverFuncs) PublishFailed(row lease.Row, topic string, err error, deadLettered bool) {
+func (f ObserverFuncs) PublishFailed(row claim.Row, topic string, err error, deadLettered bool) {
 	if f.OnPublishFailed != nil {
 		f.OnPublishFailed(row, topic, err, deadLettered)
 	}
@@ -184,7 +184,7 @@ func (m multiObserver) Claimed(d time.Duration, rows, takenOver int, err error) 
 	}
 }
 
-func (m multiObserver) Published(rows []lease.Row) {
+func (m multiObserver) Published(rows []claim.Row) {
 	for _, o := range m {
 		o.Published(rows)
 	}
@@ -196,7 +196,7 @@ func (m multiObserver) Marked(d time.Duration, rows int, marked int64, err error
 	}
 }
 
-func (m multiObserver) PublishFailed(row lease.Row, topic string, err error, deadLettered bool) {
+func (m multiObserver) PublishFailed(row claim.Row, topic string, err error, deadLettered bool) {
 	for _, o := range m {
 		o.PublishFailed(row, topic, err, deadLettered)
 	}

@@ -10,6 +10,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -20,11 +21,11 @@ import (
 // fail, as a database that drops the connection for a moment would: all
 // the relay's attempts at giving the failed row back fail.
 type flakyReleaseClaimer struct {
-	*lease.Claimer
+	*claim.Claimer
 	failures atomic.Int32
 }
 
-func (c *flakyReleaseClaimer) Release(ctx context.Context, s lease.Settle) (int64, error) {
+func (c *flakyReleaseClaimer) Release(ctx context.Context, s claim.Settle) (int64, error) {
 	if s.RetryIn > 0 && c.failures.Add(1) <= 3 {
 		return 0, errors.New("injected: connection reset by peer")
 	}
@@ -77,7 +78,7 @@ func TestOrderKeptWhenTheFailedEventCannotBeReleased(t *testing.T) {
 		Kafka:    kafka.Config{Brokers: k.Brokers, WriteTimeout: 100 * time.Millisecond, MaxAttempts: 1},
 		NoNotify: true,
 		WrapClaimer: func(c relay.Claimer) relay.Claimer {
-			cl.Claimer = c.(*lease.Claimer)
+			cl.Claimer = c.(*claim.Claimer)
 			return cl
 		},
 		WrapPublisher: func(p relay.Publisher) relay.Publisher {

@@ -12,6 +12,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -28,7 +29,7 @@ import (
 //     aggregate committed meanwhile) — as a publisher slowed down by load
 //     would let the claimer run ahead.
 type skipRaceClaimer struct {
-	*lease.Claimer
+	*claim.Claimer
 	a2, a3       string
 	afterFailure func()
 	failOnce     sync.Once
@@ -40,7 +41,7 @@ type skipRaceClaimer struct {
 	reached      atomic.Bool
 }
 
-func (c *skipRaceClaimer) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error) {
+func (c *skipRaceClaimer) Claim(ctx context.Context, marks ...*claim.Mark) (*claim.Batch, error) {
 	b, err := c.Claimer.Claim(ctx, marks...)
 	if err == nil && len(b.Rows) > 0 {
 		c.claims.Add(1)
@@ -56,7 +57,7 @@ func (c *skipRaceClaimer) Claim(ctx context.Context, marks ...*lease.Mark) (*lea
 	return b, err
 }
 
-func (c *skipRaceClaimer) DeadLetter(ctx context.Context, s lease.Settle) (int64, error) {
+func (c *skipRaceClaimer) DeadLetter(ctx context.Context, s claim.Settle) (int64, error) {
 	n, err := c.Claimer.DeadLetter(ctx, s)
 	if err == nil {
 		c.failOnce.Do(c.afterFailure)
@@ -64,7 +65,7 @@ func (c *skipRaceClaimer) DeadLetter(ctx context.Context, s lease.Settle) (int64
 	return n, err
 }
 
-func (c *skipRaceClaimer) Release(ctx context.Context, s lease.Settle) (int64, error) {
+func (c *skipRaceClaimer) Release(ctx context.Context, s claim.Settle) (int64, error) {
 	if s.RetryIn > 0 {
 		n, err := c.Claimer.Release(ctx, s)
 		if err == nil {
@@ -159,7 +160,7 @@ func TestOrderKeptWhenSkippedEventIsReleasedAfterALaterClaim(t *testing.T) {
 				Kafka:    kafka.Config{Brokers: k.Brokers},
 				NoNotify: true,
 				WrapClaimer: func(c relay.Claimer) relay.Claimer {
-					cl.Claimer = c.(*lease.Claimer)
+					cl.Claimer = c.(*claim.Claimer)
 					return cl
 				},
 				WrapPublisher: func(p relay.Publisher) relay.Publisher {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/outboxtest"
@@ -16,14 +17,14 @@ import (
 // After another relay joined and left (two changes of the relays'
 // ownership, none of this relay's partitions moving), this relay's next
 // claim takes nothing (its view of what it owns is from before) and says
-// to claim again at once (lease.Batch.More): the relay must, so that an
+// to claim again at once (claim.Batch.More): the relay must, so that an
 // event whose notification woke that claim is published at once, not at
 // the next poll (a minute here; the claim window is off).
 func TestClaimAgainAtOnceWhenOwnershipMoved(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	a, err := lease.New(db.Pool, lease.Config{RelayID: "a", Lease: time.Minute})
+	a, err := claim.New(db.Pool, lease.Config{RelayID: "a", Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestClaimAgainAtOnceWhenOwnershipMoved(t *testing.T) {
 		"the relay does not own every partition")
 	add("x")
 	pub.Wait(t, 1, 10*time.Second)
-	b, err := lease.New(db.Pool, lease.Config{RelayID: "b", Lease: time.Minute})
+	b, err := claim.New(db.Pool, lease.Config{RelayID: "b", Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

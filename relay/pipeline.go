@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/backoff"
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // Run starts four goroutines, and each piece of state has one owner:
@@ -79,7 +79,7 @@ import (
 
 // claimed is a batch with the number of the claim that produced it.
 type claimed struct {
-	*lease.Batch
+	*claim.Batch
 	no uint64
 }
 
@@ -162,7 +162,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 		if len(b.Rows) == 0 {
 			// An empty batch may still say to claim again at once: the
 			// relays' ownership moved since this relay's last rebalance
-			// (lease.Batch.More).
+			// (claim.Batch.More).
 			t.claimed(0, b.More)
 			continue
 		}

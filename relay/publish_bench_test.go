@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -22,8 +23,8 @@ import (
 // benchmarks and in make bench).
 type benchClaimer struct{}
 
-func (benchClaimer) Claim(context.Context, ...*lease.Mark) (*lease.Batch, error) {
-	return &lease.Batch{}, nil
+func (benchClaimer) Claim(context.Context, ...*claim.Mark) (*claim.Batch, error) {
+	return &claim.Batch{}, nil
 }
 func (benchClaimer) MarkPublished(_ context.Context, _ uuid.UUID, seqs []int64) (int64, error) {
 	return int64(len(seqs)), nil
@@ -31,15 +32,15 @@ func (benchClaimer) MarkPublished(_ context.Context, _ uuid.UUID, seqs []int64) 
 func (benchClaimer) Extend(_ context.Context, _ uuid.UUID, seqs []int64) ([]int64, time.Duration, error) {
 	return seqs, time.Minute, nil
 }
-func (benchClaimer) Release(_ context.Context, s lease.Settle) (int64, error) {
+func (benchClaimer) Release(_ context.Context, s claim.Settle) (int64, error) {
 	return int64(len(s.Seqs)), nil
 }
-func (benchClaimer) DeadLetter(_ context.Context, s lease.Settle) (int64, error) {
+func (benchClaimer) DeadLetter(_ context.Context, s claim.Settle) (int64, error) {
 	return int64(len(s.Seqs)), nil
 }
 func (benchClaimer) Settled(uuid.UUID, time.Time) {}
-func (benchClaimer) Ownership() lease.Ownership {
-	return lease.Ownership{Partitions: 1, Owned: 1, Members: 1}
+func (benchClaimer) Ownership() claim.Ownership {
+	return claim.Ownership{Partitions: 1, Owned: 1, Members: 1}
 }
 func (benchClaimer) Close(context.Context) error                      { return nil }
 func (benchClaimer) Config() lease.Config                             { return lease.Config{Lease: time.Minute}.WithDefaults() }
@@ -50,11 +51,11 @@ type benchPublisher struct{}
 
 // benchRows returns n claimed rows of 10 aggregates, each written under a
 // span (a traceparent header, as outbox.Add stores it).
-func benchRows(n int) []lease.Row {
-	rows := make([]lease.Row, n)
+func benchRows(n int) []claim.Row {
+	rows := make([]claim.Row, n)
 	created := time.Now().Add(-2 * time.Millisecond)
 	for i := range rows {
-		rows[i] = lease.Row{
+		rows[i] = claim.Row{
 			Seq: int64(i + 1), ID: fmt.Sprintf("0192f3a4-5b6c-7d8e-9f00-%012d", i),
 			AggregateID: "pay_" + strconv.Itoa(i%10), EventType: "payment.captured",
 			Payload:   []byte(`{"amount":"12.50","currency":"EUR"}`),
@@ -78,7 +79,7 @@ func benchmarkPublishBatch(b *testing.B, cfg Config, n int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		batch := claimed{Batch: &lease.Batch{Token: uuid.New(), Rows: rows, Claimed: time.Now()}, no: uint64(i + 1)}
+		batch := claimed{Batch: &claim.Batch{Token: uuid.New(), Rows: rows, Claimed: time.Now()}, no: uint64(i + 1)}
 		r.publishBatch(ctx, ctx, batch)
 		r.marks.take(time.Time{}) // the marker's part
 	}

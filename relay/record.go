@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // Recording what the relay does. Each outcome of a step (a wake-up, a
@@ -74,7 +74,7 @@ func (r *Relay) recordPublishCall(began time.Time, errs []error, err error) {
 
 // recordPublished records rows Kafka acknowledged, carried by the publish
 // call from began to ended.
-func (r *Relay) recordPublished(rows []lease.Row, began, ended time.Time) {
+func (r *Relay) recordPublished(rows []claim.Row, began, ended time.Time) {
 	if r.att != nil {
 		r.attemptedAll(rows, began, ended)
 	}
@@ -133,7 +133,7 @@ func (r *Relay) recordDeadLettered(n int) {
 
 // attemptedAll tells r.att that rows, carried by the publish call from
 // began to ended, were published.
-func (r *Relay) attemptedAll(rows []lease.Row, began, ended time.Time) {
+func (r *Relay) attemptedAll(rows []claim.Row, began, ended time.Time) {
 	for i := range rows {
 		row := &rows[i]
 		topic := r.topicOf(row)
@@ -144,7 +144,7 @@ func (r *Relay) attemptedAll(rows []lease.Row, began, ended time.Time) {
 
 // partition returns the partition of row's record on topic, or -1 when the
 // publisher does not say (Attempt.Partition).
-func (r *Relay) partition(topic string, row *lease.Row) int {
+func (r *Relay) partition(topic string, row *claim.Row) int {
 	if r.partitionOf == nil {
 		return -1
 	}
@@ -173,7 +173,7 @@ func (r *Relay) Stats() Stats {
 // ownership step of Health (a relay that owns none while others own them,
 // or that a relay of an older version keeps from claiming). Claimer
 // goroutine only (lastOwned, lastMembers, ownedShare).
-func (r *Relay) recordOwnership(o lease.Ownership) {
+func (r *Relay) recordOwnership(o claim.Ownership) {
 	if o.Owned != r.lastOwned || o.Members != r.lastMembers {
 		r.log.Info("key partitions", zap.Int("owned", o.Owned), zap.Int("partitions", o.Partitions), zap.Int("releasing", o.Releasing),
 			zap.Int("relays", o.Members), zap.Int64("acquired_total", o.Acquired), zap.Int64("released_total", o.Released),

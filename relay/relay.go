@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -25,23 +26,23 @@ type Publisher interface {
 	MaxBatchBytes() int64
 }
 
-// Claimer is what the relay needs from the lease store; *lease.Claimer
+// Claimer is what the relay needs from the lease store; *claim.Claimer
 // implements it.
 type Claimer interface {
 	// Claim also marks published, in the claim's transaction, the rows of
-	// marks (lease.Claimer.Claim).
-	Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error)
+	// marks (claim.Claimer.Claim).
+	Claim(ctx context.Context, marks ...*claim.Mark) (*claim.Batch, error)
 	MarkPublished(ctx context.Context, token uuid.UUID, seqs []int64) (int64, error)
 	Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]int64, time.Duration, error)
-	Release(ctx context.Context, s lease.Settle) (int64, error)
-	DeadLetter(ctx context.Context, s lease.Settle) (int64, error)
+	Release(ctx context.Context, s claim.Settle) (int64, error)
+	DeadLetter(ctx context.Context, s claim.Settle) (int64, error)
 	// Settled says the relay is done with a claimed batch (its rows
 	// published, given back or dead-lettered; rows it could not give back
 	// stay leased until busyUntil): the claimer gives a key partition to
 	// another relay only once no unsettled batch holds rows of it.
 	Settled(token uuid.UUID, busyUntil time.Time)
 	// Ownership says which key partitions the claimer owns.
-	Ownership() lease.Ownership
+	Ownership() claim.Ownership
 	Close(ctx context.Context) error
 	Config() lease.Config
 }
@@ -60,13 +61,13 @@ type Stats struct {
 	Published, Marked, Failed, HeldBack, Released, DeadLettered int64
 	// Wakeups counts wake-ups by cause.
 	WakeNotify, WakePoll, WakeWindow, WakeBacklog int64
-	// Key partitions (lease.Ownership): how many this relay owns now, of
+	// Key partitions (claim.Ownership): how many this relay owns now, of
 	// how many, among how many relays; how many it acquired, gave back,
 	// and acquired from another relay (handovers).
 	OwnedPartitions, Partitions, Relays               int64
 	PartitionsAcquired, PartitionsReleased, Handovers int64
 	// Member is this relay's member name in the table's relays
-	// (lease.Claimer.Member): the owner name of its key partitions.
+	// (claim.Claimer.Member): the owner name of its key partitions.
 	Member string
 }
 
@@ -114,7 +115,7 @@ type Relay struct {
 	stats counters
 }
 
-// New returns a Relay. wake delivers wake-up signals (notify.Listener.Wake);
+// New returns a Relay. wake delivers wake-up signals (listen.Listener.Wake);
 // nil means poll only: the relay then claims every PollInterval and does not
 // linger. It returns cfg's validation error, or an error when the
 // publisher's attempt budget (kafka.Publisher.AttemptBudget: attempts ×

@@ -14,7 +14,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/faultnet"
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -31,8 +33,8 @@ type harness struct {
 	kafka    *testenv.TestKafka
 	topic    string
 	relay    *relay.Relay
-	claimer  *lease.Claimer
-	listener *notify.Listener
+	claimer  *claim.Claimer
+	listener *listen.Listener
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -83,7 +85,7 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 	if h.listener != nil {
 		// A relay start (table and privilege checks, LISTEN, its probe):
 		// seconds on a loaded machine.
-		testenv.Eventually(t, 60*time.Second, func() bool { return h.listener.State() == notify.StateListening }, "listener never connected")
+		testenv.Eventually(t, 60*time.Second, func() bool { return h.listener.State() == listen.StateListening }, "listener never connected")
 	}
 	t.Cleanup(h.stop)
 	return h
@@ -310,7 +312,7 @@ func TestLostNotificationFallsBackToPollingAndListenerReconnects(t *testing.T) {
 		t.Fatalf("polled event: %v %v", r.Headers, err)
 	}
 	testenv.Eventually(t, 15*time.Second, func() bool {
-		return h.listener.Reconnects() >= 2 && h.listener.State() == notify.StateListening
+		return h.listener.Reconnects() >= 2 && h.listener.State() == listen.StateListening
 	}, "listener did not reconnect (reconnects=%d)", h.listener.Reconnects())
 	before := h.listener.Notifications()
 	notified := event("a", 2)
@@ -425,7 +427,7 @@ func TestStalledRelayLosesLeaseAndCannotClobber(t *testing.T) {
 	evs := []outbox.Event{event("a", 1), event("a", 2), event("b", 1)}
 	addTx(t, db, nil, evs...)
 	// The stalled relay: it claimed with a 1s lease and then hangs.
-	stalled, err := lease.New(db.Pool, lease.Config{RelayID: "stalled", Lease: time.Second})
+	stalled, err := claim.New(db.Pool, lease.Config{RelayID: "stalled", Lease: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +447,7 @@ func TestStalledRelayLosesLeaseAndCannotClobber(t *testing.T) {
 	if n, err := stalled.MarkPublished(ctx, b.Token, seqs); err != nil || n != 0 {
 		t.Fatalf("late mark: %d %v", n, err)
 	}
-	if n, err := stalled.Release(ctx, lease.Settle{Token: b.Token, Seqs: seqs, CountAttempt: true, LastError: "late"}); err != nil || n != 0 {
+	if n, err := stalled.Release(ctx, claim.Settle{Token: b.Token, Seqs: seqs, CountAttempt: true, LastError: "late"}); err != nil || n != 0 {
 		t.Fatalf("late release: %d %v", n, err)
 	}
 	var lockedBy string

@@ -49,7 +49,7 @@ const (
 	schedWoke    schedEventKind = iota // the claimer woke up for cause
 	schedBegin                         // a claim begins; drained: a notification was pending
 	schedFailed                        // the claim failed
-	schedClaimed                       // the claim found rows (0: empty); more: claim again at once (lease.Batch.More: its byte bound, or ownership moved)
+	schedClaimed                       // the claim found rows (0: empty); more: claim again at once (claim.Batch.More: its byte bound, or ownership moved)
 )
 
 // schedEvent is one input of the schedule.
@@ -59,7 +59,7 @@ type schedEvent struct {
 	cause   wakeCause // schedWoke
 	drained bool      // schedBegin
 	rows    int       // schedClaimed
-	more    bool      // schedClaimed: lease.Batch.More
+	more    bool      // schedClaimed: claim.Batch.More
 	share   float64   // schedClaimed: the part of the key partitions owned (busy)
 }
 

@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/backoff"
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // scheduler runs the claim schedule (schedule.go) for the claimer
@@ -90,7 +90,7 @@ func (t *scheduler) failed(ctx context.Context) bool {
 }
 
 // claimed schedules after a claim that found rows (0: empty); more says
-// it stopped at its byte bound with claimable rows left (lease.Batch.More).
+// it stopped at its byte bound with claimable rows left (claim.Batch.More).
 // With notifications on, it warns when only the poll finds events
 // (unannounced).
 func (t *scheduler) claimed(rows int, more bool) {
@@ -106,7 +106,7 @@ func (t *scheduler) claimed(rows int, more bool) {
 
 // claim runs one claim, carrying the marks waiting (marks.go), and records
 // it (record, logs).
-func (r *Relay) claim(ctx context.Context) (*lease.Batch, uint64, error) {
+func (r *Relay) claim(ctx context.Context) (*claim.Batch, uint64, error) {
 	no := r.gate.next()
 	jobs := r.marks.take(time.Time{})
 	marks := toLease(jobs)
@@ -161,9 +161,9 @@ func (r *Relay) logClaimError(err error) {
 	}
 	fields := []zap.Field{zap.Error(err), zap.Int64("failures", n)}
 	switch {
-	case lease.IsMissingTable(err):
+	case claim.IsMissingTable(err):
 		r.log.Error("outbox table not found: run `outbox-relay migrate`", append(fields, zap.String("table", r.lease.Table))...)
-	case lease.IsSchemaMismatch(err):
+	case claim.IsSchemaMismatch(err):
 		r.log.Error("outbox table has the wrong shape: run `outbox-relay migrate`", append(fields, zap.String("table", r.lease.Table))...)
 	default:
 		r.log.Warn("claim failed; retrying with backoff", fields...)

@@ -11,8 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/config"
-	"github.com/pgoutbox/outbox/internal/owners"
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -69,9 +70,9 @@ type ServiceConfig struct {
 // all use it.
 type Service struct {
 	relay      *Relay
-	claimer    *lease.Claimer
+	claimer    *claim.Claimer
 	pub        *kafka.Publisher
-	listener   *notify.Listener
+	listener   *listen.Listener
 	pool       *pgxpool.Pool
 	log        *zap.Logger
 	privileges outboxsql.Needs
@@ -105,7 +106,7 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	if cfg.Kafka.Topic == "" {
 		cfg.Kafka.Topic = cfg.Relay.Topic
 	}
-	claimer, err := lease.New(pool, cfg.Lease)
+	claimer, err := claim.New(pool, cfg.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 		}
 		configureListener(cc)
 		connect := func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }
-		if s.listener, err = notify.New(cfg.Notify, connect, pool, logger); err != nil {
+		if s.listener, err = listen.New(cfg.Notify, connect, pool, logger); err != nil {
 			_ = pub.Close()
 			return nil, err
 		}
@@ -171,7 +172,7 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 //
 // Run first checks that the outbox table exists, as `outbox-relay run`
 // does: a missing table returns at once an error that names it and
-// sql.Migrate (lease.IsMissingTable reports it), instead of claims that
+// sql.Migrate (claim.IsMissingTable reports it), instead of claims that
 // fail and are retried forever. A database that does not answer yet is
 // not an error: the relay retries.
 func (s *Service) Run(ctx context.Context) error {
@@ -209,11 +210,11 @@ func (s *Service) checkTable(ctx context.Context) error {
 		return err
 	}
 	_, err = s.pool.Exec(cctx, q)
-	if lease.IsMissingTable(err) {
+	if claim.IsMissingTable(err) {
 		return fmt.Errorf("relay: outbox table %q not found: create it with sql.Migrate (github.com/pgoutbox/outbox/sql; sql.MigrateTable for another name) or `outbox-relay migrate`: %w", table, err)
 	}
 	if err == nil {
-		if err := owners.CheckPartitions(cctx, s.pool, table); errors.Is(err, lease.ErrNotMigrated) {
+		if err := claim.CheckPartitions(cctx, s.pool, table); errors.Is(err, claim.ErrNotMigrated) {
 			return fmt.Errorf("relay: %w (sql.Migrate, or sql.Adopt for an adopted table)", err)
 		}
 	}
@@ -231,10 +232,10 @@ func (s *Service) Close() error {
 func (s *Service) Relay() *Relay { return s.relay }
 
 // Claimer returns the lease store the relay claims with.
-func (s *Service) Claimer() *lease.Claimer { return s.claimer }
+func (s *Service) Claimer() *claim.Claimer { return s.claimer }
 
 // Publisher returns the Kafka publisher (Ping, CheckTopics).
 func (s *Service) Publisher() *kafka.Publisher { return s.pub }
 
 // Listener returns the LISTEN session, or nil with NoNotify.
-func (s *Service) Listener() *notify.Listener { return s.listener }
+func (s *Service) Listener() *listen.Listener { return s.listener }

@@ -44,7 +44,7 @@ func TestDrainCoalesces(t *testing.T) {
 		t.Fatal("drain of an empty channel reported a wake-up")
 	}
 	for range 5 {
-		select { // how notify.Listener coalesces its wake-ups
+		select { // how listen.Listener coalesces its wake-ups
 		case wake <- struct{}{}:
 		default:
 		}

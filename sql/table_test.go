@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 	outboxsql "github.com/pgoutbox/outbox/sql"
@@ -32,7 +33,7 @@ func TestMigrateTableOfAnotherName(t *testing.T) {
 				t.Fatalf("%s: second run applied %v", table, applied)
 			}
 		}
-		c, err := lease.New(db.Pool, lease.Config{Table: table})
+		c, err := claim.New(db.Pool, lease.Config{Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}

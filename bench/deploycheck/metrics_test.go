@@ -19,10 +19,10 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/retention"
 	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
 )
 
 // relayMetric is one metric outbox-relay run registers: its label names
@@ -53,8 +53,8 @@ func relayMetrics(t *testing.T) map[string]relayMetric {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := lease.Row{Topic: "t", CreatedAt: time.Now()}
-	m.Published([]lease.Row{row})
+	row := claim.Row{Topic: "t", CreatedAt: time.Now()}
+	m.Published([]claim.Row{row})
 	m.Claimed(time.Millisecond, 1, 0, nil)
 	m.Marked(time.Millisecond, 1, 1, nil)
 	m.PublishFailed(row, "t", kafka.ErrTLS, false)

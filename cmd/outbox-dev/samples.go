@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // samplePayment is the JSON payload of a sample event.
@@ -148,7 +148,7 @@ func (l *latencies) committed(id string, at time.Time) {
 }
 
 // published is the relay's OnPublished hook.
-func (l *latencies) published(rows []lease.Row) {
+func (l *latencies) published(rows []claim.Row) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()

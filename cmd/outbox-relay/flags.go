@@ -4,12 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/relay"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/relay"
 
 	"github.com/peterbourgon/ff/v3"
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -55,7 +56,7 @@ func cmdRequeue(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	c, err := lease.New(pool, lease.Config{Table: tbl.table, Columns: cols})
+	c, err := claim.New(pool, lease.Config{Table: tbl.table, Columns: cols})
 	if err != nil {
 		return usageError{errors.New(flagError(err))}
 	}

@@ -20,8 +20,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/metrics"
-	"github.com/pgoutbox/outbox/internal/owners"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -389,9 +389,9 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 		if err := checkOrderGuard(ctx, pool, table); err != nil {
 			return err
 		}
-		err := owners.CheckPartitions(ctx, pool, table)
+		err := claim.CheckPartitions(ctx, pool, table)
 		switch {
-		case errors.Is(err, lease.ErrNotMigrated):
+		case errors.Is(err, claim.ErrNotMigrated):
 			return fmt.Errorf("table %q has no key partitions yet: run `%s` (it adds them and fills them in; `outbox-relay adopt` for an adopted table)", table, migrateCommand(table))
 		case isInsufficientPrivilege(err):
 			// Insufficient privilege: the relay's start-up check names
@@ -400,12 +400,12 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 			return nil
 		}
 		return err
-	case lease.IsMissingTable(err):
+	case claim.IsMissingTable(err):
 		if nameErr := outboxsql.CheckTableName(table); nameErr != nil {
 			return fmt.Errorf("outbox table %q not found (%v); migrate cannot create it under this name (%v): use a plain lower-case name, or create the table and run `outbox-relay adopt --table %s`", table, err, nameErr, shellArg(table))
 		}
 		return fmt.Errorf("outbox table %q not found: run `%s` first (%v)", table, migrateCommand(table), err)
-	case lease.IsSchemaMismatch(err):
+	case claim.IsSchemaMismatch(err):
 		if flag, ok := columnFlag(err, c.Columns); ok {
 			return fmt.Errorf("table %q has no column the relay was told to read: %v; it is named by %s: give every command the flags that name the table's columns (--debezium for a Debezium outbox table: id, aggregatetype, aggregateid, type, payload)", table, err, flag)
 		}
@@ -481,7 +481,7 @@ func checkOrderGuard(ctx context.Context, pool *pgxpool.Pool, table string) erro
 		// The relay's start-up check names every missing privilege, the
 		// guard's too, in one line (see checkTable).
 		return nil
-	case lease.IsMissingTable(err):
+	case claim.IsMissingTable(err):
 		return fmt.Errorf("table %q has no order guard %s: run `%s` (or `outbox-relay adopt` again, with its flags, for an adopted table), which creates it (%v)",
 			table, guard, migrateCommand(table), err)
 	}

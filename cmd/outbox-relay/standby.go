@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/internal/listen"
 )
 
 // validateListen checks --listen-database-url (never repeating it: it may
@@ -62,7 +62,7 @@ func (f *runFlags) checkPrimaries(ctx context.Context, log *zap.Logger, pool *pg
 	return waitPrimary(ctx, log, f.startupWait, wait, "--listen-database-url", connStandby(connect))
 }
 
-// standbyCheck returns a *notify.StandbyError when the server is a hot
+// standbyCheck returns a *listen.StandbyError when the server is a hot
 // standby, nil when it is a primary, or the error of reaching it.
 type standbyCheck func(ctx context.Context) error
 
@@ -101,7 +101,7 @@ func inRecovery(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("check recovery: %w", err)
 	}
 	if rec {
-		return &notify.StandbyError{Addr: notify.ServerAddr(conn.PgConn())}
+		return &listen.StandbyError{Addr: listen.ServerAddr(conn.PgConn())}
 	}
 	return nil
 }
@@ -119,7 +119,7 @@ func waitPrimary(ctx context.Context, log *zap.Logger, startupWait time.Duration
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err := check(cctx)
 	cancel()
-	var se *notify.StandbyError
+	var se *listen.StandbyError
 	switch {
 	case err == nil:
 		return nil
@@ -144,7 +144,7 @@ func waitPrimary(ctx context.Context, log *zap.Logger, startupWait time.Duration
 			return nil
 		case permanent(err):
 			return fmt.Errorf("%s refused the connection: %w", flag, err)
-		case !errors.As(err, new(*notify.StandbyError)):
+		case !errors.As(err, new(*listen.StandbyError)):
 			log.Debug("standby check failed; retrying", zap.Error(err))
 		}
 	}

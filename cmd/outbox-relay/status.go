@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox/internal/owners"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/lease"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -41,8 +41,8 @@ type statusReport struct {
 	Relays            []relayLeases `json:"relays"`
 	// KeyPartitions says which relay owns which key partitions, and since
 	// when.
-	KeyPartitions *owners.Owners `json:"key_partitions"`
-	// KeyPartitionsSettled is owners.Owners.Settled: every partition is
+	KeyPartitions *claim.Owners `json:"key_partitions"`
+	// KeyPartitionsSettled is claim.Owners.Settled: every partition is
 	// with the live relay the assignment gives it (false while relays
 	// join, leave or hand partitions over).
 	KeyPartitionsSettled bool `json:"key_partitions_settled"`
@@ -135,7 +135,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 			return nil, fmt.Errorf("status: %w", err)
 		}
 	}
-	if r.KeyPartitions, err = owners.ReadOwners(ctx, tx, table); err == nil {
+	if r.KeyPartitions, err = claim.ReadOwners(ctx, tx, table); err == nil {
 		r.KeyPartitionsSettled = r.KeyPartitions.Settled()
 	}
 	if err != nil {
@@ -226,7 +226,7 @@ const renewEvery = 6
 // ago: a relay that stopped without leaving (SIGKILL, a frozen process,
 // a cut connection) still owns its partitions until the membership runs
 // out, and their events wait meanwhile.
-func silentFor(m owners.MemberOwnership, now time.Time) (time.Duration, bool) {
+func silentFor(m claim.MemberOwnership, now time.Time) (time.Duration, bool) {
 	lease := m.Until.Sub(m.RenewedAt)
 	d := now.Sub(m.RenewedAt)
 	return d, m.Live && lease > 0 && d > 2*lease/renewEvery+time.Second

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/leasetest"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
@@ -352,12 +353,12 @@ func TestStatusShowsKeyPartitionOwners(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
 	var members []string
-	var claimers []*lease.Claimer
+	var claimers []*claim.Claimer
 	// Both memberships outlast the test; relay-y's is ended below, once
 	// status has shown it. Neither renews after settling, so no heartbeat
 	// removes relay-y's row before status reads it.
 	for _, id := range []string{"relay-x", "relay-y"} {
-		c, err := lease.New(db.Pool, lease.Config{RelayID: id, Lease: time.Minute})
+		c, err := claim.New(db.Pool, lease.Config{RelayID: id, Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +408,7 @@ func TestStatusNamesASilentRelay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	c, err := lease.New(db.Pool, lease.Config{RelayID: "alive", Lease: time.Minute})
+	c, err := claim.New(db.Pool, lease.Config{RelayID: "alive", Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,11 @@
 // The type is public as outbox.FieldError.
 package config
 
-import "fmt"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+)
 
 // FieldError says which field of which component's Config is invalid, and
 // why.
@@ -45,3 +49,11 @@ const DefaultTable = "outbox"
 // DefaultChannel is the NOTIFY channel the writers signal and the relay
 // LISTENs on unless configured, exported as outbox.DefaultChannel.
 const DefaultChannel = "outbox"
+
+// RandomHex returns 2n random hex digits: the suffixes that make relay and
+// claimer IDs unique per process.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

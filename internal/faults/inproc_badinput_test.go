@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
 )
 
@@ -245,7 +245,7 @@ func TestInprocUnexpectedNotifyPayloadJustWakes(t *testing.T) {
 	if st := h.Relay.Stats(); st.WakePoll != 0 {
 		t.Fatalf("stats %+v: a poll was needed", st)
 	}
-	if h.Listener.State() != notify.StateListening || h.Listener.Reconnects() != reconnects {
+	if h.Listener.State() != listen.StateListening || h.Listener.Reconnects() != reconnects {
 		t.Fatalf("listener %s with %d reconnects (was %d): an odd payload broke it", h.Listener.State(), h.Listener.Reconnects(), reconnects)
 	}
 	checkTopic(t, db.Pool, k.Brokers, topic, "NOTIFY with unexpected payloads", 10*time.Second)

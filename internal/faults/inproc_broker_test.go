@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/faultnet"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
@@ -63,7 +64,7 @@ func TestInprocBrokerRefusedThenBlackholedThenRestored(t *testing.T) {
 		Relay: relay.Config{PollInterval: 100 * time.Millisecond, RetryMin: 100 * time.Millisecond, RetryMax: time.Second},
 		Lease: lease.Config{RelayID: "outage", BatchSize: 200, Lease: 10 * time.Second},
 		Kafka: func(c *kafka.Config) { c.WriteTimeout = time.Second; c.MaxAttempts = 1 },
-		OnPublished: func(rows []lease.Row) {
+		OnPublished: func(rows []claim.Row) {
 			ackMu.Lock()
 			for _, r := range rows {
 				acked[uuid.MustParse(r.ID)] = true

@@ -21,7 +21,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/faultkit"
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -49,7 +51,7 @@ type ipConfig struct {
 	Pool       *pgxpool.Pool
 	ConnString string
 	// OnPublished is set as the relay's OnPublished hook.
-	OnPublished func([]lease.Row)
+	OnPublished func([]claim.Row)
 	// WrapClaimer and WrapPublisher may wrap what the relay calls.
 	WrapClaimer   func(relay.Claimer) relay.Claimer
 	WrapPublisher func(relay.Publisher) relay.Publisher
@@ -65,8 +67,8 @@ type ipConfig struct {
 type ipRelay struct {
 	t        testing.TB
 	Relay    *relay.Relay
-	Listener *notify.Listener
-	Claimer  *lease.Claimer
+	Listener *listen.Listener
+	Claimer  *claim.Claimer
 	RelayID  string
 	// Holder is what the relay writes to locked_by (RelayID plus a
 	// per-instance suffix).
@@ -148,7 +150,7 @@ func ipStartRelay(t testing.TB, db *testenv.TestDB, brokers []string, topic stri
 	}()
 	t.Cleanup(func() { h.Stop() })
 	if h.Listener != nil && !c.NoWaitListening {
-		testenv.Eventually(t, 15*time.Second, func() bool { return h.Listener.State() == notify.StateListening }, "listener never connected")
+		testenv.Eventually(t, 15*time.Second, func() bool { return h.Listener.State() == listen.StateListening }, "listener never connected")
 	}
 	return h
 }
@@ -209,7 +211,7 @@ func (s *ipSpyClaimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs 
 
 // Claim records the marks the claim carries (the relay marks delivered
 // chunks in its next claim's transaction when one comes soon enough).
-func (s *ipSpyClaimer) Claim(ctx context.Context, marks ...*lease.Mark) (*lease.Batch, error) {
+func (s *ipSpyClaimer) Claim(ctx context.Context, marks ...*claim.Mark) (*claim.Batch, error) {
 	b, err := s.Claimer.Claim(ctx, marks...)
 	s.mu.Lock()
 	for _, m := range marks {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/checker"
+	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
@@ -89,7 +91,7 @@ func TestInprocPostgresRestartedUnderLoad(t *testing.T) {
 	checkPool := newPool()
 	testenv.Eventually(t, 20*time.Second, func() bool { return load.Committed.Load() >= committed+200 }, "the writer did not commit again after the restart (last error: %v)", load.LastErr())
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		return h.Listener.Reconnects() > reconnects && h.Listener.State() == notify.StateListening
+		return h.Listener.Reconnects() > reconnects && h.Listener.State() == listen.StateListening
 	}, "the listener did not reconnect")
 	load.Stop()
 	testenv.Eventually(t, 30*time.Second, func() bool { return ipUnpublished(t, checkPool) == 0 }, "not everything published after the restart")
@@ -145,7 +147,7 @@ func TestInprocListenerTerminatedRepeatedly(t *testing.T) {
 		}
 		killed = append(killed, pid)
 		testenv.Eventually(t, 10*time.Second, func() bool {
-			return h.Listener.Reconnects() > reconnects && h.Listener.State() == notify.StateListening
+			return h.Listener.Reconnects() > reconnects && h.Listener.State() == listen.StateListening
 		}, "round %d: the listener did not reconnect", i)
 		// The claim that every reconnect triggers has run: only the
 		// notification of the next event can wake the relay now.
@@ -217,7 +219,7 @@ func TestInprocNonUTCSessionTimeZone(t *testing.T) {
 
 	// A relay in New York claims everything with a 2 s lease and stalls.
 	const stalledLease = 2 * time.Second
-	stalled, err := lease.New(ny, lease.Config{RelayID: "ny-stalled", Lease: stalledLease})
+	stalled, err := claim.New(ny, lease.Config{RelayID: "ny-stalled", Lease: stalledLease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +293,7 @@ func TestInprocNonUTCSessionTimeZone(t *testing.T) {
 	if elapsed := time.Since(claimed).Seconds(); left < 1-elapsed || left > 1 {
 		t.Fatalf("Kathmandu lease left by the database clock (read in New York) %.3fs, want 1s less at most the %.3fs since the claim began", left, elapsed)
 	}
-	if _, err := taker.Claimer.Release(ctx, lease.Settle{Token: b2.Token, Seqs: []int64{b2.Rows[0].Seq}}); err != nil {
+	if _, err := taker.Claimer.Release(ctx, claim.Settle{Token: b2.Token, Seqs: []int64{b2.Rows[0].Seq}}); err != nil {
 		t.Fatal(err)
 	}
 	// Publish the last row so the checker sees every committed event.

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/faultnet"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
@@ -113,7 +114,7 @@ type ipProgress struct {
 	published atomic.Int64
 }
 
-func (p *ipProgress) observe(rows []lease.Row) { p.published.Add(int64(len(rows))) }
+func (p *ipProgress) observe(rows []claim.Row) { p.published.Add(int64(len(rows))) }
 
 // ipFaultEpisode runs the common shape of the progress tests: writers at a
 // rate, a fault for faultFor, writers going on for after once it ended, then

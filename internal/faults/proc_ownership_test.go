@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/faultkit"
-	"github.com/pgoutbox/outbox/internal/owners"
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
@@ -45,10 +45,10 @@ func (o *ownRelays) start() *RelayProc {
 }
 
 // waitSettled waits until n relays are live and own the partitions as
-// ownership.Assign gives them (owners.Owners.Settled), and returns the owners.
-func waitSettled(t *testing.T, pool *pgxpool.Pool, n int, timeout time.Duration, procs []*RelayProc) *owners.Owners {
+// ownership.Assign gives them (claim.Owners.Settled), and returns the owners.
+func waitSettled(t *testing.T, pool *pgxpool.Pool, n int, timeout time.Duration, procs []*RelayProc) *claim.Owners {
 	t.Helper()
-	var last *owners.Owners
+	var last *claim.Owners
 	var lastErr error
 	ok := faultkit.Wait(timeout, func() bool {
 		for _, p := range procs {
@@ -56,7 +56,7 @@ func waitSettled(t *testing.T, pool *pgxpool.Pool, n int, timeout time.Duration,
 				t.Fatalf("%s exited: %v\n%s", p.Name, p.Err(), tail(p.Stderr(), 5000))
 			}
 		}
-		last, lastErr = owners.ReadOwners(context.Background(), pool, "outbox")
+		last, lastErr = claim.ReadOwners(context.Background(), pool, "outbox")
 		if lastErr != nil {
 			return false
 		}
@@ -75,7 +75,7 @@ func waitSettled(t *testing.T, pool *pgxpool.Pool, n int, timeout time.Duration,
 }
 
 // ownersString is one line per member: how many partitions it owns.
-func ownersString(o *owners.Owners) string {
+func ownersString(o *claim.Owners) string {
 	if o == nil {
 		return "no owners read"
 	}
@@ -88,7 +88,7 @@ func ownersString(o *owners.Owners) string {
 }
 
 // ownedBy returns the partitions the member whose relay ID is id owns.
-func ownedBy(o *owners.Owners, id string) []int32 {
+func ownedBy(o *claim.Owners, id string) []int32 {
 	var out []int32
 	for _, m := range o.Relays {
 		if m.RelayID == id {

@@ -3,16 +3,16 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/retention"
-	"github.com/pgoutbox/outbox/notify"
 )
 
 // ListenerState exports l's state as outbox_listener_state{state}: 1 for
 // the current state, 0 for the others. outbox-relay registers it when it
 // runs a listener.
-func ListenerState(l *notify.Listener) prometheus.Collector { return listenerState{l} }
+func ListenerState(l *listen.Listener) prometheus.Collector { return listenerState{l} }
 
-type listenerState struct{ l *notify.Listener }
+type listenerState struct{ l *listen.Listener }
 
 var descListenerState = prometheus.NewDesc("outbox_listener_state",
 	"The LISTEN connection's state: 1 for the current one (connecting, listening, deaf: LISTEN hears nothing, e.g. behind a transaction pooler; standby: the server is in recovery), 0 for the others. Absent when the relay runs poll-only.",
@@ -22,7 +22,7 @@ func (c listenerState) Describe(ch chan<- *prometheus.Desc) { ch <- descListener
 
 func (c listenerState) Collect(ch chan<- prometheus.Metric) {
 	cur := c.l.State()
-	for _, s := range []notify.State{notify.StateConnecting, notify.StateListening, notify.StateDeaf, notify.StateStandby} {
+	for _, s := range []listen.State{listen.StateConnecting, listen.StateListening, listen.StateDeaf, listen.StateStandby} {
 		v := 0.0
 		if s == cur {
 			v = 1

@@ -11,10 +11,10 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/pgtemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/lease"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -263,7 +263,7 @@ VALUES (gen_random_uuid(), 'a', 't', '{}', now()) RETURNING seq`).Scan(&seq); er
 				done <- err
 				return
 			}
-			m.Published([]lease.Row{{Seq: seq, CreatedAt: time.Now()}})
+			m.Published([]claim.Row{{Seq: seq, CreatedAt: time.Now()}})
 		}
 	}()
 	defer func() {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"github.com/pgoutbox/outbox/notify"
+	"github.com/pgoutbox/outbox/internal/listen"
 )
 
 // Check is the outcome of one readiness check.
@@ -152,7 +152,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 		}
 		if comps.Listener == nil {
 			set("listener", nil, "poll-only (--no-notify)")
-		} else if st := comps.Listener.State(); st != notify.StateListening {
+		} else if st := comps.Listener.State(); st != listen.StateListening {
 			detail := "listener is " + st.String()
 			if lr, ok := comps.Listener.(ListenerReasoner); ok && lr.Reason() != "" {
 				detail += ": " + lr.Reason()
@@ -177,7 +177,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 }
 
 // ListenerReasoner is implemented by a Components.Listener that can say why
-// it does not listen (*notify.Listener: Reason, in its deaf and standby
+// it does not listen (*listen.Listener: Reason, in its deaf and standby
 // states); the "listener" readiness check adds the reason to its detail.
 type ListenerReasoner interface {
 	// Reason is "" when there is nothing to add to the state.

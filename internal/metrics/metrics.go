@@ -12,7 +12,7 @@
 //     history the table keeps. Every relay on a table reports the same
 //     values; aggregate them with max(), not sum().
 //   - Relay counters read at scrape time from relay.Relay.Stats(),
-//     notify.Listener and the cleaner: outbox_relay_*_total,
+//     listen.Listener and the cleaner: outbox_relay_*_total,
 //     outbox_listener_connected, outbox_notifications_received_total,
 //     outbox_listener_reconnects_total.
 //   - The table check (CheckTable, every Config.Interval beside the table
@@ -52,10 +52,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
 )
 
@@ -182,9 +182,9 @@ type RelaySource interface {
 }
 
 // ListenerSource gives the notification listener's state and counters;
-// *notify.Listener implements it.
+// *listen.Listener implements it.
 type ListenerSource interface {
-	State() notify.State
+	State() listen.State
 	Notifications() int64
 	Reconnects() int64
 }
@@ -434,7 +434,7 @@ func (m *Metrics) SetStopping() { m.stopping.Store(true) }
 // outbox_publish_latency_seconds, and drops them from the age gauges'
 // view at once (see oldest.go: the gauges do not wait for the next
 // refresh). It is cheap and never blocks.
-func (m *Metrics) Published(rows []lease.Row) {
+func (m *Metrics) Published(rows []claim.Row) {
 	if len(rows) == 0 {
 		return
 	}
@@ -495,7 +495,7 @@ func (m *Metrics) Marked(d time.Duration, ids int, marked int64, err error) {
 }
 
 // PublishFailed records one failed event (relay.Observer).
-func (m *Metrics) PublishFailed(_ lease.Row, topic string, err error, deadLettered bool) {
+func (m *Metrics) PublishFailed(_ claim.Row, topic string, err error, deadLettered bool) {
 	m.publishErrors.WithLabelValues(topic, kafka.ErrorReason(err), strconv.FormatBool(deadLettered)).Inc()
 }
 
@@ -800,7 +800,7 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPubStalled, prometheus.GaugeValue, h.PublishStalledFor.Seconds())
 	if l := comps.Listener; l != nil {
 		connected := 0.0
-		if l.State() == notify.StateListening {
+		if l.State() == listen.StateListening {
 			connected = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, connected)

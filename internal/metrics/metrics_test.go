@@ -13,15 +13,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgoutbox/outbox/internal/metrics"
-	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/kafka"
-	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/notify"
-	"github.com/pgoutbox/outbox/relay"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/listen"
+	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/relay"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -208,7 +209,7 @@ func (f *fakeRelay) Health() relay.Health {
 
 type fakeListener struct{ state atomic.Int32 }
 
-func (f *fakeListener) State() notify.State  { return notify.State(f.state.Load()) }
+func (f *fakeListener) State() listen.State  { return listen.State(f.state.Load()) }
 func (f *fakeListener) Notifications() int64 { return 42 }
 func (f *fakeListener) Reconnects() int64    { return 3 }
 
@@ -220,7 +221,7 @@ func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := &fakeListener{}
-	l.state.Store(int32(notify.StateListening))
+	l.state.Store(int32(listen.StateListening))
 	m.Attach(metrics.Components{
 		Relay: &fakeRelay{s: relay.Stats{Claims: 10, EmptyClaims: 4, Published: 5, Marked: 5, Failed: 2, HeldBack: 1, Released: 3, DeadLettered: 1,
 			WakeNotify: 6, WakePoll: 2, WakeWindow: 1, WakeBacklog: 1}},
@@ -229,8 +230,8 @@ func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
 	// 1.1 s ago: in the (1.024, 2.048] bucket unless this goroutine
 	// stalls for 0.9 s before Published reads the clock.
 	created := time.Now().Add(-1100 * time.Millisecond)
-	m.Published([]lease.Row{{CreatedAt: created}, {CreatedAt: created}, {Topic: "refunds", CreatedAt: created}, {CreatedAt: created}})
-	m.Published([]lease.Row{{Topic: "refunds", CreatedAt: time.Now()}})
+	m.Published([]claim.Row{{CreatedAt: created}, {CreatedAt: created}, {Topic: "refunds", CreatedAt: created}, {CreatedAt: created}})
+	m.Published([]claim.Row{{Topic: "refunds", CreatedAt: time.Now()}})
 	m.Published(nil)
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
@@ -264,7 +265,7 @@ func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
 	}
 
 	// Listener disconnected: 0. Poll-only: no listener metrics at all.
-	l.state.Store(int32(notify.StateConnecting))
+	l.state.Store(int32(listen.StateConnecting))
 	want(t, scrape(t, srv.URL+"/metrics"), "outbox_listener_connected", 0)
 	m.Attach(metrics.Components{Relay: &fakeRelay{}})
 	if _, ok := scrape(t, srv.URL+"/metrics")["outbox_listener_connected"]; ok {
@@ -335,7 +336,7 @@ func TestReadiness(t *testing.T) {
 	if r.code != 503 || strings.Join(r.body.Failed, ",") != "listener" || !strings.Contains(r.body.Checks["listener"].Detail, "connecting") {
 		t.Fatalf("listener connecting: %d %+v", r.code, r.body)
 	}
-	l.state.Store(int32(notify.StateListening))
+	l.state.Store(int32(listen.StateListening))
 	if r = getReady(t, srv.URL); r.code != 200 {
 		t.Fatalf("listener listening: %d %+v", r.code, r.body)
 	}

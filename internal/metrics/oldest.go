@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/internal/claim"
 )
 
 // The age gauges between refreshes. A refresh reads the lowest-seq
@@ -104,7 +104,7 @@ func sortedHas(seqs []int64, seq int64) bool {
 
 // notePublished drops the rows Kafka acknowledged from the oldest snapshot
 // and remembers their seqs (Published's part for the age gauges).
-func (m *Metrics) notePublished(rows []lease.Row) {
+func (m *Metrics) notePublished(rows []claim.Row) {
 	v := &m.oview
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/leasetest"
 	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -21,9 +22,9 @@ func TestOwnedOldestClaimableAge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.MigratedDB(t)
-	var claimers []*lease.Claimer
+	var claimers []*claim.Claimer
 	for range 2 {
-		c, err := lease.New(db.Pool, lease.Config{BatchSize: 1})
+		c, err := claim.New(db.Pool, lease.Config{BatchSize: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	"github.com/pgoutbox/outbox/notify"
 )
 
 // TestReadinessNamesAStandby: a relay whose pool reaches a hot standby (a
@@ -63,7 +63,7 @@ func TestReadinessListenerCheckGivesTheReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := &reasonListener{reason: "LISTEN is not receiving notifications: --database-url goes through a transaction pooler?"}
-	l.state.Store(int32(notify.StateDeaf))
+	l.state.Store(int32(listen.StateDeaf))
 	m.Attach(metrics.Components{Relay: &fakeRelay{}, Broker: pingFunc(func(context.Context) error { return nil }), Listener: l})
 	r := m.Ready(context.Background())
 	want := "listener is deaf: " + l.reason

@@ -1,6 +1,6 @@
 // Package sqlfile renders the project's SQL. Each package keeps its
 // statements in a few .sql files of named queries next to it, a file per
-// concern (e.g. lease/sql/claim.sql, lease/sql/membership.sql), embeds
+// concern (e.g. internal/claim/sql/claim.sql, internal/claim/sql/membership.sql), embeds
 // them and loads them once:
 //
 //	//go:embed sql/*.sql

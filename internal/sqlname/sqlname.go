@@ -84,7 +84,7 @@ func BesideName(base, suffix string) string {
 // table has its own locks.
 const (
 	// LockClaim serializes the claims of every relay on one table (see
-	// lease.Claimer: two concurrent claims could split an aggregate's
+	// claim.Claimer: two concurrent claims could split an aggregate's
 	// consecutive events between two relays).
 	LockClaim = 1869574000
 	// LockAdopt serializes adopt on one table.
@@ -142,7 +142,7 @@ func plain(s string) bool {
 // RowAddress writes how a statement that first selects outbox rows in a
 // CTE and then updates exactly those rows names them. On a plain table a
 // row's ctid is unique, and the UPDATE takes the rows by a TID scan of
-// ctid = ANY(...) (lease/sql: Claim and Mark say why
+// ctid = ANY(...) (internal/claim/sql: Claim and Mark say why
 // the statements are shaped so). On a partitioned table a ctid is only unique within one partition:
 // the same ctid names a row in every partition that has that page. There
 // a row is named by (tableoid, ctid), and the UPDATE joins the CTE on them

@@ -1,0 +1,472 @@
+package claim
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgoutbox/outbox/internal/sqlfile"
+)
+
+// rescanEvery is how often a claim ignores the floor and scans from the
+// start, so that nothing the floor passed by mistake waits longer. Such a
+// claim walks every dead index entry below the floor (many, while a long
+// transaction keeps VACUUM from removing them), so it is rare.
+const rescanEvery = time.Minute
+
+// marker says: every row with seq <= seq got its seq from a transaction
+// that had ended or was one of holders (the transactions holding a lock on
+// the outbox's sequence, by pg_locks.virtualtransaction, read after the
+// sequence). Once none of holders holds it any more, every row with seq <=
+// seq is final: committed or rolled back.
+type marker struct {
+	seq     int64
+	holders []string
+}
+
+// advanceEvery is how often Claim moves the floor. Reading pg_locks is
+// not free, and its cost grows with the sessions holding locks (figures in
+// docs/internals.md, "How claiming stays fast"): every 100 ms keeps it to
+// a few percent of a core per relay, while the floor lags the published
+// rows by a few hundred rows at 1,000 events/s, which the claim's scan and
+// the guard's lower bound walk past cheaply.
+const advanceEvery = 100 * time.Millisecond
+
+// maxMarkers bounds the pending markers (about 100 s of them) while a long
+// writing transaction holds them back; meanwhile the floor stays where it
+// is.
+const maxMarkers = 1024
+
+// Claim leases up to Config.BatchSize claimable rows for Config.Lease and
+// returns them ordered by seq, taking rows while the payload bytes before
+// each stay under Config.MaxBatchBytes (so at least one row, whatever its
+// size; Batch.More says when that bound left claimable rows behind). An
+// empty batch (no rows) is not an error.
+// In the same transaction, before the claim, it marks published the rows
+// of each of marks still held by its token, and sets its Marked (see
+// MarkPublished): a relay that claims often saves a transaction per batch.
+// Errors are wrapped as "claim batch: ...": see IsMissingTable.
+//
+// An error does not say that nothing was claimed: the server may have
+// committed the claim and its marks before the error (a connection lost
+// after the commit, a deadline passed while the answer was on its way, a
+// row the client cannot decode). Rows claimed so are leased under a token
+// nobody knows until their lease ends. The Claimer's own leases do not
+// block its claims (its relay publishes them in order), so after any error
+// it takes a new holder (Holder): those rows then block the later events
+// of their aggregates like another relay's leases do, and are taken over
+// when their lease ends. Without that, an aggregate's next event could be
+// claimed and published before them.
+//
+// Before it claims it rebalances when due (owner.go): at the first claim,
+// after another relay joined, left or moved partitions, when a member's
+// membership ran out, when a partition being given back became idle, and
+// every sixth of a lease to renew this relay's membership. A claim takes
+// rows of the partitions this relay owns only; while a relay of an older
+// version holds leases on the table (Ownership.Legacy) it claims nothing.
+// Call Settled with the batch's token once every row of it is published,
+// given back or dead-lettered: until then the Claimer does not hand its
+// partitions over to another relay (relay.Relay does this for you).
+func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applySettled()
+	if err := c.prepared(ctx); err != nil {
+		if IsMissingTable(err) {
+			return nil, fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
+		}
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	now := time.Now()
+	if c.own.rebalanceDue(now, c.cfg.Lease) {
+		// Partitions acquired bring rows below any resume point.
+		c.resume.reset()
+		if err := c.rebalance(ctx, now); err != nil {
+			return nil, err
+		}
+	}
+	b, err := c.claim(ctx, marks)
+	if err != nil {
+		c.newHolder(now)
+		return b, err
+	}
+	c.own.track(b)
+	return b, err
+}
+
+// newHolder makes the Claimer write a new locked_by value from now on
+// (its Member and a new suffix), registered in the order guard by its next
+// claim; the old one stays registered until it expires. The old holder's
+// leases, if the failed claim committed, last until a lease from now at
+// the latest: until then the guard respects them and the partitions stay
+// with this relay. Called with c.mu held.
+func (c *Claimer) newHolder(now time.Time) {
+	c.own.lostClaim(c.holder.Load(), now.Add(c.cfg.Lease+time.Second))
+	c.own.holders++
+	c.holder.Store(c.own.member + "." + strconv.Itoa(c.own.holders))
+	c.lastBeat = time.Time{}
+	c.resume.reset()
+}
+
+// claim is Claim with c.mu held.
+func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
+	token := uuid.Must(uuid.NewV7())
+	began := time.Now()
+	q := c.queueClaim(began, token, marks)
+	if err := q.steps.send(ctx, c.pool, "claim batch: commit"); err != nil {
+		return nil, err
+	}
+	if q.beat {
+		c.lastBeat = began
+	}
+	batch := q.batch
+	batch.Claimed = time.Now()
+	// RETURNING is not ordered; the relay needs seq order.
+	slices.SortFunc(batch.Rows, func(a, b Row) int { return cmp.Compare(a.Seq, b.Seq) })
+	var last int64
+	if len(batch.Rows) > 0 {
+		last = batch.Rows[len(batch.Rows)-1].Seq
+	}
+	c.capRows(batch)
+	full := len(batch.Rows) >= q.limit || batch.More
+	c.resume.claimed(last, full, q.quiet && !q.holds, q.final)
+	if c.own.seenGen != c.own.generation {
+		// Members or owners changed since the last rebalance, so the
+		// claim may have taken nothing it could have: claim again at
+		// once, rebalancing first.
+		batch.More = true
+	}
+	return batch, nil
+}
+
+// capRows sets the next claims' row cap from batch: after payloads were
+// left unread, the number read (so the next claim reads what it takes,
+// instead of reading again payloads it cannot keep), and batch.More, since
+// the unread rows are claimable again at once; after a claim that read
+// everything, twice the cap, until it reaches Config.BatchSize.
+func (c *Claimer) capRows(batch *Batch) {
+	read, unread := 0, 0
+	for i := range batch.Rows {
+		if batch.Rows[i].Unread {
+			unread++
+		} else {
+			read++
+		}
+	}
+	switch {
+	case unread > 0:
+		c.rowCap, batch.More = max(read, 1), true
+	case c.rowCap > 0:
+		if c.rowCap *= 2; c.rowCap >= c.cfg.BatchSize {
+			c.rowCap = 0
+		}
+	}
+}
+
+// claimQueue is one claim's statements and what they do besides claiming.
+type claimQueue struct {
+	steps steps
+	batch *Batch // filled in by the claim's step
+	beat  bool   // the relay's order-guard registration is written
+	floor int64  // the seq the claim scans from
+	// quiet: no lease of an earlier holder or of rows not given back may
+	// still run; holds: a row backs off or is held (holds.SQL); final:
+	// the highest seq known final before the claim (Claimer.final). See
+	// resume.
+	quiet, holds bool
+	final        int64
+	limit        int // the claim's row limit (lease.Config.BatchSize or rowCap)
+}
+
+// queueClaim queues one claim's statements: the plan settings (and the
+// order-guard registration every half lease), the marks, the claim, the
+// generation, and the floor's reads every advanceEvery. Claims of relays
+// on one table do not wait for each other (no lock): each takes rows of
+// the key partitions it owns only (owner.go), so no two claims can split
+// one aggregate's consecutive events.
+func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *claimQueue {
+	guardKeys := c.own.guardKeys(began)
+	q := &claimQueue{final: c.final, quiet: len(guardKeys) == 0 && !began.Before(c.stuckUntil)}
+	if c.rewind.Swap(false) || !q.quiet || c.noResume {
+		c.resume.reset()
+	}
+	q.floor = c.resume.from(c.floor)
+	defer func() { c.scanFrom = q.floor }()
+	st, rows := c.st, c.rows
+	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
+	if q.beat {
+		// A claim that registers the relay commits synchronously (plan.SQL).
+		q.steps.exec(st.plan.SQL, nil, "claim batch", nil)
+		q.steps.exec(st.beat.SQL, st.beat.Args(beatArgs{Holder: c.holder.Load(), LeaseMS: c.cfg.Lease.Milliseconds()}), "claim batch", nil)
+		// Dead relays' entries are swept as rarely as this relay beats.
+		q.steps.exec(st.sweep.SQL, nil, "claim batch", nil)
+	} else {
+		q.steps.exec(st.asyncCommit.SQL, nil, "claim batch", nil)
+	}
+	for _, m := range marks {
+		q.steps.exec(rows.mark.SQL, rows.mark.Args(settleArgs{Seqs: m.Seqs, Token: m.Token}), "claim batch: mark published",
+			func(tag pgconn.CommandTag) { m.Marked = tag.RowsAffected() })
+	}
+	// Now and then a claim scans from the start instead of the floor, so a
+	// row the floor passed by mistake waits at most rescanEvery (see
+	// advance for how that can happen).
+	if began.Sub(c.lastRescan) >= rescanEvery {
+		q.floor = 0
+		c.resume.reset()
+		// Counted when tried, not when it succeeds: a rescan that fails
+		// (it walks every dead index entry below the floor, and may pass
+		// the statement timeout) must not turn every claim into one.
+		c.lastRescan = began
+	}
+	// The order guard looks for blocking rows from the floor up, even in a
+	// rescan (claim_guard_from.SQL): below the floor every row is
+	// published (a row the floor passed by mistake is claimed by the
+	// rescan itself, before the later rows of its batch).
+	// A relay of an older version that claims on this table makes this
+	// claim take nothing (the rebalances watch for it to go).
+	a := claimArgs{LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: token, ScanFrom: q.floor, Floor: c.floor,
+		Member: c.own.member, Owned: []bool{}, Generation: c.own.generation, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)}
+	q.limit = c.cfg.BatchSize
+	if c.rowCap > 0 {
+		q.limit = min(q.limit, c.rowCap)
+	}
+	if c.own.legacy == "" {
+		a.BatchSize, a.ForceGuard = q.limit, len(guardKeys) > 0
+		a.Owned, a.OwnsAny = c.own.claimMask, c.own.claimsAny
+	}
+	q.steps.scan(st.holds.SQL, nil, "claim batch: holds", &q.holds)
+	q.steps.add(rows.claim.SQL, rows.claim.Args(a), func(br pgx.BatchResults) (err error) {
+		q.batch, err = readClaimed(br, token, c.cfg.MaxBatchBytes)
+		return err
+	})
+	q.steps.scan(st.generation.SQL, nil, "claim batch: ownership", &c.own.seenGen, &c.own.expired)
+	if time.Since(c.lastAdvance) >= advanceEvery {
+		c.queueAdvance(&q.steps)
+	}
+	return q
+}
+
+// ErrPayloadTooLarge is wrapped by a claimed row's DecodeErr when its
+// payload is larger than Config.MaxBatchBytes: the claim does not read it
+// (the relay dead-letters the row), so that no single row takes the relay
+// past its memory bound.
+var ErrPayloadTooLarge = errors.New("payload larger than the claim's byte bound")
+
+// claimedRow is one row of the claim statement (Claim), scanned by
+// column name (sqlfile.Columns, which looks the names up once per claim).
+// Payload scans straight into a fresh []byte (nil for SQL NULL). Every column a writer controls scans into a type that takes any
+// value the column can hold: a row the relay cannot use becomes a dead
+// letter by itself (DecodeErr), never a claim that fails after it
+// committed, again at every lease. TakenOver and More are the batch's,
+// repeated on every row.
+type claimedRow struct {
+	Seq           int64              `db:"seq"`
+	ID            string             `db:"id"`
+	AggregateID   string             `db:"aggregate_id"`
+	EventType     string             `db:"event_type"`
+	Payload       []byte             `db:"payload"`
+	Headers       []byte             `db:"headers"`
+	Topic         *string            `db:"topic"`
+	CreatedAt     pgtype.Timestamptz `db:"created_at"`
+	Attempts      int                `db:"attempts"`
+	LockedUntil   time.Time          `db:"locked_until"`
+	AggregateType *string            `db:"aggregate_type"`
+	KeyPartition  int                `db:"key_partition"`
+	LeaseMS       int64              `db:"lease_ms"`
+	PayloadSize   *int64             `db:"payload_size"`
+	TakenOver     int                `db:"taken_over"`
+	More          bool               `db:"more"`
+}
+
+// readClaimed reads the claim statement's rows; maxBytes is
+// Config.MaxBatchBytes.
+func readClaimed(br pgx.BatchResults, token uuid.UUID, maxBytes int64) (*Batch, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	defer rows.Close()
+	batch := &Batch{Token: token}
+	var read int64 // payload bytes kept (Row.Unread)
+	var c claimedRow
+	var dest []any // c's fields in the order of the columns
+	for rows.Next() {
+		if dest == nil {
+			if dest, err = sqlfile.Columns(rows.FieldDescriptions(), &c); err != nil {
+				return nil, fmt.Errorf("claim batch: scan: %w", err)
+			}
+		}
+		c = claimedRow{}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		r := Row{Seq: c.Seq, ID: c.ID, AggregateID: c.AggregateID, EventType: c.EventType, Payload: c.Payload,
+			Attempts: c.Attempts, KeyPartition: c.KeyPartition}
+		batch.LockedUntil, batch.TakenOver, batch.More = c.LockedUntil, c.TakenOver, c.More
+		size, created, headers := c.PayloadSize, c.CreatedAt, c.Headers
+		// As the claim counts payload_size: a row is read while the
+		// bytes read before it are under the bound, here a quarter
+		// over it: JSON prints a little larger than jsonb stores it (a
+		// space after each ':' and ','), and a row left unread costs a
+		// give-back and a pause of the pipeline (Row.Unread).
+		if read >= maxBytes+maxBytes/4 {
+			r.Payload, r.Unread = nil, true
+		} else {
+			read += int64(len(r.Payload))
+		}
+		if size != nil && *size > maxBytes {
+			r.DecodeErr = fmt.Errorf("%w: %d bytes (payload_size, recorded at insert) against lease.Config.MaxBatchBytes %d (--max-batch-bytes); it was not read: raise the bound to publish the event, if the broker's message.max.bytes allows records that large",
+				ErrPayloadTooLarge, *size, maxBytes)
+		}
+		batch.Lease = time.Duration(c.LeaseMS) * time.Millisecond
+		r.CreatedAt = created.Time
+		if !created.Valid || created.InfinityModifier != pgtype.Finite {
+			r.DecodeErr = fmt.Errorf("created_at is %s: not a timestamp the relay can publish", timestamptzText(created))
+		}
+		if c.Topic != nil {
+			r.Topic = *c.Topic
+		}
+		if c.AggregateType != nil {
+			r.AggregateType = *c.AggregateType
+		}
+		if len(headers) > 0 && string(headers) != "null" {
+			if r.Headers, err = decodeHeaderJSON(headers); err != nil {
+				// Written by plain SQL before the headers CHECK constraint
+				// (or on an adopted table): this row alone is parked.
+				r.DecodeErr = fmt.Errorf("headers %.64s: %w", headers, err)
+			}
+		}
+		batch.Rows = append(batch.Rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	return batch, nil
+}
+
+// timestamptzText names a created_at value that is not a finite time.
+func timestamptzText(t pgtype.Timestamptz) string {
+	switch {
+	case !t.Valid:
+		return "NULL"
+	case t.InfinityModifier == pgtype.Infinity:
+		return "infinity"
+	case t.InfinityModifier == pgtype.NegativeInfinity:
+		return "-infinity"
+	}
+	return t.Time.String()
+}
+
+// queueAdvance queues the floor's statements, in this order: the
+// sequence before the transactions running (a transaction that took a
+// seq before the first read has ended or is among them), the snapshot
+// after both; the last one's read moves the floor.
+func (c *Claimer) queueAdvance(s *steps) {
+	var seq int64
+	var cache *int64
+	var holders []string
+	var minUnpublished *int64
+	s.scan(c.st.advanceSeq.SQL, nil, "claim batch: advance floor: sequence", &seq, &cache)
+	s.scan(c.st.advanceVXID.SQL, nil, "claim batch: advance floor: transactions", &holders)
+	s.add(c.st.advance.SQL, c.st.advance.Args(advanceArgs{Floor: c.floor, OwnedMask: c.own.ownedMask()}), func(br pgx.BatchResults) error {
+		if err := br.QueryRow().Scan(&minUnpublished); err != nil {
+			return fmt.Errorf("claim batch: advance floor: %w", err)
+		}
+		if seq < c.lastSeq {
+			c.restarted()
+		}
+		c.lastSeq = seq
+		if cache == nil || *cache == 1 {
+			c.advance(seq, holders, minUnpublished)
+		}
+		c.lastAdvance = time.Now()
+		return nil
+	})
+}
+
+// restarted drops the floor to 0 and every pending marker, after the
+// sequence's last value went below the one read before: ALTER SEQUENCE
+// ... RESTART, a setval lower, a logical-replication cutover (sequences
+// are not carried over) or a restore. New rows get seqs below the floor,
+// which would otherwise hide them from every claim but the once-a-minute
+// rescan; and a pending marker says
+// nothing about them (a transaction that took a low seq after the marker
+// was read is not among its holders), so none may move the floor. The
+// claims scan from seq 0 until the next advance settles a marker of the
+// new sequence: the floor then rises to that marker or the lowest
+// unpublished row, whichever is lower. Until this runs (at most
+// advanceEvery after the restart, at the next claim), the claims
+// themselves scan from seq 0 when the sequence is below the floor (see
+// sql/claim.SQL). outbox-relay's metrics (internal/metrics, SequenceBehindError) report the restart itself
+// (readiness, one log line).
+func (c *Claimer) restarted() {
+	c.floor = 0
+	c.final = -1
+	c.resume.reset()
+	c.markers = nil
+	c.restarts++
+}
+
+// Restarts counts the times the Claimer found its table's sequence below
+// a value it had read before, and dropped its floor (see Floor).
+func (c *Claimer) Restarts() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.restarts
+}
+
+// advance records a new marker (seq and the transactions holding the
+// sequence's lock), settles the pending markers none of whose holders is
+// among the holders now, and moves the floor up to the highest settled
+// marker, but never past an unpublished row.
+func (c *Claimer) advance(seq int64, holders []string, minUnpublished *int64) {
+	now := make(map[string]struct{}, len(holders))
+	for _, h := range holders {
+		now[h] = struct{}{}
+	}
+	settled := int64(-1)
+	i := 0
+markers:
+	for ; i < len(c.markers); i++ {
+		for _, h := range c.markers[i].holders {
+			if _, ok := now[h]; ok {
+				break markers
+			}
+		}
+		settled = c.markers[i].seq
+	}
+	c.markers = c.markers[i:]
+	if len(c.markers) < maxMarkers && seq > 0 {
+		c.markers = append(c.markers, marker{seq: seq, holders: holders})
+	}
+	if settled < 0 {
+		return
+	}
+	c.final = max(c.final, settled)
+	next := settled + 1
+	if minUnpublished != nil && *minUnpublished < next {
+		next = *minUnpublished
+	}
+	if next > c.floor {
+		c.floor = next
+	}
+}
+
+// Floor returns the seq below which this Claimer knows every row is
+// published; its claims scan from there. It drops to 0 when the table's
+// sequence is found to have gone back (Restarts), and rises again as the
+// new sequence's values settle.
+func (c *Claimer) Floor() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.floor
+}

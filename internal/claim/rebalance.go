@@ -1,0 +1,183 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/ownership"
+)
+
+// rebalance renews this member, reads the live members and the owners,
+// and acquires and gives back partitions as Assign says. Called with c.mu
+// held, before a claim.
+func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
+	o, st := c.own, c.st
+	var partitions int
+	var gen int64
+	var backfilled bool
+	var members, owners []string
+	var legacy string
+	var b steps
+	b.add(st.join.SQL, st.join.Args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), func(br pgx.BatchResults) error {
+		err := br.QueryRow().Scan(&partitions, &gen, &backfilled)
+		if IsMissingTable(err) {
+			return fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
+		}
+		return wrapErr("rebalance", err)
+	})
+	b.add(st.members.SQL, nil, func(br pgx.BatchResults) (err error) {
+		members, err = collectStrings(br)
+		return wrapErr("rebalance: members", err)
+	})
+	b.add(st.owners.SQL, nil, func(br pgx.BatchResults) (err error) {
+		owners, err = readOwnerList(br, partitions)
+		return wrapErr("rebalance: owners", err)
+	})
+	b.scan(st.legacy.SQL, nil, "rebalance", &legacy)
+	if err := b.send(ctx, c.pool, "rebalance: commit"); err != nil {
+		return err
+	}
+	if !backfilled {
+		return fmt.Errorf("rebalance: %w", ErrNotMigrated)
+	}
+	o.partitions, o.members, o.legacy, o.renewed, o.joined, o.expired = partitions, len(members), legacy, now, true, false
+	plan := ownership.PlanRebalance(o.member, members, owners, func(p int) bool { return o.idle(p, now) })
+	owned := plan.Owned
+	if len(plan.Acquire)+len(plan.Release) > 0 {
+		if err := c.move(ctx, plan, owners, &gen); err != nil {
+			return err
+		}
+	}
+	if len(owned) != len(o.owned) {
+		o.since = now
+	}
+	for p := range owned {
+		if !o.owned[p] {
+			// The floor covered only the partitions owned so far: rows
+			// of this one below it may be unpublished.
+			c.floor = 0
+			break
+		}
+	}
+	o.owned = owned
+	clear(o.releasing)
+	for p := range plan.Releasing {
+		if owned[p] {
+			o.releasing[p] = true
+		}
+	}
+	o.setClaimMask()
+	o.generation, o.seenGen = gen, gen
+	return nil
+}
+
+// move acquires and gives back the partitions of plan (its Owned updated
+// with what moved), owners the owner of each partition before; it sets
+// *gen to the generation the move bumped, if it did and nothing else
+// changed since *gen was read. Called with c.mu held.
+func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string, gen *int64) error {
+	o, q := c.own, c.st.move
+	var got, gave []int32
+	var bumped *int64
+	a := moveArgs{Member: o.member, Acquire: toInt32(plan.Acquire), Release: toInt32(plan.Release)}
+	if err := c.pool.QueryRow(ctx, q.SQL, q.Args(a)...).Scan(&got, &gave, &bumped); err != nil {
+		// The database may have given this relay partitions all the
+		// same (an answer lost): its claims may take their rows,
+		// which the floor did not cover.
+		c.floor = 0
+		return fmt.Errorf("rebalance: acquire and release: %w", err)
+	}
+	var takenOver int64
+	for _, p := range got {
+		plan.Owned[int(p)] = true
+		if owners[p] != "" {
+			takenOver++
+		}
+	}
+	for _, p := range gave {
+		delete(plan.Owned, int(p))
+	}
+	o.acquired += int64(len(got))
+	o.takenOver += takenOver
+	o.released += int64(len(gave))
+	if bumped != nil && *bumped == *gen+1 {
+		// Only this move changed members or owners since the rebalance
+		// read them: the new generation is what this relay knows.
+		*gen = *bumped
+	}
+	// Otherwise another relay changed them in between (it gave back
+	// partitions assigned to this one, say): the generation read with the
+	// owners stays, so the next claim finds it moved and rebalances again.
+	return nil
+}
+
+// readOwnerList reads owners.SQL's result: the owner of each of the
+// table's partitions key partitions, in order.
+func readOwnerList(br pgx.BatchResults, partitions int) ([]string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	owners := make([]string, 0, partitions)
+	for rows.Next() {
+		var p int
+		var who string
+		if err := rows.Scan(&p, &who); err != nil {
+			return nil, err
+		}
+		owners = append(owners, who)
+	}
+	return owners, rows.Err()
+}
+
+func toInt32(ps []int) []int32 {
+	out := make([]int32, len(ps))
+	for i, p := range ps {
+		out[i] = int32(p)
+	}
+	return out
+}
+
+func collectStrings(br pgx.BatchResults) ([]string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// leave gives back every partition nothing is in flight in and, when none
+// is left busy, removes this member, so that the other relays take its
+// partitions at once. Called with c.mu held.
+func (c *Claimer) leave(ctx context.Context) error {
+	o := c.own
+	if !o.joined {
+		return nil
+	}
+	now := time.Now()
+	var keep []int32
+	for p := range o.owned {
+		if !o.idle(p, now) {
+			keep = append(keep, int32(p))
+		}
+	}
+	if keep == nil {
+		keep = []int32{}
+	}
+	q := c.st.leave
+	if _, err := c.pool.Exec(ctx, q.SQL, q.Args(leaveArgs{Member: o.member, Keep: keep, Gone: len(keep) == 0})...); err != nil {
+		return fmt.Errorf("leave: %w", err)
+	}
+	o.released += int64(len(o.owned) - len(keep))
+	o.owned = map[int]bool{}
+	for _, p := range keep {
+		o.owned[int(p)] = true
+	}
+	o.setClaimMask()
+	o.joined = false
+	return nil
+}
