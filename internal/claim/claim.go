@@ -17,35 +17,6 @@ import (
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 )
 
-// rescanEvery is how often a claim ignores the floor and scans from the
-// start, so that nothing the floor passed by mistake waits longer. Such a
-// claim walks every dead index entry below the floor (many, while a long
-// transaction keeps VACUUM from removing them), so it is rare.
-const rescanEvery = time.Minute
-
-// marker says: every row with seq <= seq got its seq from a transaction
-// that had ended or was one of holders (the transactions holding a lock on
-// the outbox's sequence, by pg_locks.virtualtransaction, read after the
-// sequence). Once none of holders holds it any more, every row with seq <=
-// seq is final: committed or rolled back.
-type marker struct {
-	seq     int64
-	holders []string
-}
-
-// advanceEvery is how often Claim moves the floor. Reading pg_locks is
-// not free, and its cost grows with the sessions holding locks (figures in
-// docs/internals.md, "How claiming stays fast"): every 100 ms keeps it to
-// a few percent of a core per relay, while the floor lags the published
-// rows by a few hundred rows at 1,000 events/s, which the claim's scan and
-// the guard's lower bound walk past cheaply.
-const advanceEvery = 100 * time.Millisecond
-
-// maxMarkers bounds the pending markers (about 100 s of them) while a long
-// writing transaction holds them back; meanwhile the floor stays where it
-// is.
-const maxMarkers = 1024
-
 // Claim leases up to Config.BatchSize claimable rows for Config.Lease and
 // returns them ordered by seq, taking rows while the payload bytes before
 // each stay under Config.MaxBatchBytes (so at least one row, whatever its
@@ -89,7 +60,7 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	now := time.Now()
 	if c.own.rebalanceDue(now, c.cfg.Lease) {
 		// Partitions acquired bring rows below any resume point.
-		c.resume.reset()
+		c.fl.resume.reset()
 		if err := c.rebalance(ctx, now); err != nil {
 			return nil, err
 		}
@@ -114,7 +85,7 @@ func (c *Claimer) newHolder(now time.Time) {
 	c.own.holders++
 	c.holder.Store(c.own.member + "." + strconv.Itoa(c.own.holders))
 	c.lastBeat = time.Time{}
-	c.resume.reset()
+	c.fl.resume.reset()
 }
 
 // claim is Claim with c.mu held.
@@ -138,7 +109,7 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	}
 	c.capRows(batch)
 	full := len(batch.Rows) >= q.limit || batch.More
-	c.resume.claimed(last, full, q.quiet && !q.holds, q.final)
+	c.fl.resume.claimed(last, full, q.quiet && !q.holds, q.final)
 	if c.own.seenGen != c.own.generation {
 		// Members or owners changed since the last rebalance, so the
 		// claim may have taken nothing it could have: claim again at
@@ -195,12 +166,12 @@ type claimQueue struct {
 // one aggregate's consecutive events.
 func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *claimQueue {
 	guardKeys := c.own.guardKeys(began)
-	q := &claimQueue{final: c.final, quiet: len(guardKeys) == 0 && !began.Before(c.stuckUntil)}
-	if c.rewind.Swap(false) || !q.quiet || c.noResume {
-		c.resume.reset()
+	q := &claimQueue{final: c.fl.final, quiet: len(guardKeys) == 0 && !began.Before(c.stuckUntil)}
+	if c.rewind.Swap(false) || !q.quiet || c.fl.noResume {
+		c.fl.resume.reset()
 	}
-	q.floor = c.resume.from(c.floor)
-	defer func() { c.scanFrom = q.floor }()
+	q.floor = c.fl.resume.from(c.fl.at)
+	defer func() { c.fl.scanFrom = q.floor }()
 	st, rows := c.st, c.rows
 	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
 	if q.beat {
@@ -219,13 +190,13 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	// Now and then a claim scans from the start instead of the floor, so a
 	// row the floor passed by mistake waits at most rescanEvery (see
 	// advance for how that can happen).
-	if began.Sub(c.lastRescan) >= rescanEvery {
+	if began.Sub(c.fl.lastRescan) >= rescanEvery {
 		q.floor = 0
-		c.resume.reset()
+		c.fl.resume.reset()
 		// Counted when tried, not when it succeeds: a rescan that fails
 		// (it walks every dead index entry below the floor, and may pass
 		// the statement timeout) must not turn every claim into one.
-		c.lastRescan = began
+		c.fl.lastRescan = began
 	}
 	// The order guard looks for blocking rows from the floor up, even in a
 	// rescan (claim_guard_from.SQL): below the floor every row is
@@ -233,7 +204,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	// rescan itself, before the later rows of its batch).
 	// A relay of an older version that claims on this table makes this
 	// claim take nothing (the rebalances watch for it to go).
-	a := claimArgs{LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: token, ScanFrom: q.floor, Floor: c.floor,
+	a := claimArgs{LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: token, ScanFrom: q.floor, Floor: c.fl.at,
 		Member: c.own.member, Owned: []bool{}, Generation: c.own.generation, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)}
 	q.limit = c.cfg.BatchSize
 	if c.rowCap > 0 {
@@ -249,7 +220,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 		return err
 	})
 	q.steps.scan(st.generation.SQL, nil, "claim batch: ownership", &c.own.seenGen, &c.own.expired)
-	if time.Since(c.lastAdvance) >= advanceEvery {
+	if time.Since(c.fl.lastAdvance) >= advanceEvery {
 		c.queueAdvance(&q.steps)
 	}
 	return q
@@ -377,43 +348,20 @@ func (c *Claimer) queueAdvance(s *steps) {
 	var minUnpublished *int64
 	s.scan(c.st.advanceSeq.SQL, nil, "claim batch: advance floor: sequence", &seq, &cache)
 	s.scan(c.st.advanceVXID.SQL, nil, "claim batch: advance floor: transactions", &holders)
-	s.add(c.st.advance.SQL, c.st.advance.Args(advanceArgs{Floor: c.floor, OwnedMask: c.own.ownedMask()}), func(br pgx.BatchResults) error {
+	s.add(c.st.advance.SQL, c.st.advance.Args(advanceArgs{Floor: c.fl.at, OwnedMask: c.own.ownedMask()}), func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&minUnpublished); err != nil {
 			return fmt.Errorf("claim batch: advance floor: %w", err)
 		}
-		if seq < c.lastSeq {
-			c.restarted()
+		if seq < c.fl.lastSeq {
+			c.fl.restarted()
 		}
-		c.lastSeq = seq
+		c.fl.lastSeq = seq
 		if cache == nil || *cache == 1 {
-			c.advance(seq, holders, minUnpublished)
+			c.fl.advance(seq, holders, minUnpublished)
 		}
-		c.lastAdvance = time.Now()
+		c.fl.lastAdvance = time.Now()
 		return nil
 	})
-}
-
-// restarted drops the floor to 0 and every pending marker, after the
-// sequence's last value went below the one read before: ALTER SEQUENCE
-// ... RESTART, a setval lower, a logical-replication cutover (sequences
-// are not carried over) or a restore. New rows get seqs below the floor,
-// which would otherwise hide them from every claim but the once-a-minute
-// rescan; and a pending marker says
-// nothing about them (a transaction that took a low seq after the marker
-// was read is not among its holders), so none may move the floor. The
-// claims scan from seq 0 until the next advance settles a marker of the
-// new sequence: the floor then rises to that marker or the lowest
-// unpublished row, whichever is lower. Until this runs (at most
-// advanceEvery after the restart, at the next claim), the claims
-// themselves scan from seq 0 when the sequence is below the floor (see
-// sql/claim.SQL). outbox-relay's metrics (internal/metrics, SequenceBehindError) report the restart itself
-// (readiness, one log line).
-func (c *Claimer) restarted() {
-	c.floor = 0
-	c.final = -1
-	c.resume.reset()
-	c.markers = nil
-	c.restarts++
 }
 
 // Restarts counts the times the Claimer found its table's sequence below
@@ -421,44 +369,7 @@ func (c *Claimer) restarted() {
 func (c *Claimer) Restarts() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.restarts
-}
-
-// advance records a new marker (seq and the transactions holding the
-// sequence's lock), settles the pending markers none of whose holders is
-// among the holders now, and moves the floor up to the highest settled
-// marker, but never past an unpublished row.
-func (c *Claimer) advance(seq int64, holders []string, minUnpublished *int64) {
-	now := make(map[string]struct{}, len(holders))
-	for _, h := range holders {
-		now[h] = struct{}{}
-	}
-	settled := int64(-1)
-	i := 0
-markers:
-	for ; i < len(c.markers); i++ {
-		for _, h := range c.markers[i].holders {
-			if _, ok := now[h]; ok {
-				break markers
-			}
-		}
-		settled = c.markers[i].seq
-	}
-	c.markers = c.markers[i:]
-	if len(c.markers) < maxMarkers && seq > 0 {
-		c.markers = append(c.markers, marker{seq: seq, holders: holders})
-	}
-	if settled < 0 {
-		return
-	}
-	c.final = max(c.final, settled)
-	next := settled + 1
-	if minUnpublished != nil && *minUnpublished < next {
-		next = *minUnpublished
-	}
-	if next > c.floor {
-		c.floor = next
-	}
+	return c.fl.restarts
 }
 
 // Floor returns the seq below which this Claimer knows every row is
@@ -468,5 +379,5 @@ markers:
 func (c *Claimer) Floor() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.floor
+	return c.fl.at
 }

@@ -134,23 +134,12 @@ type Claimer struct {
 	addrKnown atomic.Bool // prepared found out whether the table is partitioned
 	prepMu    sync.Mutex  // serializes prepared
 
-	// The floor (see advance) is used and moved only by Claim.
-	mu          sync.Mutex
-	floor       int64
-	markers     []marker
-	lastSeq     int64 // the sequence's last value at the last advance
-	restarts    int64 // times lastSeq went back (restarted)
-	lastAdvance time.Time
-	lastBeat    time.Time // when the last registry write was sent
-	lastRescan  time.Time // when a claim last scanned from seq 0
-	own         *owner    // key partitions owned (owner.go)
-	// resume is where a claim draining a backlog scans from (resume.go);
-	// final the highest seq every transaction that could commit it has
-	// ended by (the floor's settled marker; -1: none yet).
-	resume   resume
-	final    int64
-	scanFrom int64 // where the last claim scanned from
-	noResume bool  // every claim scans from the floor (tests)
+	// mu is held by each claim for its round trip; it guards fl, own,
+	// lastBeat, rowCap and stuckUntil.
+	mu       sync.Mutex
+	fl       floor     // where claims scan from (floor.go)
+	own      *owner    // key partitions owned (owner.go)
+	lastBeat time.Time // when the last registry write was sent
 	// rowCap, when above 0, caps a claim's rows below Config.BatchSize
 	// after a claim left payloads unread (Row.Unread): what it could read,
 	// doubled back at each claim that read everything.
@@ -160,10 +149,8 @@ type Claimer struct {
 	// relay could not give back end at the latest (Settled).
 	rewind     atomic.Bool
 	stuckUntil time.Time
-	// settledQ are the calls of Settled not applied yet (applySettled),
-	// guarded by settleMu, not mu: a claim holds mu for its round trip.
-	settleMu sync.Mutex
-	settledQ []settledBatch
+	// settled are the calls of Settled not applied yet (applySettled).
+	settled settleQueue
 }
 
 // New returns a Claimer on pool. It returns cfg's validation error, or an
@@ -178,7 +165,7 @@ func New(pool *pgxpool.Pool, cfg lease.Config) (*Claimer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Claimer{cfg: cfg, pool: pool, st: st, rows: st.plainRows, final: -1}
+	c := &Claimer{cfg: cfg, pool: pool, st: st, rows: st.plainRows, fl: floor{final: -1}}
 	c.own = newOwner(cfg.RelayID + "/" + config.RandomHex(4))
 	c.holder.Store(c.own.member)
 	return c, nil

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -136,9 +137,30 @@ func (c *Claimer) Ownership() Ownership {
 // before it rebalances, so the relay's publisher never waits for its
 // claimer's round trip.
 func (c *Claimer) Settled(token uuid.UUID, busyUntil time.Time) {
-	c.settleMu.Lock()
-	c.settledQ = append(c.settledQ, settledBatch{token: token, busyUntil: busyUntil})
-	c.settleMu.Unlock()
+	c.settled.push(settledBatch{token: token, busyUntil: busyUntil})
+}
+
+// settleQueue holds the calls of Settled until the next claim applies
+// them. It has a lock of its own, not Claimer.mu, which a claim holds for
+// its round trip: Settled never waits for one.
+type settleQueue struct {
+	mu      sync.Mutex
+	pending []settledBatch
+}
+
+func (q *settleQueue) push(s settledBatch) {
+	q.mu.Lock()
+	q.pending = append(q.pending, s)
+	q.mu.Unlock()
+}
+
+// take returns the queued calls and empties the queue.
+func (q *settleQueue) take() []settledBatch {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	p := q.pending
+	q.pending = nil
+	return p
 }
 
 // settledBatch is a call of Settled not applied yet.
@@ -150,10 +172,7 @@ type settledBatch struct {
 // applySettled applies the calls of Settled queued since the last time.
 // Called with c.mu held.
 func (c *Claimer) applySettled() {
-	c.settleMu.Lock()
-	q := c.settledQ
-	c.settledQ = nil
-	c.settleMu.Unlock()
+	q := c.settled.take()
 	o := c.own
 	for _, s := range q {
 		if s.busyUntil.After(c.stuckUntil) {

@@ -58,7 +58,7 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		if !o.owned[p] {
 			// The floor covered only the partitions owned so far: rows
 			// of this one below it may be unpublished.
-			c.floor = 0
+			c.fl.at = 0
 			break
 		}
 	}
@@ -87,7 +87,7 @@ func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string
 		// The database may have given this relay partitions all the
 		// same (an answer lost): its claims may take their rows,
 		// which the floor did not cover.
-		c.floor = 0
+		c.fl.at = 0
 		return fmt.Errorf("rebalance: acquire and release: %w", err)
 	}
 	var takenOver int64

@@ -82,7 +82,7 @@ func drainUntilResumed(t *testing.T, c *Claimer) []*Batch {
 		}
 		if len(out) > 0 {
 			prev := out[len(out)-1].Rows
-			if c.scanFrom == prev[len(prev)-1].Seq+1 {
+			if c.fl.scanFrom == prev[len(prev)-1].Seq+1 {
 				return append(out, b)
 			}
 		}
@@ -125,7 +125,7 @@ func TestClaimResumesAfterItsLastRowWhileDraining(t *testing.T) {
 	if resumed.Rows[0].Seq <= prev[len(prev)-1].Seq {
 		t.Fatalf("the resumed claim took seq %d, not after %d", resumed.Rows[0].Seq, prev[len(prev)-1].Seq)
 	}
-	t.Logf("claim %d scanned from %d (floor %d)", len(batches), c.scanFrom, c.floor)
+	t.Logf("claim %d scanned from %d (floor %d)", len(batches), c.fl.scanFrom, c.fl.at)
 
 	// Give the first batch back: the next claim scans from the floor and
 	// takes those rows first.
@@ -135,8 +135,8 @@ func TestClaimResumesAfterItsLastRowWhileDraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.scanFrom > first.Rows[0].Seq {
-		t.Fatalf("after a release the claim scanned from %d, above the released seq %d", c.scanFrom, first.Rows[0].Seq)
+	if c.fl.scanFrom > first.Rows[0].Seq {
+		t.Fatalf("after a release the claim scanned from %d, above the released seq %d", c.fl.scanFrom, first.Rows[0].Seq)
 	}
 	if len(b.Rows) == 0 || b.Rows[0].Seq != first.Rows[0].Seq {
 		t.Fatalf("after a release the claim's first row is %v, want the released seq %d", seqs(b), first.Rows[0].Seq)
@@ -175,8 +175,8 @@ func TestClaimDoesNotResumeWhileARowBacksOff(t *testing.T) {
 		if len(b.Rows) < c.cfg.BatchSize {
 			t.Fatalf("claim %d took %d rows", i, len(b.Rows))
 		}
-		if c.scanFrom != c.floor {
-			t.Fatalf("claim %d, a row backing off: scanned from %d, not from the floor %d", i, c.scanFrom, c.floor)
+		if c.fl.scanFrom != c.fl.at {
+			t.Fatalf("claim %d, a row backing off: scanned from %d, not from the floor %d", i, c.fl.scanFrom, c.fl.at)
 		}
 	}
 }
@@ -207,7 +207,7 @@ VALUES (gen_random_uuid(), 'late', 't', '{}') RETURNING seq`).Scan(&late); err !
 	defer func() { _ = c.Close(ctx) }()
 	// Claim through at least three floor advances, every batch kept in
 	// flight: none may scan past the open writer's seq.
-	advances, last := 0, c.lastAdvance
+	advances, last := 0, c.fl.lastAdvance
 	for claims := 0; advances < 3; claims++ {
 		b, err := c.Claim(ctx)
 		if err != nil {
@@ -216,11 +216,11 @@ VALUES (gen_random_uuid(), 'late', 't', '{}') RETURNING seq`).Scan(&late); err !
 		if len(b.Rows) == 0 {
 			t.Fatalf("the backlog ran out after %d claims and %d advances", claims, advances)
 		}
-		if c.scanFrom > late {
-			t.Fatalf("claim %d scanned from %d, past the open writer's seq %d", claims+1, c.scanFrom, late)
+		if c.fl.scanFrom > late {
+			t.Fatalf("claim %d scanned from %d, past the open writer's seq %d", claims+1, c.fl.scanFrom, late)
 		}
-		if c.lastAdvance != last {
-			advances, last = advances+1, c.lastAdvance
+		if c.fl.lastAdvance != last {
+			advances, last = advances+1, c.fl.lastAdvance
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -231,7 +231,7 @@ VALUES (gen_random_uuid(), 'late', 't', '{}') RETURNING seq`).Scan(&late); err !
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("claim %d after the commit scanned from %d (floor %d): %d rows from seq %d", i+1, c.scanFrom, c.floor, len(b.Rows), b.Rows[0].Seq)
+		t.Logf("claim %d after the commit scanned from %d (floor %d): %d rows from seq %d", i+1, c.fl.scanFrom, c.fl.at, len(b.Rows), b.Rows[0].Seq)
 		for _, r := range b.Rows {
 			if r.Seq == late {
 				t.Logf("the late row was claimed %d claims after its commit", i+1)

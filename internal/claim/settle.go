@@ -115,7 +115,7 @@ func (c *Claimer) Requeue(ctx context.Context, ids []string) (int64, error) {
 		// unpublished again by hand (a replay) before the requeue may lie
 		// below it: the next claim scans from the start.
 		c.mu.Lock()
-		c.lastRescan = time.Time{}
+		c.fl.lastRescan = time.Time{}
 		c.mu.Unlock()
 	}
 	return n, nil
