@@ -15,14 +15,15 @@ import (
 // held, before a claim.
 func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 	o, st := c.own, c.st
-	var partitions int
-	var gen int64
-	var backfilled bool
+	var joined joinRow
 	var members, owners []string
 	var legacy string
 	var b steps
 	b.add(st.join.SQL, st.join.Args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), func(br pgx.BatchResults) error {
-		err := br.QueryRow().Scan(&partitions, &gen, &backfilled)
+		rows, err := br.Query()
+		if err == nil {
+			joined, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[joinRow])
+		}
 		if IsMissingTable(err) {
 			return fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
 		}
@@ -33,14 +34,15 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		return wrapErr("rebalance: members", err)
 	})
 	b.add(st.owners.SQL, nil, func(br pgx.BatchResults) (err error) {
-		owners, err = readOwnerList(br, partitions)
+		owners, err = readOwnerList(br, joined.Partitions)
 		return wrapErr("rebalance: owners", err)
 	})
 	b.scan(st.legacy.SQL, nil, "rebalance", &legacy)
 	if err := b.send(ctx, c.pool, "rebalance: commit"); err != nil {
 		return err
 	}
-	if !backfilled {
+	partitions, gen := joined.Partitions, joined.Generation
+	if !joined.Backfilled {
 		return fmt.Errorf("rebalance: %w", ErrNotMigrated)
 	}
 	o.partitions, o.members, o.legacy, o.renewed, o.joined, o.expired = partitions, len(members), legacy, now, true, false
@@ -80,10 +82,13 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 // changed since *gen was read. Called with c.mu held.
 func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string, gen *int64) error {
 	o, q := c.own, c.st.move
-	var got, gave []int32
-	var bumped *int64
 	a := moveArgs{Member: o.member, Acquire: toInt32(plan.Acquire), Release: toInt32(plan.Release)}
-	if err := c.pool.QueryRow(ctx, q.SQL, q.Args(a)...).Scan(&got, &gave, &bumped); err != nil {
+	rows, err := c.pool.Query(ctx, q.SQL, q.Args(a)...)
+	var moved moveRow
+	if err == nil {
+		moved, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[moveRow])
+	}
+	if err != nil {
 		// The database may have given this relay partitions all the
 		// same (an answer lost): its claims may take their rows,
 		// which the floor did not cover.
@@ -91,6 +96,7 @@ func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string
 		return fmt.Errorf("rebalance: acquire and release: %w", err)
 	}
 	var takenOver int64
+	got, gave, bumped := moved.Acquired, moved.Released, moved.Generation
 	for _, p := range got {
 		plan.Owned[int(p)] = true
 		if owners[p] != "" {
@@ -114,6 +120,30 @@ func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string
 	return nil
 }
 
+// joinRow is the Join statement's result: the table's number of key
+// partitions, the membership generation, and whether the key partitions'
+// backfill has finished.
+type joinRow struct {
+	Partitions int   `db:"partitions"`
+	Generation int64 `db:"generation"`
+	Backfilled bool  `db:"backfilled"`
+}
+
+// moveRow is the Move statement's result: the partitions acquired and
+// released, and the generation the move bumped (nil: it moved nothing).
+type moveRow struct {
+	Acquired   []int32 `db:"acquired"`
+	Released   []int32 `db:"released"`
+	Generation *int64  `db:"generation"`
+}
+
+// ownerRow is a row of the Owners statement: a key partition and its
+// owner ("" for nobody).
+type ownerRow struct {
+	Partition int    `db:"partition"`
+	Owner     string `db:"owner"`
+}
+
 // readOwnerList reads owners.SQL's result: the owner of each of the
 // table's partitions key partitions, in order.
 func readOwnerList(br pgx.BatchResults, partitions int) ([]string, error) {
@@ -121,17 +151,15 @@ func readOwnerList(br pgx.BatchResults, partitions int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	owners := make([]string, 0, partitions)
-	for rows.Next() {
-		var p int
-		var who string
-		if err := rows.Scan(&p, &who); err != nil {
-			return nil, err
-		}
-		owners = append(owners, who)
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[ownerRow])
+	if err != nil {
+		return nil, err
 	}
-	return owners, rows.Err()
+	owners := make([]string, 0, partitions)
+	for _, o := range list {
+		owners = append(owners, o.Owner)
+	}
+	return owners, nil
 }
 
 func toInt32(ps []int) []int32 {

@@ -178,16 +178,12 @@ func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]
 		if err != nil {
 			return fmt.Errorf("extend lease: %w", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var seq, ms int64
-			if err := rows.Scan(&seq, &ms); err != nil {
-				return fmt.Errorf("extend lease: %w", err)
-			}
-			kept = append(kept, seq)
-			lease = min(lease, time.Duration(ms)*time.Millisecond)
+		extended, err := pgx.CollectRows(rows, pgx.RowToStructByName[extendedRow])
+		for _, e := range extended {
+			kept = append(kept, e.Seq)
+			lease = min(lease, time.Duration(e.LeaseMS)*time.Millisecond)
 		}
-		return wrapErr("extend lease", rows.Err())
+		return wrapErr("extend lease", err)
 	})
 	if err := b.send(ctx, c.pool, "extend lease: commit"); err != nil {
 		return nil, 0, err
@@ -225,4 +221,11 @@ func (c *Claimer) Release(ctx context.Context, s Settle) (int64, error) {
 		return 0, fmt.Errorf("release: %w", err)
 	}
 	return n, nil
+}
+
+// extendedRow is a row of the Extend statement: a row whose lease was
+// renewed and how long its new lease lasts.
+type extendedRow struct {
+	Seq     int64 `db:"seq"`
+	LeaseMS int64 `db:"lease_ms"`
 }

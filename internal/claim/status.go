@@ -111,14 +111,12 @@ func ReadOwners(ctx context.Context, db interface {
 	if err != nil {
 		return nil, fmt.Errorf("read owners: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var p int
-		var who string
-		var since *time.Time
-		if err := rows.Scan(&p, &who, &since); err != nil {
-			return nil, fmt.Errorf("read owners: %w", err)
-		}
+	owned, err := pgx.CollectRows(rows, pgx.RowToStructByName[ownedRow])
+	if err != nil {
+		return nil, fmt.Errorf("read owners: %w", err)
+	}
+	for _, row := range owned {
+		p, who, since := row.Partition, row.Owner, row.Since
 		i, ok := index[who]
 		if !ok {
 			o.Free = append(o.Free, p)
@@ -130,7 +128,15 @@ func ReadOwners(ctx context.Context, db interface {
 			m.Since = *since
 		}
 	}
-	return o, rows.Err()
+	return o, nil
+}
+
+// ownedRow is a row of the ReadOwners statement: a key partition, its
+// owner ("" for nobody) and since when (nil: never owned).
+type ownedRow struct {
+	Partition int        `db:"partition"`
+	Owner     string     `db:"owner"`
+	Since     *time.Time `db:"since"`
 }
 
 // Settled reports whether ownership is at rest: at least one member is

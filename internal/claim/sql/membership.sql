@@ -19,7 +19,7 @@ WITH expired AS (
   WHERE EXISTS (SELECT 1 FROM expired) OR (SELECT joined FROM me)
   RETURNING generation
 )
-SELECT m.partitions, coalesce((SELECT generation FROM bump), m.generation), m.backfilled_at IS NOT NULL
+SELECT m.partitions, coalesce((SELECT generation FROM bump), m.generation) AS generation, m.backfilled_at IS NOT NULL AS backfilled
 FROM /* TEMPLATE: partitioning */ m
 
 -- name: Members :many
@@ -28,7 +28,7 @@ SELECT member FROM /* TEMPLATE: relays */ WHERE until > now() ORDER BY member
 
 -- name: Owners :many
 -- The owner of each key partition ('' for nobody), in partition order.
-SELECT partition, coalesce(owner, '') FROM /* TEMPLATE: partitions */ ORDER BY partition
+SELECT partition, coalesce(owner, '') AS owner FROM /* TEMPLATE: partitions */ ORDER BY partition
 
 -- name: Move :one
 -- Acquires for member @member the free partitions among @acquire
@@ -51,9 +51,9 @@ WITH acquired AS (
   WHERE EXISTS (SELECT 1 FROM acquired) OR EXISTS (SELECT 1 FROM released)
   RETURNING generation
 )
-SELECT coalesce((SELECT array_agg(partition) FROM acquired), '{}'),
-       coalesce((SELECT array_agg(partition) FROM released), '{}'),
-       (SELECT generation FROM bump)
+SELECT coalesce((SELECT array_agg(partition) FROM acquired), '{}') AS acquired,
+       coalesce((SELECT array_agg(partition) FROM released), '{}') AS released,
+       (SELECT generation FROM bump) AS generation
 
 -- name: Leave :one
 -- Member @member leaves: it gives back every partition it owns but those

@@ -17,4 +17,4 @@ SELECT member, relay_id, started_at, renewed_at, until, until > now() AS live FR
 -- name: ReadOwners :many
 -- The owner of each key partition ('' for nobody) and since when
 -- (`outbox-relay status`).
-SELECT partition, coalesce(owner, ''), since FROM /* TEMPLATE: partitions */ ORDER BY partition
+SELECT partition, coalesce(owner, '') AS owner, since FROM /* TEMPLATE: partitions */ ORDER BY partition

@@ -48,7 +48,7 @@ WITH me AS MATERIALIZED (
 )
 UPDATE /* TEMPLATE: table */ o SET locked_until = least(now() + @lease_ms * interval '1 millisecond', (SELECT until FROM me))
 /* TEMPLATE: match_settled_o */
-RETURNING o.seq, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint
+RETURNING o.seq, (extract(epoch FROM o.locked_until - now()) * 1000)::bigint AS lease_ms
 
 -- name: Release :execrows
 -- Gives rows back: claimable again once @retry_ms milliseconds have
