@@ -261,6 +261,7 @@ func (c *commonFlags) logger(stderr io.Writer) (*zap.Logger, error) {
 // poolConfig parses --database-url. The error never repeats the URL, which
 // may hold a password.
 func (c *commonFlags) poolConfig() (*pgxpool.Config, error) {
+	name := databaseURLSource(c.databaseURL)
 	if c.databaseURL == "" {
 		c.databaseURL = os.Getenv("DATABASE_URL")
 	}
@@ -269,12 +270,26 @@ func (c *commonFlags) poolConfig() (*pgxpool.Config, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(c.databaseURL)
 	if err != nil {
-		return nil, usagef("--database-url: not a valid PostgreSQL URL or DSN: %s", redact(err, c.databaseURL))
+		return nil, usagef("%s: not a valid PostgreSQL URL or DSN: %s", name, redact(err, c.databaseURL))
 	}
-	if err := checkHosts(cfg); err != nil {
+	if err := checkHosts(cfg, name); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// databaseURLSource names where the database URL came from, for its
+// errors: flagValue is --database-url's value after parsing, empty when
+// neither the flag nor OUTBOX_DATABASE_URL set it (DATABASE_URL then
+// does); a value equal to OUTBOX_DATABASE_URL's is taken to come from it.
+func databaseURLSource(flagValue string) string {
+	switch {
+	case flagValue == "" && os.Getenv("DATABASE_URL") != "":
+		return "DATABASE_URL (--database-url)"
+	case flagValue != "" && flagValue == os.Getenv("OUTBOX_DATABASE_URL"):
+		return "OUTBOX_DATABASE_URL (--database-url)"
+	}
+	return "--database-url"
 }
 
 // checkHosts refuses a URL whose host holds '@' or '#': what a password
@@ -282,15 +297,15 @@ func (c *commonFlags) poolConfig() (*pgxpool.Config, error) {
 // host. Connecting would retry a DNS lookup of that host for as long as
 // --startup-wait, and log it, the password's tail included; the error
 // names neither.
-func checkHosts(cfg *pgxpool.Config) error {
+func checkHosts(cfg *pgxpool.Config, name string) error {
 	hosts := []string{cfg.ConnConfig.Host}
 	for _, f := range cfg.ConnConfig.Fallbacks {
 		hosts = append(hosts, f.Host)
 	}
 	for _, h := range hosts {
 		if strings.ContainsAny(h, "@#") {
-			return usagef("--database-url: its host part holds '@' or '#', which a user name or password must not hold unencoded: " +
-				"percent-encode them (@ as %%40, # as %%23, / as %%2F, ? as %%3F, : as %%3A, %% as %%25), e.g. postgres://relay:p%%40ss@db:5432/app")
+			return usagef("%s: its host part holds '@' or '#', which a user name or password must not hold unencoded: " +
+				"percent-encode them (@ as %%40, # as %%23, / as %%2F, ? as %%3F, : as %%3A, %% as %%25), e.g. postgres://relay:p%%40ss@db:5432/app", name)
 		}
 	}
 	return nil

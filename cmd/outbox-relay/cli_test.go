@@ -444,3 +444,23 @@ func TestJSONLogsGiveDurationsWithTheirUnit(t *testing.T) {
 		t.Fatalf("JSON log line %s; want \"lease\":\"30s\" and \"retry_in\":\"200ms\"", out)
 	}
 }
+
+// A bad database URL taken from the environment is named by its variable,
+// not by a --database-url the user never typed.
+func TestDatabaseURLErrorNamesItsVariable(t *testing.T) {
+	for _, tc := range []struct{ env, value string }{
+		{"DATABASE_URL", "postgres://relay:p@ss#1@127.0.0.1:1/postgres"},
+		{"OUTBOX_DATABASE_URL", "postgres://relay:p@ss#1@127.0.0.1:1/postgres"},
+		{"DATABASE_URL", "postgres://127.0.0.1:1/postgres?connect_timeout=x"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "")
+			t.Setenv("OUTBOX_DATABASE_URL", "")
+			t.Setenv(tc.env, tc.value)
+			code, _, stderr := runMain(t, context.Background(), "migrate")
+			if code != exitUsage || !strings.Contains(stderr, tc.env+" (--database-url): ") {
+				t.Errorf("%s=%q: exit %d, stderr %q; want exit 2 naming %s", tc.env, tc.value, code, stderr, tc.env)
+			}
+		})
+	}
+}
