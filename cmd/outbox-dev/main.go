@@ -40,13 +40,53 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
+// onKill is what must happen even when a second signal ends the process
+// without the graceful stop: removing the throwaway PostgreSQL cluster.
+var onKill killHooks
+
+// killHooks runs the function set last, once.
+type killHooks struct {
+	mu sync.Mutex
+	f  func()
+}
+
+// set makes f (nil: nothing) what run does.
+func (k *killHooks) set(f func()) {
+	k.mu.Lock()
+	k.f = f
+	k.mu.Unlock()
+}
+
+func (k *killHooks) run() {
+	k.mu.Lock()
+	f := k.f
+	k.f = nil
+	k.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// After the first signal, a second one kills the process at once.
-	context.AfterFunc(ctx, stop)
+	// After the first signal, a second one ends the process at once, but
+	// removes the throwaway cluster first (onKill).
+	context.AfterFunc(ctx, func() {
+		stop()
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		fmt.Fprintln(os.Stderr, "outbox-dev: stopping (a second Ctrl-C stops at once)")
+		go func() {
+			<-again
+			fmt.Fprintln(os.Stderr, "outbox-dev: second signal: stopping at once")
+			onKill.run()
+			os.Exit(130)
+		}()
+	})
 	// A closed stdout makes writes fail (and run stop cleanly) instead of
 	// killing the process before it removed the throwaway cluster.
 	signal.Ignore(syscall.SIGPIPE)

@@ -675,3 +675,61 @@ func freePort(t *testing.T) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// A second Ctrl-C ends outbox-dev at once, without the graceful stop, but
+// the throwaway cluster is still stopped and its directory removed.
+func TestSecondSignalStillRemovesTheCluster(t *testing.T) {
+	if _, err := pgtemp.FindBinDir(); err != nil {
+		t.Skipf("no PostgreSQL server binaries: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "outbox-dev")
+	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	var stdout, stderr testenv.SyncBuffer
+	cmd := exec.Command(bin, "--broker-port", fmt.Sprint(freePort(t)), "--topic", "devkill", "--rate", "40")
+	cmd.Env = append(os.Environ(), "DATABASE_URL=", "OUTBOX_DATABASE_URL=", "OUTBOX_BROKERS=", "OUTBOX_BROKER_PORT=")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		}
+	})
+	var dir string
+	testenv.Eventually(t, 90*time.Second, func() bool {
+		m := regexp.MustCompile(`PostgreSQL \(throwaway, removed on exit\): (\S+)`).FindStringSubmatch(stdout.String())
+		if m != nil && publishedLine.MatchString(stdout.String()) {
+			dir = m[1]
+		}
+		return dir != ""
+	}, "the banner and a published event")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	// The second signal once the first was handled (the line says so).
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(stderr.String(), "a second Ctrl-C stops at once")
+	}, "outbox-dev's line about the first signal")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		exited <- nil // for the cleanup
+	case <-time.After(60 * time.Second):
+		t.Fatal("outbox-dev did not exit within 60s of two SIGINTs")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cluster directory %s still there after two SIGINTs (stat: %v)", dir, err)
+	}
+	if !strings.Contains(stderr.String(), "second signal: stopping at once") {
+		t.Errorf("stderr does not say the second signal stopped outbox-dev at once")
+	}
+}

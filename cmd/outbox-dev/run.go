@@ -272,7 +272,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			return fmt.Errorf("start throwaway PostgreSQL (pass --database-url to use an existing database): %w", err)
 		}
+		onKill.set(func() { _ = pg.Stop() })
 		defer func() {
+			onKill.set(nil)
 			if err := pg.Stop(); err != nil {
 				log.Error("stop throwaway PostgreSQL", zap.Error(err))
 				out.printf("could not remove the throwaway PostgreSQL cluster in %s: %v\n", pg.Dir(), err)

@@ -304,7 +304,7 @@ func checkHosts(cfg *pgxpool.Config, name string) error {
 	}
 	for _, h := range hosts {
 		if strings.ContainsAny(h, "@#") {
-			return usagef("%s: its host part holds '@' or '#', which a user name or password must not hold unencoded: " +
+			return usagef("%s: its host part holds '@' or '#', which a user name or password must not hold unencoded: "+
 				"percent-encode them (@ as %%40, # as %%23, / as %%2F, ? as %%3F, : as %%3A, %% as %%25), e.g. postgres://relay:p%%40ss@db:5432/app", name)
 		}
 	}

@@ -40,10 +40,10 @@ type PgBouncer struct {
 	logPath string
 	port    int
 
-	mu      sync.Mutex
-	proc    *exec.Cmd
-	exited  chan struct{}
-	stopped bool
+	mu       sync.Mutex
+	proc     *exec.Cmd
+	exited   chan struct{}
+	stopping chan struct{} // set by Stop, closed once it is done
 }
 
 // FindPgBouncer returns the path of the pgbouncer executable (Debian
@@ -225,7 +225,7 @@ func (b *PgBouncer) logSince(offset int64) string {
 // seconds) and removes its directory. Calling it again is a no-op
 // returning nil.
 func (b *PgBouncer) Stop() error {
-	return stopOnce(&b.mu, &b.stopped, b.stop, b.dir, "pgtemp: pgbouncer")
+	return stopOnce(&b.mu, &b.stopping, b.stop, b.dir, "pgtemp: pgbouncer")
 }
 
 func (b *PgBouncer) stop() error {

@@ -84,10 +84,10 @@ type Cluster struct {
 	cred    *syscall.Credential
 	timeout time.Duration
 
-	mu      sync.Mutex
-	proc    *exec.Cmd
-	exited  chan struct{} // closed when proc has exited
-	stopped bool
+	mu       sync.Mutex
+	proc     *exec.Cmd
+	exited   chan struct{} // closed when proc has exited
+	stopping chan struct{} // set by Stop, closed once it is done
 }
 
 // Start creates and starts a new cluster as described by opts. It returns
@@ -193,19 +193,23 @@ func (c *Cluster) LogPath() string { return c.logPath }
 // and then SIGKILL if it does not exit within 30 and 10 seconds, and removes
 // the temporary directory. Calling Stop again is a no-op returning nil.
 func (c *Cluster) Stop() error {
-	return stopOnce(&c.mu, &c.stopped, c.stop, c.dir, "pgtemp")
+	return stopOnce(&c.mu, &c.stopping, c.stop, c.dir, "pgtemp")
 }
 
 // stopOnce runs stop and removes dir the first time it is called for a
-// process (*stopped, guarded by mu, says it was); later calls return nil.
-func stopOnce(mu *sync.Mutex, stopped *bool, stop func() error, dir, what string) error {
+// process (*stopping, guarded by mu, is then closed when that is done);
+// later calls wait for the first to finish, then return nil.
+func stopOnce(mu *sync.Mutex, stopping *chan struct{}, stop func() error, dir, what string) error {
 	mu.Lock()
-	if *stopped {
+	if ch := *stopping; ch != nil {
 		mu.Unlock()
+		<-ch
 		return nil
 	}
-	*stopped = true
+	ch := make(chan struct{})
+	*stopping = ch
 	mu.Unlock()
+	defer close(ch)
 	err := stop()
 	if rerr := os.RemoveAll(dir); rerr != nil && err == nil {
 		err = fmt.Errorf("%s: remove %s: %w", what, dir, rerr)
@@ -238,7 +242,7 @@ func signalUntilExit(proc *exec.Cmd, exited <-chan struct{}, steps []stopStep) b
 // Existing connections are broken. It fails after Stop.
 func (c *Cluster) Restart(ctx context.Context) error {
 	c.mu.Lock()
-	stopped := c.stopped
+	stopped := c.stopping != nil
 	c.mu.Unlock()
 	if stopped {
 		return errors.New("pgtemp: restart: cluster is stopped")
