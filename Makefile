@@ -173,6 +173,37 @@ bench-real:
 		--duration 20s --baseline-duration 10s --grace 10s --idle-window 1s \
 		--json bench/results/latest-real.json $(BENCH_FLAGS)
 
+# An A/B of two relay builds in one run (issue 28: make bench and
+# bench-real before and after, interleaved, no figure worse by more than
+# the spread of repeated runs): the latency scenario with modes
+# notify-proc (A: bin/outbox-relay, built from this tree) and
+# notify-proc-b (B: the binary BENCH_B names, e.g. the build before a
+# change), the same relay process with its defaults, the same flags, cost
+# accounting and broker floor probe, at make bench's rates (1,000, 10,000
+# and 10 events/s), three rounds at each rate interleaved (A B, B A, A B),
+# on a throwaway Postgres and kfake; about 8 minutes. The tables end with
+# an A/B table: per rate and figure each binary's median and range over
+# its rounds, and which one is worse by more than the spread. Writes
+# bench/results/ab.json (BENCH_AB_JSON), which records both binaries'
+# paths, `outbox-relay version` output and SHA-256. Build B with e.g.
+#   git worktree add /tmp/before <commit> && go -C /tmp/before build -o /tmp/relay-before ./cmd/outbox-relay
+#   make bench-ab BENCH_B=/tmp/relay-before
+# On a real Apache Kafka 4.4.0 broker (java and mvn):
+#   make bench-ab BENCH_B=/tmp/relay-before BENCH_FLAGS='--kafka 4.4.0'
+# (add --partitions 6 --aggregates 200 --rate 1000,500,200 --duration 20s
+# --baseline-duration 10s --grace 10s to BENCH_FLAGS for bench-real's shape).
+BENCH_B       ?=
+BENCH_AB_JSON ?= bench/results/ab.json
+.PHONY: bench-ab
+bench-ab:
+	$(if $(BENCH_B),,$(error bench-ab: set BENCH_B to the relay binary B, e.g. make bench-ab BENCH_B=/tmp/relay-before))
+	$(GO) build -o bin/ ./cmd/outbox-relay
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
+	./bin/outbox-bench --relay-bin bin/outbox-relay --relay-bin-b $(BENCH_B) \
+		--scenario latency --mode notify-proc,notify-proc-b --rate 1000,10000,10 --latency-rounds 3 \
+		--min-events 200 --duration 10s --baseline-duration 6s --grace 5s --idle-window 1s --poll-interval 500ms \
+		--json $(BENCH_AB_JSON) $(BENCH_FLAGS)
+
 # The full suite (30s runs, 200k-event drains, three poll intervals, a
 # poll-interval x lease sweep, besides make bench's scenarios); about 20
 # minutes.

@@ -42,7 +42,10 @@
 // selects FOR UPDATE SKIP LOCKED, publishes, marks and commits) and "floor"
 // (the same Kafka client and broker without a database: produce, consume).
 // "notify-proc" is the notify relay as a child process (Env.RelayBin, see
-// BuildRelay), whose own RSS and CPU time are read from /proc.
+// BuildRelay), whose own RSS and CPU time are read from /proc;
+// "notify-proc-b" is the same with another binary (Env.RelayBinB), so
+// that two builds run side by side, interleaved, in one suite (CompareAB
+// sets the two apart against the spread of their runs).
 // "notify-every-tx" (latency only) is the simple design beside it: the
 // same process with its claim window off (no lingering, no busy
 // schedule: it claims on a notification, the fallback poll or a full

@@ -20,7 +20,8 @@ import (
 // DrainConfig configures a drain run.
 type DrainConfig struct {
 	// Mode is ModeNotify, ModePoll, ModeNaive, ModeNotifyProc (notify
-	// relays as child processes of Env.RelayBin) or ModeSQLCeiling.
+	// relays as child processes of Env.RelayBin), ModeNotifyProcB (the
+	// same with Env.RelayBinB) or ModeSQLCeiling.
 	// Required.
 	Mode string
 	// Relay configures the relays (Relay.Mode is set from Mode; for
@@ -94,8 +95,8 @@ func (c *DrainConfig) validate() error {
 	switch c.Mode {
 	case ModeSQLCeiling:
 		c.Relay.Mode = ModePoll // only to apply defaults
-	case ModeNotifyProc:
-		c.Relay.Mode = ModeNotifyProc
+	case ModeNotifyProc, ModeNotifyProcB:
+		c.Relay.Mode = c.Mode
 	default:
 		c.Relay.Mode = c.Mode
 	}
@@ -106,7 +107,7 @@ func (c *DrainConfig) validate() error {
 		if c.Mode != ModeSQLCeiling {
 			return err
 		}
-		return fmt.Errorf("bench: DrainConfig.Mode: %q is not notify, poll, naive, notify-proc or sql-ceiling", c.Mode)
+		return fmt.Errorf("bench: DrainConfig.Mode: %q is not notify, poll, naive, notify-proc, notify-proc-b or sql-ceiling", c.Mode)
 	}
 	return nil
 }
@@ -229,7 +230,7 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 	var runErr error
 	if cfg.Mode == ModeSQLCeiling {
 		end, runErr = sqlCeiling(dctx, db, cfg, &marked, &claims)
-	} else if cfg.Mode == ModeNotifyProc {
+	} else if notifyProc(cfg.Mode) {
 		end, relayCPU, runErr = e.drainProc(dctx, db, topic, tr, cfg, &run, probe, log)
 		claims.Store(run.Claims)
 		tr.Stop()
@@ -290,7 +291,7 @@ func (e *Env) Drain(ctx context.Context, cfg DrainConfig) (Run, error) {
 			return run, err
 		}
 		d := probe.delta(c0, c1, flushed)
-		if cfg.Mode == ModeNotifyProc {
+		if notifyProc(cfg.Mode) {
 			d.relayCPU = relayCPU
 		}
 		run.Cost = d.cost(int64(cfg.Events))

@@ -46,6 +46,10 @@ type Env struct {
 	// RelayBin is the outbox-relay binary that the subprocess modes (drain
 	// notify-proc, broker-down) run; see BuildRelay.
 	RelayBin string
+	// RelayBinB is the outbox-relay binary that mode notify-proc-b runs
+	// (typically the build before a change, RelayBin being the one after);
+	// required for that mode only.
+	RelayBinB string
 	// SetBrokerUp, if set, makes the broker reachable (true) or takes it
 	// down (false); the broker-down scenario needs it (Local.SetBrokerUp:
 	// kfake refuses connections, a real broker is killed and restarted).

@@ -21,6 +21,7 @@ import (
 type LatencyConfig struct {
 	// Mode is ModeNotify, ModePoll, ModeNaive, ModeNotifyProc (the notify
 	// relay as a process, Env.RelayBin: its CPU time is measured),
+	// ModeNotifyProcB (the same with Env.RelayBinB),
 	// ModeNotifyEveryTx (the same process with its claim window off, the
 	// writers notifying in every transaction), ModeFloor or
 	// ModeWritersOnly (the writers alone, no relay: the baseline of the
@@ -96,9 +97,9 @@ type LatencyConfig struct {
 
 func (c *LatencyConfig) validate() error {
 	switch c.Mode {
-	case ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc, ModeNotifyEveryTx, ModeWritersOnly:
+	case ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc, ModeNotifyProcB, ModeNotifyEveryTx, ModeWritersOnly:
 	default:
-		return fmt.Errorf("bench: LatencyConfig.Mode: %q is not notify, poll, naive, floor, notify-proc, notify-every-tx or writers-only", c.Mode)
+		return fmt.Errorf("bench: LatencyConfig.Mode: %q is not notify, poll, naive, floor, notify-proc, notify-proc-b, notify-every-tx or writers-only", c.Mode)
 	}
 	if c.Scenario == "" {
 		c.Scenario = ScenarioLatency
@@ -137,7 +138,7 @@ func (c *LatencyConfig) validate() error {
 	case c.Relays < 1 || c.Relays > 16:
 		return fmt.Errorf("bench: LatencyConfig.Relays: must be 1..16, got %d", c.Relays)
 	case c.Relays > 1 && c.Mode != ModeNotify && !procMode(c.Mode) && c.Mode != ModePoll:
-		return fmt.Errorf("bench: LatencyConfig.Relays: several relays need mode notify, notify-proc, notify-every-tx or poll, not %s", c.Mode)
+		return fmt.Errorf("bench: LatencyConfig.Relays: several relays need mode notify, notify-proc, notify-proc-b, notify-every-tx or poll, not %s", c.Mode)
 	case math.IsNaN(c.FloorProbeRate) || math.IsInf(c.FloorProbeRate, 0) || c.FloorProbeRate > 10000:
 		return fmt.Errorf("bench: LatencyConfig.FloorProbeRate: must be at most 10000 records/s (negative: off), got %v", c.FloorProbeRate)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
@@ -238,7 +239,7 @@ func (c *LatencyConfig) wakeupName() string {
 // or in every transaction in ModeNotifyEveryTx).
 func (c *LatencyConfig) wakeups() bool {
 	switch c.Mode {
-	case ModeNotify, ModeNotifyProc, ModeNotifyEveryTx:
+	case ModeNotify, ModeNotifyProc, ModeNotifyProcB, ModeNotifyEveryTx:
 		return true
 	case ModeWritersOnly:
 		return c.Wakeups

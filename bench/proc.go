@@ -124,18 +124,23 @@ type relayProc struct {
 	log    *zap.Logger
 }
 
-// startRelayProc starts e.RelayBin as a relay of cfg (notify, notify-proc
-// or poll) on the run's schema, its database connections named
+// startRelayProc starts e.RelayBin (e.RelayBinB in ModeNotifyProcB) as a
+// relay of cfg (notify, notify-proc, notify-proc-b or poll) on the run's schema, its database connections named
 // db.relayApp. The database URL goes through the environment
 // (OUTBOX_DATABASE_URL), not the command line, so that a password does not
 // show in ps; other OUTBOX_* variables of the bench are not passed on. It
 // returns once the process started; see waitReady.
 func (e *Env) startRelayProc(db *runDB, topic, channel string, cfg RelayConfig, log *zap.Logger) (*relayProc, error) {
-	if e.RelayBin == "" {
-		return nil, errors.New("bench: Env.RelayBin: required for a relay subprocess (see BuildRelay)")
-	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	bin := e.RelayBin
+	if cfg.Mode == ModeNotifyProcB {
+		if bin = e.RelayBinB; bin == "" {
+			return nil, errors.New("bench: Env.RelayBinB: required for mode notify-proc-b")
+		}
+	} else if bin == "" {
+		return nil, errors.New("bench: Env.RelayBin: required for a relay subprocess (see BuildRelay)")
 	}
 	if cfg.Mode == ModeNaive {
 		return nil, errors.New("bench: the naive relay cannot run as a subprocess")
@@ -148,7 +153,7 @@ func (e *Env) startRelayProc(db *runDB, topic, channel string, cfg RelayConfig, 
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.RelayBin, relayArgs(e.Brokers, topic, channel, addr, cfg)...)
+	cmd := exec.Command(bin, relayArgs(e.Brokers, topic, channel, addr, cfg)...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "OUTBOX_") || strings.HasPrefix(kv, "DATABASE_URL=") {
@@ -162,7 +167,7 @@ func (e *Env) startRelayProc(db *runDB, topic, channel string, cfg RelayConfig, 
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
 	setChildAttrs(cmd)
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: start %s: %w", e.RelayBin, err)
+		return nil, fmt.Errorf("bench: start %s: %w", bin, err)
 	}
 	go func() {
 		p.err = cmd.Wait()

@@ -23,7 +23,8 @@ import (
 // RelayConfig configures the relay under test in one run.
 type RelayConfig struct {
 	// Mode is ModeNotify, ModePoll, ModeNaive, ModeNotifyProc (the
-	// notify relay as an `outbox-relay run` process, Env.RelayBin) or
+	// notify relay as an `outbox-relay run` process, Env.RelayBin),
+	// ModeNotifyProcB (the same with Env.RelayBinB) or
 	// ModeNotifyEveryTx (the same process, its claim window off whatever
 	// ClaimWindow says). Required.
 	Mode string
@@ -46,7 +47,7 @@ type RelayConfig struct {
 	// notify-proc, even with ProcDefaults): 0 keeps the relay's default
 	// (relay.DefaultBusyClaimInterval).
 	BusyClaimInterval time.Duration
-	// ProcDefaults runs a relay process (ModeNotifyProc,
+	// ProcDefaults runs a relay process (ModeNotifyProc, ModeNotifyProcB,
 	// ModeNotifyEveryTx) with the relay's own defaults: PollInterval,
 	// Lease, BatchSize and ClaimWindow are not passed on (but
 	// ModeNotifyEveryTx's --claim-window off), and the retention cleaner
@@ -58,9 +59,9 @@ type RelayConfig struct {
 
 func (c *RelayConfig) validate() error {
 	switch c.Mode {
-	case ModeNotify, ModePoll, ModeNaive, ModeNotifyProc, ModeNotifyEveryTx:
+	case ModeNotify, ModePoll, ModeNaive, ModeNotifyProc, ModeNotifyProcB, ModeNotifyEveryTx:
 	default:
-		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll, naive, notify-proc or notify-every-tx", c.Mode)
+		return fmt.Errorf("bench: RelayConfig.Mode: %q is not notify, poll, naive, notify-proc, notify-proc-b or notify-every-tx", c.Mode)
 	}
 	if c.ProcDefaults {
 		c.PollInterval, c.Lease, c.BatchSize, c.ClaimWindow, c.ClaimWindowPoll = relay.DefaultPollInterval, lease.DefaultLease, lease.DefaultBatchSize, 0, 0
@@ -95,8 +96,12 @@ func (c *RelayConfig) validate() error {
 const claimWindowOff = -time.Millisecond
 
 // procMode reports whether mode runs the relay as an `outbox-relay run`
-// process (Env.RelayBin).
-func procMode(mode string) bool { return mode == ModeNotifyProc || mode == ModeNotifyEveryTx }
+// process (Env.RelayBin; Env.RelayBinB for ModeNotifyProcB).
+func procMode(mode string) bool { return notifyProc(mode) || mode == ModeNotifyEveryTx }
+
+// notifyProc reports whether mode is notify-proc or its twin
+// notify-proc-b, which differ only in the binary they run.
+func notifyProc(mode string) bool { return mode == ModeNotifyProc || mode == ModeNotifyProcB }
 
 // relayStats are the counters the report needs from any relay.
 type relayStats struct {
@@ -215,8 +220,8 @@ func (e *Env) startRelays(ctx context.Context, db *runDB, topic, channel string,
 
 // startRelay starts one relay of cfg.Mode on db, publishing to topic;
 // its database connections are named db.relayApp. channel is the NOTIFY
-// channel (notify modes). A notify-proc or notify-every-tx relay is an
-// `outbox-relay run` process (Env.RelayBin); startRelay returns once it
+// channel (notify modes). A notify-proc, notify-proc-b or notify-every-tx
+// relay is an `outbox-relay run` process (Env.RelayBin, Env.RelayBinB); startRelay returns once it
 // runs and listens.
 func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, cfg RelayConfig, log *zap.Logger) (runningRelay, error) {
 	if err := cfg.validate(); err != nil {

@@ -47,6 +47,12 @@ const (
 	// cmd/outbox-relay binary, `run`), so that the relay's own RSS and CPU
 	// time are measured apart from the bench's consumer and broker.
 	ModeNotifyProc = "notify-proc"
+	// ModeNotifyProcB is notify-proc with a second relay binary
+	// (Env.RelayBinB): the same defaults, flags, cost accounting and floor
+	// probe, so that two builds of the relay (after and before a change)
+	// can be measured side by side in one run, interleaved with
+	// SuiteConfig.LatencyRounds.
+	ModeNotifyProcB = "notify-proc-b"
 	// ModeNotifyEveryTx is the simple design beside notify-proc: the
 	// relay process with its claim window off (--claim-window negative:
 	// no lingering, no busy schedule; it claims on a notification, the
@@ -70,6 +76,12 @@ type Report struct {
 	Runs     []Run   `json:"runs"`
 	// Goals are the relay's targets checked against Runs (EvaluateGoals).
 	Goals []Goal `json:"goals,omitempty"`
+	// RelayBin and RelayBinB are the relay binaries of the relay-process
+	// modes (RelayBinB: notify-proc-b's), when they ran; AB compares the
+	// notify-proc runs with the notify-proc-b runs (CompareAB).
+	RelayBin  *RelayBinary `json:"relay_bin,omitempty"`
+	RelayBinB *RelayBinary `json:"relay_bin_b,omitempty"`
+	AB        []ABRow      `json:"ab,omitempty"`
 }
 
 // Run is one measurement. Scenario and Mode are always set; exactly one of

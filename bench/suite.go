@@ -22,11 +22,13 @@ type SuiteConfig struct {
 	// on a quiet cluster). Defaults to latency, drain, writers.
 	Scenarios []string
 	// Modes for the latency scenario (notify, poll, naive, floor,
-	// notify-proc, notify-every-tx); drain uses notify (with each of
-	// DrainRelays), notify-proc and naive (one relay) among them, plus
-	// sql-ceiling; sweep uses notify and poll. notify-proc runs the relay
-	// as a child process (Env.RelayBin) to measure its own RSS and CPU
-	// time; notify-every-tx too, with its claim window off and writers
+	// notify-proc, notify-proc-b, notify-every-tx); drain uses notify
+	// (with each of DrainRelays), notify-proc, notify-proc-b and naive
+	// (one relay) among them, plus sql-ceiling; sweep uses notify and
+	// poll. notify-proc runs the relay as a child process (Env.RelayBin)
+	// to measure its own RSS and CPU time; notify-proc-b is the same with
+	// another binary (Env.RelayBinB), for an A/B of two builds;
+	// notify-every-tx too, with its claim window off and writers
 	// notifying in every transaction (latency only). Defaults to notify,
 	// poll, naive and floor.
 	Modes []string
@@ -89,7 +91,8 @@ type SuiteConfig struct {
 	BrokerDown BrokerDownConfig
 	// ExtraRates are further arrival rates, events/s, of the latency
 	// scenario for the product relay only (notify-proc if in Modes, else
-	// notify), e.g. [10000, 10]. Each such run has at least
+	// notify; with notify-proc, notify-proc-b too if in Modes, after it),
+	// e.g. [10000, 10]. Each such run has at least
 	// max(Latency.Writers, rate/400) writers. Defaults to none.
 	ExtraRates []float64
 	// MinEvents makes every latency run last at least MinEvents/rate, so
@@ -243,8 +246,8 @@ func (c *SuiteConfig) Validate() error {
 		return fmt.Errorf("bench: SuiteConfig.LargePayloads.PayloadBytes: must be 1..%d, got %d", outbox.DefaultMaxRecordBytes, b)
 	}
 	for _, m := range c.Modes {
-		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc, ModeNotifyEveryTx}, m) {
-			return fmt.Errorf("bench: SuiteConfig.Modes: %q is not notify, poll, naive, floor, notify-proc or notify-every-tx", m)
+		if !slices.Contains([]string{ModeNotify, ModePoll, ModeNaive, ModeFloor, ModeNotifyProc, ModeNotifyProcB, ModeNotifyEveryTx}, m) {
+			return fmt.Errorf("bench: SuiteConfig.Modes: %q is not notify, poll, naive, floor, notify-proc, notify-proc-b or notify-every-tx", m)
 		}
 	}
 	for _, d := range c.PollIntervals {
@@ -281,7 +284,8 @@ func (c *SuiteConfig) Validate() error {
 	return nil
 }
 
-// NeedsRelayBin reports whether cfg runs a relay process (Env.RelayBin):
+// NeedsRelayBin reports whether cfg runs a relay process of Env.RelayBin
+// (mode notify-proc-b runs Env.RelayBinB instead; see NeedsRelayBinB):
 // the burst, backlog, large-payloads and scale scenarios, latency or drain
 // with the notify-proc mode, latency with notify-every-tx, or broker-down
 // when the bench can take the broker down (brokerControl: kfake or a real
@@ -291,6 +295,12 @@ func (c *SuiteConfig) NeedsRelayBin(brokerControl bool) bool {
 	proc := slices.Contains(c.Modes, ModeNotifyProc)
 	return has(ScenarioBurst) || has(ScenarioBacklog) || has(ScenarioLargePayloads) || has(ScenarioScale) || (brokerControl && has(ScenarioBrokerDown)) ||
 		(proc && (has(ScenarioLatency) || has(ScenarioDrain))) || (slices.Contains(c.Modes, ModeNotifyEveryTx) && has(ScenarioLatency))
+}
+
+// NeedsRelayBinB reports whether cfg runs a relay process of
+// Env.RelayBinB: mode notify-proc-b in the latency or drain scenario.
+func (c *SuiteConfig) NeedsRelayBinB() bool {
+	return slices.Contains(c.Modes, ModeNotifyProcB) && (slices.Contains(c.Scenarios, ScenarioLatency) || slices.Contains(c.Scenarios, ScenarioDrain))
 }
 
 // RunSuite runs cfg's scenarios one run after the other and appends each
@@ -317,6 +327,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		}
 		rep.Runs = append(rep.Runs, r)
 		rep.Goals = EvaluateGoals(rep.Runs)
+		rep.AB = CompareAB(rep.Runs)
 		if onRun != nil {
 			onRun(r)
 		}
@@ -409,21 +420,27 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					}
 				}
 			}
+			extra := []string{product}
+			if product == ModeNotifyProc && has(ModeNotifyProcB) {
+				extra = append(extra, ModeNotifyProcB) // its A/B twin
+			}
 			for _, rate := range cfg.ExtraRates {
-				if ctx.Err() != nil {
-					return ctx.Err()
+				for _, m := range extra {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					lc := cfg.Latency
+					lc.Mode, lc.Scenario, lc.Relay = m, ScenarioLatency, relayCfg(m, cfg.FallbackPoll, lease0)
+					lc.Rate = rate
+					lc.Writers = writersFor(rate, cfg.Latency.Writers)
+					latency(lc)
 				}
-				lc := cfg.Latency
-				lc.Mode, lc.Scenario, lc.Relay = product, ScenarioLatency, relayCfg(product, cfg.FallbackPoll, lease0)
-				lc.Rate = rate
-				lc.Writers = writersFor(rate, cfg.Latency.Writers)
-				latency(lc)
 			}
 		case ScenarioDrain:
 			// poll drains exactly like notify (a full claim is followed by
 			// another at once), so it is not run separately.
 			var modes []string
-			for _, m := range []string{ModeNotify, ModeNotifyProc, ModeNaive} {
+			for _, m := range []string{ModeNotify, ModeNotifyProc, ModeNotifyProcB, ModeNaive} {
 				if has(m) {
 					modes = append(modes, m)
 				}

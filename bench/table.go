@@ -79,6 +79,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	if m.DBCPUSource != "" {
 		fmt.Fprintf(w, "DB CPU: %s\n", m.DBCPUSource)
 	}
+	writeRelayBins(w, r)
 	fmt.Fprintln(w)
 	var lat, drain, writers, down, bursts, costs, notify, scale []*Run
 	for i := range r.Runs {
@@ -146,7 +147,7 @@ func (r *Report) WriteTable(w io.Writer) {
 				claims, run.RSSMaxMB, run.VmHWMMB, relayRSS, relayHWM, errNote(run))
 		}
 		tw.Flush()
-		fmt.Fprintln(w, "(bench RSS: the whole bench process, with the consumer and the in-process broker; relay RSS: the relay process alone, notify-proc)")
+		fmt.Fprintln(w, "(bench RSS: the whole bench process, with the consumer and the in-process broker; relay RSS: the relay process alone, notify-proc and notify-proc-b)")
 		fmt.Fprintln(w)
 	}
 	if len(scale) > 0 {
@@ -188,6 +189,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintln(w)
 	}
+	writeAB(w, CompareAB(r.Runs))
 	writeGoals(w, r.Goals)
 }
 
@@ -269,7 +271,7 @@ func writeCosts(w io.Writer, runs []*Run) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(DB: every PostgreSQL process; relay DB CPU, xact, WAL: per event minus the writers-only baseline at the same load;")
-	fmt.Fprintln(w, " relay CPU: the relay process, notify-proc and notify-every-tx only; broker CPU: a broker process the bench started, its floor probe's")
+	fmt.Fprintln(w, " relay CPU: the relay process, notify-proc, notify-proc-b and notify-every-tx only; broker CPU: a broker process the bench started, its floor probe's")
 	fmt.Fprintln(w, " and consumers' load included; floor: the broker's own latency in the same run; \"-\": not measured. See bench/README.md.)")
 	fmt.Fprintln(w)
 }
@@ -284,7 +286,8 @@ func floorFigures(r *Run) (p50, p99, maxMS string) {
 }
 
 // writeRelayTimings writes where the relay processes' time went in the
-// latency runs that scraped it (notify-proc, notify-every-tx).
+// latency runs that scraped it (notify-proc, notify-proc-b,
+// notify-every-tx).
 func writeRelayTimings(w io.Writer, runs []*Run) {
 	var with []*Run
 	for _, r := range runs {

@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,10 +89,15 @@ RSS are measured; in latency with the relay's own defaults unless
 with the consumer and the in-process broker), notify-every-tx (latency
 only: the simple design beside notify-proc, the same relay process with
 --claim-window off, no lingering and no busy schedule, and writers that
-notify in every transaction, outbox.WakeupEveryTx).
+notify in every transaction, outbox.WakeupEveryTx), notify-proc-b
+(latency and drain: notify-proc exactly, with the binary --relay-bin-b
+names instead of --relay-bin's, to compare two builds in one run).
 
 --latency-rounds N runs the latency modes N times at each rate,
-interleaved (A B, B A, A B ...), to show the spread between runs.
+interleaved (A B, B A, A B ...), to show the spread between runs. With
+modes notify-proc and notify-proc-b the tables end with an A/B table: per
+rate and figure, each binary's median and range over its runs, and which
+is worse by more than the spread (make bench-ab).
 
 notify-proc, notify-every-tx, burst, backlog, large-payloads and
 broker-down run the outbox-relay binary given by --relay-bin, or one built
@@ -199,6 +205,7 @@ type options struct {
 	logLevel    string
 	cpuProfile  string
 	relayBin    string
+	relayBinB   string
 }
 
 func register(fs *flag.FlagSet, o *options) {
@@ -218,7 +225,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.Float64Var(&o.floorRate, "floor-probe-rate", bench.DefaultFloorProbeRate, "latency: records/s of the broker's floor probe in every run (one record per Publish call to a topic of its own); 0: off")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
 	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog,large-payloads,scale")
-	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc,notify-every-tx (notify-proc: the relay as a process, latency and drain; notify-every-tx: that process with --claim-window off, writers notifying in every transaction, latency only)")
+	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc,notify-proc-b,notify-every-tx (notify-proc: the relay as a process, latency and drain; notify-proc-b: the same with --relay-bin-b's binary; notify-every-tx: that process with --claim-window off, writers notifying in every transaction, latency only)")
 	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
 	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
 	fs.Var(durations(&s.Leases), "lease", "leases of the sweep (the first is used elsewhere), e.g. 5s,30s")
@@ -271,6 +278,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&s.BrokerDown.Outage, "outage", 20*time.Second, "broker-down: how long the broker refuses connections (writers go on at --rate)")
 	fs.DurationVar(&s.BrokerDown.Before, "outage-before", 3*time.Second, "broker-down: normal traffic before the outage (the baseline RSS)")
 	fs.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary for notify-proc, notify-every-tx and broker-down (empty: go build github.com/pgoutbox/outbox/cmd/outbox-relay into a temporary directory, from inside the repository)")
+	fs.StringVar(&o.relayBinB, "relay-bin-b", "", "outbox-relay binary for mode notify-proc-b (required by it): B of an A/B, e.g. the build before a change, --relay-bin being A")
 	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&o.plotFile, "plot", "", "write the latency CDF plot to this file (.png or .svg)")
 	fs.StringVar(&o.costPlot, "cost-plot", "", "write the latency-against-DB-CPU-per-event plot to this file (.png or .svg; empty: --plot's name with -cost before the extension, none without --plot; \"-\": none)")
@@ -325,6 +333,9 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 	}
 	if o.partitions < 1 {
 		return usageError{errors.New("--partitions: must be positive")}
+	}
+	if err := o.checkRelayBins(); err != nil {
+		return usageError{err}
 	}
 	var brokers []string
 	for _, b := range strings.Split(o.brokers, ",") {
@@ -392,6 +403,9 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 			}
 		}
 	}
+	if o.suite.NeedsRelayBinB() {
+		env.RelayBinB = o.relayBinB
+	}
 	if o.progress > 0 {
 		env.Progress = &bench.Progress{W: stderr, Interval: o.progress}
 	}
@@ -404,6 +418,15 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 	rep.Machine.BrokerJVMFlags = local.BrokerJVMFlags()
 	rep.Machine.BrokerCPUs = local.BrokerCPUs()
 	rep.Machine.BrokerWarmup = local.Warmup
+	for _, x := range []struct {
+		bin string
+		to  **bench.RelayBinary
+	}{{env.RelayBin, &rep.RelayBin}, {env.RelayBinB, &rep.RelayBinB}} {
+		if x.bin != "" {
+			b := bench.DescribeRelayBin(ctx, x.bin)
+			*x.to = &b
+		}
+	}
 	rep.Machine.PostgresSource = "external"
 	if local.Pgtemp() {
 		rep.Machine.PostgresSource = "pgtemp"
@@ -476,6 +499,28 @@ func (o *options) derive() {
 	o.suite.BrokerDown.Writers = o.suite.Latency.Writers
 	o.suite.BrokerDown.PayloadBytes = o.suite.Latency.PayloadBytes
 	o.suite.BrokerDown.Aggregates = o.suite.Latency.Aggregates
+}
+
+// checkRelayBins checks --relay-bin and --relay-bin-b before anything is
+// started: mode notify-proc-b needs --relay-bin-b and --relay-bin-b needs
+// that mode; a binary given must exist and be executable.
+func (o *options) checkRelayBins() error {
+	hasB := slices.Contains(o.suite.Modes, bench.ModeNotifyProcB)
+	switch {
+	case hasB && o.relayBinB == "":
+		return errors.New("--relay-bin-b: required by --mode notify-proc-b (the outbox-relay binary it runs, beside --relay-bin's)")
+	case !hasB && o.relayBinB != "":
+		return errors.New("--relay-bin-b: only mode notify-proc-b runs it, and --mode has no notify-proc-b")
+	}
+	for _, x := range []struct{ flag, path string }{{"--relay-bin", o.relayBin}, {"--relay-bin-b", o.relayBinB}} {
+		if x.path == "" {
+			continue
+		}
+		if err := bench.CheckRelayBin(x.path); err != nil {
+			return fmt.Errorf("%s: %w", x.flag, err)
+		}
+	}
+	return nil
 }
 
 // costPlotFile returns where the cost plot goes: flag if set ("-": none),
