@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -237,7 +238,7 @@ func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, 
 		return nil, err
 	}
 	if cfg.Mode == ModeNaive {
-		pub, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
+		pub, err := produce.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
 		if err != nil {
 			pool.Close()
 			return nil, err
@@ -309,12 +310,12 @@ func (p *productRelay) Stop() {
 // naiveRelay is the polling relay users write by hand: one transaction
 // selects a batch of unpublished rows FOR UPDATE SKIP LOCKED, publishes it
 // with kafka-go, marks it published and commits; when a poll finds nothing
-// it sleeps for the poll interval. It uses the product's kafka.Publisher
+// it sleeps for the poll interval. It uses the product's produce.Publisher
 // (kafka-go, acks=all, same batching settings), so the comparison isolates
 // the relay design from the Kafka client.
 type naiveRelay struct {
 	pool   *pgxpool.Pool
-	pub    *kafka.Publisher
+	pub    *produce.Publisher
 	batch  int
 	poll   time.Duration
 	log    *zap.Logger

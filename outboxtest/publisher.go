@@ -13,7 +13,7 @@ import (
 )
 
 // placeholderBroker is the broker address Publisher.ServiceConfig gives a
-// configuration without brokers: kafka.NewPublisher requires one, and the
+// configuration without brokers: produce.NewPublisher requires one, and the
 // Kafka publisher NewService builds is then never used (Publisher
 // replaces it), so nothing connects to it.
 const placeholderBroker = "127.0.0.1:9"

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox/internal/backoff"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -169,7 +170,7 @@ func (r *Relay) settle(br *batchRun) {
 // settleFailures gives failed rows back with a per-row backoff and their
 // error, or dead-letters them: at once when the record can never be
 // published (deadAtOnce), or when the attempt just made was their
-// MaxAttempts-th. Failures for a condition of the cluster (kafka.IsOutage:
+// MaxAttempts-th. Failures for a condition of the cluster (produce.IsOutage:
 // unreachable, not enough replicas, no leader, timeouts, ...) do not count
 // as attempts: they never make a dead letter. Rows with the same outcome, delay and error share a statement.
 // It returns the rows it gave back and those it could not (stuck: still
@@ -187,7 +188,7 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []lea
 	groups := map[key][]lease.Row{}
 	var order []key
 	for _, f := range fs {
-		count := !kafka.IsOutage(f.err)
+		count := !produce.IsOutage(f.err)
 		attempts := f.row.Attempts
 		if count {
 			attempts++
@@ -324,9 +325,9 @@ func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*leas
 		if t, ok := br.topics[row.AggregateID]; ok && t != m.Topic {
 			break
 		}
-		n := kafka.MessageSize(&m)
+		n := produce.MessageSize(&m)
 		if n > maxBytes {
-			br.fail(hb, *row, fmt.Errorf("event is %d bytes, over the publisher's limit of %d bytes (message.max.bytes): %w", n, maxBytes, kafka.ErrMessageTooLarge))
+			br.fail(hb, *row, fmt.Errorf("event is %d bytes, over the publisher's limit of %d bytes (message.max.bytes): %w", n, maxBytes, produce.ErrMessageTooLarge))
 			continue
 		}
 		if size+n > maxBytes && len(msgs) > 0 {
@@ -438,10 +439,10 @@ func seqsOf(rows []lease.Row) []int64 {
 var errHeld = errors.New("held behind an earlier failed event of its aggregate")
 
 // allOutage reports whether every error in errs is a condition of the
-// cluster (kafka.IsOutage), none a problem of the record.
+// cluster (produce.IsOutage), none a problem of the record.
 func allOutage(errs []error) bool {
 	for _, e := range errs {
-		if e != nil && e != errHeld && !kafka.IsOutage(e) {
+		if e != nil && e != errHeld && !produce.IsOutage(e) {
 			return false
 		}
 	}
@@ -451,7 +452,7 @@ func allOutage(errs []error) bool {
 // deadAtOnce reports whether a failed row can never be published as it is:
 // the broker refused the record itself, or the row cannot be decoded.
 func deadAtOnce(err error) bool {
-	return kafka.IsRecordRejected(err) || errors.Is(err, ErrUndecodableRow)
+	return produce.IsRecordRejected(err) || errors.Is(err, ErrUndecodableRow)
 }
 
 // publishChunk publishes msgs (rows are their rows), bounded by the batch's
@@ -474,7 +475,7 @@ func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []ka
 	err := r.pub.Publish(pctx, msgs)
 	errs := make([]error, len(msgs))
 	defer func() { r.recordPublishCall(began, errs, err) }()
-	var perr *kafka.PublishError
+	var perr *produce.PublishError
 	switch {
 	case err == nil:
 		return errs, nil, false
@@ -497,7 +498,7 @@ func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []ka
 func (r *Relay) retryRejected(ctx context.Context, msgs []kafka.Message, rows []lease.Row, errs []error) {
 	failed := map[string]bool{}
 	for i, e := range errs {
-		if !kafka.IsRecordRejected(e) {
+		if !produce.IsRecordRejected(e) {
 			continue
 		}
 		if failed[rows[i].AggregateID] {
@@ -505,7 +506,7 @@ func (r *Relay) retryRejected(ctx context.Context, msgs []kafka.Message, rows []
 			continue
 		}
 		errs[i] = r.pub.Publish(ctx, msgs[i:i+1])
-		var one *kafka.PublishError
+		var one *produce.PublishError
 		if errors.As(errs[i], &one) && len(one.Errs) == 1 {
 			errs[i] = one.Errs[0]
 		}

@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -78,7 +78,7 @@ type progress struct {
 	inFlight atomic.Int64
 	// outage is when the current run of publishes failing for a condition
 	// of the cluster began (unix nanos): set by a publish with any message
-	// failing so (kafka.IsOutage: unreachable, not enough replicas, no
+	// failing so (produce.IsOutage: unreachable, not enough replicas, no
 	// leader, ...), cleared by one the broker accepted in full. Rows
 	// published meanwhile (a chunk split by the outage's start, a partition
 	// whose broker still answers) do not end it, so a broker outage is one
@@ -118,11 +118,11 @@ func (p *progress) ownership(now time.Time, o lease.Ownership) {
 // publishAnswered records a publish that started at began: a message
 // failing for a condition of the cluster starts (or continues) an outage,
 // a publish the broker accepted in full ends it. The condition reported is
-// the first message's that names one (not kafka.ErrNotAttempted).
+// the first message's that names one (not produce.ErrNotAttempted).
 func (p *progress) publishAnswered(began time.Time, errs []error) {
 	var cond error
 	for _, e := range errs {
-		if e != nil && kafka.IsOutage(e) && (cond == nil || errors.Is(cond, kafka.ErrNotAttempted)) {
+		if e != nil && produce.IsOutage(e) && (cond == nil || errors.Is(cond, produce.ErrNotAttempted)) {
 			cond = e
 		}
 	}
@@ -130,8 +130,8 @@ func (p *progress) publishAnswered(began time.Time, errs []error) {
 		p.outage.Store(0)
 		return
 	}
-	if !errors.Is(cond, kafka.ErrNotAttempted) {
-		msg := fmt.Sprintf("%s: %v", kafka.ErrorReason(cond), cond)
+	if !errors.Is(cond, produce.ErrNotAttempted) {
+		msg := fmt.Sprintf("%s: %v", produce.ErrorReason(cond), cond)
 		p.outageErr.Store(&msg)
 	}
 	p.outage.CompareAndSwap(0, began.UnixNano())

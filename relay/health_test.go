@@ -7,7 +7,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/internal/produce"
 )
 
 // TestHealthBrokerOutageIsOneStall: rows that get through while the broker
@@ -18,9 +18,9 @@ func TestHealthBrokerOutageIsOneStall(t *testing.T) {
 	p := progress{stallAfter: 2 * time.Second}
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	timeout := kafka.ErrNotAttempted // a message the broker never answered
-	if !kafka.IsOutage(timeout) {
-		t.Fatal("kafka.ErrNotAttempted is not unreachable")
+	timeout := produce.ErrNotAttempted // a message the broker never answered
+	if !produce.IsOutage(timeout) {
+		t.Fatal("produce.ErrNotAttempted is not unreachable")
 	}
 
 	p.claimedRows(at(0))
@@ -59,10 +59,10 @@ func TestHealthBrokerOutageIsOneStall(t *testing.T) {
 func TestHealthNamesTheClusterCondition(t *testing.T) {
 	p := progress{stallAfter: time.Second}
 	t0 := time.Unix(1000, 0)
-	cond := &kafka.PartitionError{Topic: "payments", Partition: 3, Leader: 2, Broker: "127.0.0.1:9093",
+	cond := &produce.PartitionError{Topic: "payments", Partition: 3, Leader: 2, Broker: "127.0.0.1:9093",
 		Replicas: []int32{1, 2, 3}, ISR: []int32{2}, Err: kafkago.NotEnoughReplicas}
 	p.claimedRows(t0)
-	p.publishAnswered(t0, []error{kafka.ErrNotAttempted, cond})
+	p.publishAnswered(t0, []error{produce.ErrNotAttempted, cond})
 	h := p.health(t0.Add(2 * time.Second))
 	want := "publishes fail for a condition of the Kafka cluster for 2s: last error: not_enough_replicas: payments/3 (leader 2 at 127.0.0.1:9093, in-sync replicas [2] of [1 2 3]): [19] Not Enough Replicas"
 	if h.Moving || h.Step != "publish" || h.Reason != want {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ownership"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -407,7 +408,7 @@ func (m *ownModel) Publish(_ context.Context, msgs []kafka.Message) error {
 		}
 	}
 	if failed {
-		return &kafka.PublishError{Errs: errs}
+		return &produce.PublishError{Errs: errs}
 	}
 	return nil
 }

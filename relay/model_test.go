@@ -16,6 +16,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -277,7 +278,7 @@ func (m *model) Publish(_ context.Context, msgs []kafka.Message) error {
 		}
 	}
 	if failed {
-		return &kafka.PublishError{Errs: errs}
+		return &produce.PublishError{Errs: errs}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -34,7 +35,7 @@ func (c *flakyReleaseClaimer) Release(ctx context.Context, s lease.Settle) (int6
 // failOncePublisher is the real publisher, answering NOT_ENOUGH_REPLICAS
 // once for the event failID (and the later events of its key in the call).
 type failOncePublisher struct {
-	*kafka.Publisher
+	*produce.Publisher
 	failID string
 	done   atomic.Bool
 	mu     sync.Mutex
@@ -50,7 +51,7 @@ func (p *failOncePublisher) Publish(ctx context.Context, msgs []kafka.Message) e
 					errs[j] = kafkago.NotEnoughReplicas
 				}
 			}
-			return &kafka.PublishError{Errs: errs}
+			return &produce.PublishError{Errs: errs}
 		}
 	}
 	return p.Publisher.Publish(ctx, msgs)
@@ -81,7 +82,7 @@ func TestOrderKeptWhenTheFailedEventCannotBeReleased(t *testing.T) {
 			return cl
 		},
 		WrapPublisher: func(p relay.Publisher) relay.Publisher {
-			pub.Publisher = p.(*kafka.Publisher)
+			pub.Publisher = p.(*produce.Publisher)
 			return pub
 		},
 	}, testenv.Logger(t))

@@ -12,6 +12,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -87,7 +88,7 @@ func (c *skipRaceClaimer) Release(ctx context.Context, s lease.Settle) (int64, e
 // until healed; the first time only once the relay has claimed a second
 // batch, so that batch is in flight when the failure is handled.
 type sickPublisher struct {
-	*kafka.Publisher
+	*produce.Publisher
 	failID  string
 	healed  atomic.Bool
 	claimed func() int32
@@ -104,7 +105,7 @@ func (p *sickPublisher) Publish(ctx context.Context, msgs []kafka.Message) error
 				for j := range errs {
 					errs[j] = kafkago.UnknownTopicOrPartition
 				}
-				return &kafka.PublishError{Errs: errs}
+				return &produce.PublishError{Errs: errs}
 			}
 		}
 	}
@@ -163,7 +164,7 @@ func TestOrderKeptWhenSkippedEventIsReleasedAfterALaterClaim(t *testing.T) {
 					return cl
 				},
 				WrapPublisher: func(p relay.Publisher) relay.Publisher {
-					pub.Publisher = p.(*kafka.Publisher)
+					pub.Publisher = p.(*produce.Publisher)
 					return pub
 				},
 			}, testenv.Logger(t))

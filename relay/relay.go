@@ -14,10 +14,10 @@ import (
 )
 
 // Publisher is what the relay needs from a Kafka producer;
-// *kafka.Publisher implements it.
+// *produce.Publisher implements it.
 type Publisher interface {
 	// Publish writes msgs and returns nil when all were acknowledged, a
-	// *kafka.PublishError with one entry per message, or an error for the
+	// *produce.PublishError with one entry per message, or an error for the
 	// whole call.
 	Publish(ctx context.Context, msgs []kafka.Message) error
 	// MaxBatchBytes is the most bytes one Publish call may carry so that
@@ -117,7 +117,7 @@ type Relay struct {
 // New returns a Relay. wake delivers wake-up signals (notify.Listener.Wake);
 // nil means poll only: the relay then claims every PollInterval and does not
 // linger. It returns cfg's validation error, or an error when the
-// publisher's attempt budget (kafka.Publisher.AttemptBudget: attempts ×
+// publisher's attempt budget (produce.Publisher.AttemptBudget: attempts ×
 // write timeout) is more than half the claimer's lease: a publish that
 // outlives the lease lets a claim take its rows over and publish them again.
 func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logger *zap.Logger) (*Relay, error) {

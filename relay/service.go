@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/internal/owners"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -28,7 +29,7 @@ type ServiceConfig struct {
 	Lease lease.Config
 	// Kafka configures the publisher. Brokers is required; Topic defaults
 	// to Relay.Topic; MaxAttempts and WriteTimeout, when zero, default to
-	// what fits in half of Lease.Lease (kafka.FitAttempts: 3 attempts of 4s
+	// what fits in half of Lease.Lease (produce.FitAttempts: 3 attempts of 4s
 	// with the default 30s lease).
 	Kafka kafka.Config
 	// Notify configures the LISTEN connection. Ignored with NoNotify.
@@ -70,7 +71,7 @@ type ServiceConfig struct {
 type Service struct {
 	relay      *Relay
 	claimer    *lease.Claimer
-	pub        *kafka.Publisher
+	pub        *produce.Publisher
 	listener   *notify.Listener
 	pool       *pgxpool.Pool
 	log        *zap.Logger
@@ -111,8 +112,8 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	}
 	// Unless set, the publisher's attempts fit in half the lease: one
 	// publish must not outlive the claim of its rows.
-	cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout = kafka.FitAttempts(cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout, claimer.Config().Lease/2)
-	pub, err := kafka.NewPublisher(cfg.Kafka, logger)
+	cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout = produce.FitAttempts(cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout, claimer.Config().Lease/2)
+	pub, err := produce.NewPublisher(cfg.Kafka, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +235,7 @@ func (s *Service) Relay() *Relay { return s.relay }
 func (s *Service) Claimer() *lease.Claimer { return s.claimer }
 
 // Publisher returns the Kafka publisher (Ping, CheckTopics).
-func (s *Service) Publisher() *kafka.Publisher { return s.pub }
+func (s *Service) Publisher() *produce.Publisher { return s.pub }
 
 // Listener returns the LISTEN session, or nil with NoNotify.
 func (s *Service) Listener() *notify.Listener { return s.listener }

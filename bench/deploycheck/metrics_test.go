@@ -20,8 +20,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/retention"
-	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -57,7 +57,7 @@ func relayMetrics(t *testing.T) map[string]relayMetric {
 	m.Published([]lease.Row{row})
 	m.Claimed(time.Millisecond, 1, 0, nil)
 	m.Marked(time.Millisecond, 1, 1, nil)
-	m.PublishFailed(row, "t", kafka.ErrTLS, false)
+	m.PublishFailed(row, "t", produce.ErrTLS, false)
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

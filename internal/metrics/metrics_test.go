@@ -13,15 +13,17 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -297,7 +299,7 @@ func TestReadiness(t *testing.T) {
 	t.Parallel()
 	db := testenv.MigratedDB(t)
 	k := testenv.KafkaFake(t)
-	pub, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: "t"}, nil)
+	pub, err := produce.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: "t"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/kafka"
+
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -24,15 +26,15 @@ import (
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
-func testMessages(n int, keys []string) []Message {
-	msgs := make([]Message, n)
+func testMessages(n int, keys []string) []kafka.Message {
+	msgs := make([]kafka.Message, n)
 	for i := range msgs {
 		key := keys[i%len(keys)]
 		id := fmt.Sprintf("00000000-0000-0000-0000-%012d", i)
-		msgs[i] = Message{
+		msgs[i] = kafka.Message{
 			Key:   []byte(key),
 			Value: []byte(fmt.Sprintf(`{"n":%d,"text":"héllo wörld ✓ 日本語 🚀","key":%q}`, i, key)),
-			Headers: []Header{
+			Headers: []kafka.Header{
 				{Key: "event_id", Value: []byte(id)},
 				{Key: "event_type", Value: []byte("order.créé")},
 				{Key: "aggregate_id", Value: []byte(key)},
@@ -47,7 +49,7 @@ func testMessages(n int, keys []string) []Message {
 func TestRoundTrip(t *testing.T) {
 	const partitions = 3
 	b, topic := newBroker(t, partitions)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 
 	keys := []string{"order-1", "order-2", "customer-ü", "x", "", "order-42", "a-much-longer-aggregate-id-0123456789"}
 	msgs := testMessages(100, keys)
@@ -209,11 +211,11 @@ func TestPartitionLanding(t *testing.T) {
 	for _, n := range []int32{1, 5, 7} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			b, topic := newBroker(t, n)
-			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
-			var msgs []Message
+			p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
+			var msgs []kafka.Message
 			for i := 0; i < 50; i++ {
 				id := fmt.Sprintf("agg-%d", i)
-				msgs = append(msgs, Message{Key: []byte(id), Value: []byte(`{}`), Headers: []Header{{Key: "event_id", Value: []byte(id)}}})
+				msgs = append(msgs, kafka.Message{Key: []byte(id), Value: []byte(`{}`), Headers: []kafka.Header{{Key: "event_id", Value: []byte(id)}}})
 			}
 			if err := p.Publish(context.Background(), msgs); err != nil {
 				t.Fatal(err)
@@ -241,7 +243,7 @@ func TestBrokerDown(t *testing.T) {
 	worstCase := func(p *Publisher) time.Duration { return p.AttemptBudget() + p.cfg.DialTimeout }
 
 	t.Run("refused", func(t *testing.T) {
-		p := newTestPublisher(t, Config{Brokers: []string{freePort(t)}, Topic: "t", WriteTimeout: writeTimeout})
+		p := newTestPublisher(t, kafka.Config{Brokers: []string{freePort(t)}, Topic: "t", WriteTimeout: writeTimeout})
 		start := time.Now()
 		err := p.Publish(context.Background(), msgs)
 		if err == nil {
@@ -265,7 +267,7 @@ func TestBrokerDown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := newTestPublisher(t, Config{Brokers: c.ListenAddrs(), Topic: "t", WriteTimeout: writeTimeout})
+		p := newTestPublisher(t, kafka.Config{Brokers: c.ListenAddrs(), Topic: "t", WriteTimeout: writeTimeout})
 		if err := p.Publish(context.Background(), msgs); err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +310,7 @@ func TestBrokerDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = l.Close() }()
-		p := newTestPublisher(t, Config{Brokers: []string{l.Addr().String()}, Topic: "t", WriteTimeout: long, DialTimeout: long})
+		p := newTestPublisher(t, kafka.Config{Brokers: []string{l.Addr().String()}, Topic: "t", WriteTimeout: long, DialTimeout: long})
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
@@ -339,7 +341,7 @@ func TestInjectedProduceErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b, topic := newFakeBroker(t, partitions)
-			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, MaxAttempts: 2})
+			p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, MaxAttempts: 2})
 			msgs := testMessages(60, []string{"k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"})
 			const bad = 1
 			n := failProduce(b.cluster, topic, bad, c.code)
@@ -397,7 +399,7 @@ func TestInjectedProduceErrors(t *testing.T) {
 
 func TestMessageTooLargeForBatchBytes(t *testing.T) {
 	b, topic := newBroker(t, 2)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchBytes: 4096})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, BatchBytes: 4096})
 	msgs := testMessages(10, []string{"a", "b"})
 	msgs[3].Value = bytes.Repeat([]byte("x"), 5000)
 	err := p.Publish(context.Background(), msgs)
@@ -421,7 +423,7 @@ func TestMessageTooLargeForBatchBytes(t *testing.T) {
 
 func TestSplitLargeCalls(t *testing.T) {
 	b, topic := newFakeBroker(t, 3)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchSize: 10, BatchBytes: 2000})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, BatchSize: 10, BatchBytes: 2000})
 	if p.MaxBatchMessages() != 10 || p.MaxBatchBytes() != 2000 {
 		t.Fatalf("limits %d/%d", p.MaxBatchMessages(), p.MaxBatchBytes())
 	}
@@ -472,15 +474,15 @@ func TestSplitLargeCalls(t *testing.T) {
 
 func TestCloseAndNoTopic(t *testing.T) {
 	b, topic := newBroker(t, 1)
-	p, err := NewPublisher(Config{Brokers: b.addrs}, nil)
+	p, err := NewPublisher(kafka.Config{Brokers: b.addrs}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.Publish(context.Background(), []Message{{Topic: topic, Value: []byte("1")}, {Value: []byte("2")}})
+	err = p.Publish(context.Background(), []kafka.Message{{Topic: topic, Value: []byte("1")}, {Value: []byte("2")}})
 	if !errors.Is(err, errNoTopic) || IsRetriable(err) || !strings.Contains(err.Error(), "Config.Topic") {
 		t.Errorf("Publish = %v, want errNoTopic naming Config.Topic", err)
 	}
-	if err := p.Publish(context.Background(), []Message{{Topic: topic, Value: []byte("1")}}); err != nil {
+	if err := p.Publish(context.Background(), []kafka.Message{{Topic: topic, Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {
@@ -489,7 +491,7 @@ func TestCloseAndNoTopic(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	err = p.Publish(context.Background(), []Message{{Topic: topic}})
+	err = p.Publish(context.Background(), []kafka.Message{{Topic: topic}})
 	if !errors.Is(err, errClosed) || IsRetriable(err) {
 		t.Errorf("Publish after Close = %v", err)
 	}
@@ -507,7 +509,7 @@ func TestCloseAndNoTopic(t *testing.T) {
 func TestOneRequestPerPartition(t *testing.T) {
 	const partitions = 3
 	b, topic := newFakeBroker(t, partitions)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchTimeout: time.Nanosecond})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, BatchTimeout: time.Nanosecond})
 	var mu sync.Mutex
 	reqs := map[int32]int{} // partition -> produce requests
 	recs := map[int32]int{} // partition -> records
@@ -559,14 +561,14 @@ func TestOneRequestPerPartition(t *testing.T) {
 // in order.
 func TestOneRequestPerCallAtEverySize(t *testing.T) {
 	b, topic := newFakeBroker(t, 1)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 	requests := countProducedRecords(t, b.cluster)
 	sizes := []int{1, 2, 15, 16, 17, 127, 128, 129, 500, 1000, 1}
 	total := 0
 	for _, n := range sizes {
-		msgs := make([]Message, n)
+		msgs := make([]kafka.Message, n)
 		for i := range msgs {
-			msgs[i] = Message{Key: []byte("k"), Value: []byte(strconv.Itoa(total + i))}
+			msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte(strconv.Itoa(total + i))}
 		}
 		if err := p.Publish(context.Background(), msgs); err != nil {
 			t.Fatalf("publish %d: %v", n, err)
@@ -592,18 +594,18 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 	for _, c := range []struct{ first, second int }{{20, 1}, {1, 20}, {5, 5}, {200, 3}, {3, 200}} {
 		t.Run(fmt.Sprintf("%d_then_%d", c.first, c.second), func(t *testing.T) {
 			b, topic := newFakeBroker(t, 1)
-			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+			p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 			ctx := context.Background()
-			if err := p.Publish(ctx, []Message{{Key: []byte("k"), Value: []byte("warm-up")}}); err != nil {
+			if err := p.Publish(ctx, []kafka.Message{{Key: []byte("k"), Value: []byte("warm-up")}}); err != nil {
 				t.Fatal(err)
 			}
 			// The next produce request is answered with a retriable error
 			// once: kafka-go backs off at least 100ms before its retry.
 			n := failProduceN(b.cluster, topic, 0, kerr.NotEnoughReplicas.Code, 1)
-			call := func(name string, size int) []Message {
-				msgs := make([]Message, size)
+			call := func(name string, size int) []kafka.Message {
+				msgs := make([]kafka.Message, size)
 				for i := range msgs {
-					msgs[i] = Message{Key: []byte("k"), Value: []byte(fmt.Sprintf("%s-%d", name, i))}
+					msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte(fmt.Sprintf("%s-%d", name, i))}
 				}
 				return msgs
 			}
@@ -665,7 +667,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 // split one between requests.
 func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
 	b, topic := newFakeBroker(t, 1)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 	requests := countProducedRecords(t, b.cluster)
 	const goroutines, calls = 4, 25
 	var sizes []int
@@ -676,9 +678,9 @@ func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for _, size := range sizes[g*calls : (g+1)*calls] {
-				msgs := make([]Message, size)
+				msgs := make([]kafka.Message, size)
 				for i := range msgs {
-					msgs[i] = Message{Key: []byte("k"), Value: []byte(strconv.Itoa(i))}
+					msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte(strconv.Itoa(i))}
 				}
 				if err := p.Publish(context.Background(), msgs); err != nil {
 					t.Errorf("publish: %v", err)

@@ -1,16 +1,12 @@
-// Package kafka publishes outbox events to Kafka with segmentio/kafka-go.
+// Package produce publishes outbox events to Kafka with segmentio/kafka-go:
+// the relay's engine behind package kafka's Config.
 //
 // A Publisher sends messages synchronously with acks=all and reports, per
 // message, which were acknowledged, so the relay can mark exactly those rows
 // as published (at-least-once delivery). Messages are partitioned like the
 // Java client's default partitioner (murmur2 of the key), so every message of
 // one aggregate (key = aggregate ID) lands on one partition, in Publish order.
-//
-// The package is public for what relay.ServiceConfig exposes: Config (the
-// brokers, security, topic and retry settings), and Message and the error
-// classification (classify, IsOutage, IsRecordRejected) that a
-// ServiceConfig.WrapPublisher wrapper sees.
-package kafka
+package produce
 
 import (
 	"context"
@@ -22,31 +18,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgoutbox/outbox/kafka"
+
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 )
-
-// Header is one Kafka record header. Values may be nil.
-type Header struct {
-	Key   string
-	Value []byte
-}
-
-// Message is one record to publish.
-type Message struct {
-	// Topic to publish to; "" means Config.Topic.
-	Topic string
-	// Key is the record key, the aggregate ID; it selects the partition (see
-	// Partition). nil is a null key.
-	Key []byte
-	// Value is the payload (JSON); nil is a Kafka null value (a tombstone on
-	// compacted topics).
-	Value []byte
-	// Headers are sent in this order. The relay puts event_id, event_type and
-	// aggregate_id first, then the row's own headers.
-	Headers []Header
-}
 
 // Publisher publishes messages to Kafka through one kafka-go Writer. It is
 // safe for concurrent use: concurrent calls are sent one sub-call at a time
@@ -54,7 +31,7 @@ type Message struct {
 // that do not overlap in time: the relay must wait for one call (and retry
 // its failures) before publishing later events of the same aggregates.
 type Publisher struct {
-	cfg Config
+	cfg kafka.Config
 	log *zap.Logger
 	w   *kafkago.Writer
 	// writing admits one WriteMessages call at a time (a one-slot
@@ -83,7 +60,7 @@ type Publisher struct {
 // NewPublisher validates cfg, applies defaults and returns a Publisher. It
 // does not contact the brokers; use Ping for that. logger may be nil; the
 // Publisher logs to logger.Named("kafka").
-func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
+func NewPublisher(cfg kafka.Config, logger *zap.Logger) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -93,11 +70,11 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 	}
 	log := logger.Named("kafka")
 
-	tlsCfg, err := cfg.tlsConfig()
+	tlsCfg, err := tlsConfig(&cfg)
 	if err != nil {
 		return nil, err
 	}
-	mech, err := cfg.saslMechanism()
+	mech, err := saslMechanism(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -144,13 +121,13 @@ func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
 	p.watch = newPartitionWatch(log, cfg.Observer)
 	var comp kafkago.Compression
 	switch cfg.Compression {
-	case CompressionGzip:
+	case kafka.CompressionGzip:
 		comp = kafkago.Gzip
-	case CompressionSnappy:
+	case kafka.CompressionSnappy:
 		comp = kafkago.Snappy
-	case CompressionLz4:
+	case kafka.CompressionLz4:
 		comp = kafkago.Lz4
-	case CompressionZstd:
+	case kafka.CompressionZstd:
 		comp = kafkago.Zstd
 	}
 	return &kafkago.Writer{
@@ -284,7 +261,7 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 // topic's metadata error; no kafka-go issue), which would otherwise fail
 // the other topics' messages too. A topic's whole-call error then becomes
 // the per-message error of that topic's messages only.
-func (p *Publisher) Publish(ctx context.Context, msgs []Message) error {
+func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -296,7 +273,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) error {
 
 // topicGroups returns the indexes of msgs per destination topic, topics in
 // order of first appearance, or nil when every message has the same topic.
-func (p *Publisher) topicGroups(msgs []Message) [][]int {
+func (p *Publisher) topicGroups(msgs []kafka.Message) [][]int {
 	first := msgs[0].Topic
 	same := true
 	for i := 1; i < len(msgs) && same; i++ {
@@ -323,11 +300,11 @@ func (p *Publisher) topicGroups(msgs []Message) [][]int {
 	return groups
 }
 
-func (p *Publisher) publishByTopic(ctx context.Context, msgs []Message, groups [][]int) error {
+func (p *Publisher) publishByTopic(ctx context.Context, msgs []kafka.Message, groups [][]int) error {
 	errs := make([]error, len(msgs))
 	failed := false
 	for _, g := range groups {
-		sub := make([]Message, len(g))
+		sub := make([]kafka.Message, len(g))
 		for j, i := range g {
 			sub[j] = msgs[i]
 		}
@@ -356,7 +333,7 @@ func (p *Publisher) publishByTopic(ctx context.Context, msgs []Message, groups [
 	return &PublishError{Errs: errs}
 }
 
-func (p *Publisher) publishOneTopicOnce(ctx context.Context, msgs []Message) error {
+func (p *Publisher) publishOneTopicOnce(ctx context.Context, msgs []kafka.Message) error {
 	if p.closed.Load() {
 		return fmt.Errorf("publish: %w", errClosed)
 	}
@@ -430,7 +407,7 @@ func (f *failures) fail(i int, err error) {
 // illegal topic name, a message over Config.BatchBytes (kafka-go rejects
 // the whole call for one such message: kafka-go #364). It returns an error
 // for the whole call when no topic applies.
-func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, []int64, error) {
+func (p *Publisher) toKafkaGo(msgs []kafka.Message, f *failures) ([]kafkago.Message, []int64, error) {
 	nh := 0
 	for i := range msgs {
 		nh += len(msgs[i].Headers)
