@@ -24,7 +24,7 @@ const warmupPartitions = 6
 
 // warmBroker produces records to a topic of its own for d and reads them
 // back, so that a freshly started JVM broker has compiled its produce and
-// fetch paths before anything is measured: two kafka.Publishers (acks=all,
+// fetch paths before anything is measured: two produce.Publishers (acks=all,
 // as the relay's), one sending one record per call, the other 50 per call,
 // each as fast as the broker answers, and a franz-go consumer with the
 // tracker's fetch settings. It returns what it did, for the report.
@@ -79,7 +79,7 @@ func warmBroker(ctx context.Context, brokers []string, d time.Duration, log *zap
 				for j := range msgs {
 					msgs[j] = kafka.Message{Key: fmt.Appendf(nil, "warm-%d", (i*per+j)%200), Value: body}
 				}
-				if err := pub.Publish(wctx, msgs); err != nil {
+				if err := pub.Send(wctx, msgs); err != nil {
 					// A new topic's leaders may take a while on a cold,
 					// busy broker (NOT_LEADER_OR_FOLLOWER): what the
 					// warm-up is for. It fails only if nothing was ever
@@ -205,7 +205,7 @@ func (p *floorProbe) send(ctx context.Context, i int) error {
 	m := kafka.Message{Key: fmt.Appendf(nil, "probe-%d", i%64), Value: p.body,
 		Headers: []kafka.Header{{Key: "event_id", Value: []byte(p.ids[i].String())}}}
 	p.sent[i] = time.Now()
-	return p.pub.Publish(ctx, []kafka.Message{m})
+	return p.pub.Send(ctx, []kafka.Message{m})
 }
 
 // run sends the measured records, record k at start + k/rate (or at once

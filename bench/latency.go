@@ -299,7 +299,7 @@ func (s *kafkaSender) send(ctx context.Context, evs []outbox.Event) error {
 			{Key: "aggregate_id", Value: []byte(e.AggregateID)},
 		}}
 	}
-	return s.pub.Publish(ctx, msgs)
+	return s.pub.Send(ctx, msgs)
 }
 
 // Latency runs the latency scenario for one mode and returns its Run. The

@@ -397,7 +397,7 @@ func (n *naiveRelay) once1(ctx context.Context) (int, error) {
 		n.empty.Add(1)
 		return 0, tx.Commit(ctx)
 	}
-	if err := n.pub.Publish(ctx, msgs); err != nil {
+	if err := n.pub.Send(ctx, msgs); err != nil {
 		return 0, err // rolled back: everything is published again
 	}
 	n.published.Add(int64(len(ids)))

@@ -42,7 +42,11 @@ type failOncePublisher struct {
 	order  []string
 }
 
-func (p *failOncePublisher) Publish(ctx context.Context, msgs []kafka.Message) error {
+func (p *failOncePublisher) Publish(ctx context.Context, msgs []kafka.Message) []produce.Result {
+	return produce.Path{Send: p.send, MaxBytes: p.MaxBatchBytes(), MaxMessages: p.MaxBatchMessages()}.Publish(ctx, msgs)
+}
+
+func (p *failOncePublisher) send(ctx context.Context, msgs []kafka.Message) error {
 	for i, m := range msgs {
 		if string(m.Headers[0].Value) == p.failID && p.done.CompareAndSwap(false, true) {
 			errs := make([]error, len(msgs))
@@ -54,7 +58,7 @@ func (p *failOncePublisher) Publish(ctx context.Context, msgs []kafka.Message) e
 			return &produce.PublishError{Errs: errs}
 		}
 	}
-	return p.Publisher.Publish(ctx, msgs)
+	return p.Publisher.Send(ctx, msgs)
 }
 
 // Found by a reviewer: when the failed event's backoff release itself

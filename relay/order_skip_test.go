@@ -94,7 +94,11 @@ type sickPublisher struct {
 	claimed func() int32
 }
 
-func (p *sickPublisher) Publish(ctx context.Context, msgs []kafka.Message) error {
+func (p *sickPublisher) Publish(ctx context.Context, msgs []kafka.Message) []produce.Result {
+	return produce.Path{Send: p.send, MaxBytes: p.MaxBatchBytes(), MaxMessages: p.MaxBatchMessages()}.Publish(ctx, msgs)
+}
+
+func (p *sickPublisher) send(ctx context.Context, msgs []kafka.Message) error {
 	if !p.healed.Load() {
 		for _, m := range msgs {
 			if string(m.Headers[0].Value) == p.failID {
@@ -109,7 +113,7 @@ func (p *sickPublisher) Publish(ctx context.Context, msgs []kafka.Message) error
 			}
 		}
 	}
-	return p.Publisher.Publish(ctx, msgs)
+	return p.Publisher.Send(ctx, msgs)
 }
 
 // An aggregate's first event A1 fails while its next event A2 is already

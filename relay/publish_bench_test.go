@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -41,10 +42,11 @@ func (benchClaimer) Settled(uuid.UUID, time.Time) {}
 func (benchClaimer) Ownership() lease.Ownership {
 	return lease.Ownership{Partitions: 1, Owned: 1, Members: 1}
 }
-func (benchClaimer) Close(context.Context) error                      { return nil }
-func (benchClaimer) Config() lease.Config                             { return lease.Config{Lease: time.Minute}.WithDefaults() }
-func (benchPublisher) MaxBatchBytes() int64                           { return 1 << 20 }
-func (benchPublisher) Publish(context.Context, []kafka.Message) error { return nil }
+func (benchClaimer) Close(context.Context) error { return nil }
+func (benchClaimer) Config() lease.Config        { return lease.Config{Lease: time.Minute}.WithDefaults() }
+func (benchPublisher) Publish(_ context.Context, msgs []kafka.Message) []produce.Result {
+	return make([]produce.Result, len(msgs)) // all produce.Published
+}
 
 type benchPublisher struct{}
 

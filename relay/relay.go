@@ -9,20 +9,22 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
 
 // Publisher is what the relay needs from a Kafka producer;
-// *produce.Publisher implements it.
+// *produce.Publisher (internal/produce) implements it. It names that
+// package's Result: it is for the project's own tests (outboxtest, the
+// fault tests) through ServiceConfig.WrapPublisher, not for applications.
 type Publisher interface {
-	// Publish writes msgs and returns nil when all were acknowledged, a
-	// *produce.PublishError with one entry per message, or an error for the
-	// whole call.
-	Publish(ctx context.Context, msgs []kafka.Message) error
-	// MaxBatchBytes is the most bytes one Publish call may carry so that
-	// each partition's share goes in one produce request.
-	MaxBatchBytes() int64
+	// Publish publishes msgs in order and returns what became of each,
+	// one produce.Result per message: published, to retry (counting an
+	// attempt or, for a condition of the cluster, not), dead letter, or
+	// not sent (held behind a failed message of its key, or the call
+	// stopped). produce.Path cuts the messages into produce requests.
+	Publish(ctx context.Context, msgs []kafka.Message) []produce.Result
 }
 
 // Claimer is what the relay needs from the lease store; *lease.Claimer

@@ -29,8 +29,8 @@ type ServiceConfig struct {
 	Lease lease.Config
 	// Kafka configures the publisher. Brokers is required; Topic defaults
 	// to Relay.Topic; MaxAttempts and WriteTimeout, when zero, default to
-	// what fits in half of Lease.Lease (produce.FitAttempts: 3 attempts of 4s
-	// with the default 30s lease).
+	// what fits in half of Lease.Lease (3 attempts of 4s with the default
+	// 30s lease; fewer and shorter ones with a shorter lease).
 	Kafka kafka.Config
 	// Notify configures the LISTEN connection. Ignored with NoNotify.
 	Notify notify.Config
@@ -234,7 +234,8 @@ func (s *Service) Relay() *Relay { return s.relay }
 // Claimer returns the lease store the relay claims with.
 func (s *Service) Claimer() *lease.Claimer { return s.claimer }
 
-// Publisher returns the Kafka publisher (Ping, CheckTopics).
+// Publisher returns the Kafka publisher (Ping, CheckTopics). Its type is
+// internal to the module: for outbox-relay and the project's tests.
 func (s *Service) Publisher() *produce.Publisher { return s.pub }
 
 // Listener returns the LISTEN session, or nil with NoNotify.

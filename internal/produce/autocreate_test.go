@@ -21,7 +21,7 @@ func TestPublishToATopicTheBrokerCreates(t *testing.T) {
 	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, AutoCreateTopic: true})
 	for i, fresh := range []string{topic + "-new-a", topic + "-new-b"} {
 		start := time.Now()
-		err := p.Publish(ctx, []kafka.Message{{Topic: fresh, Key: []byte("k"), Value: []byte(`{"n":1}`)}, {Topic: fresh, Key: []byte("k"), Value: []byte(`{"n":2}`)}})
+		err := p.Send(ctx, []kafka.Message{{Topic: fresh, Key: []byte("k"), Value: []byte(`{"n":1}`)}, {Topic: fresh, Key: []byte("k"), Value: []byte(`{"n":2}`)}})
 		if err != nil {
 			t.Fatalf("first Publish to %s (AutoCreateTopic) = %v, want nil", fresh, err)
 		}

@@ -48,7 +48,7 @@ func TestAttemptBudget(t *testing.T) {
 func TestAttemptBudgetIsTheWorstCase(t *testing.T) {
 	b, topic := newFakeBroker(t, 1)
 	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, WriteTimeout: 300 * time.Millisecond})
-	if err := p.Publish(context.Background(), testMessages(1, []string{"a"})); err != nil {
+	if err := p.Send(context.Background(), testMessages(1, []string{"a"})); err != nil {
 		t.Fatal(err)
 	}
 	var swallowed atomic.Int64
@@ -59,7 +59,7 @@ func TestAttemptBudgetIsTheWorstCase(t *testing.T) {
 	})
 	budget := p.AttemptBudget() // 3 × 300ms + 100ms + 400ms = 1.4s
 	start := time.Now()
-	err := p.Publish(context.Background(), testMessages(1, []string{"a"}))
+	err := p.Send(context.Background(), testMessages(1, []string{"a"}))
 	took := time.Since(start)
 	if !IsOutage(err) || !errors.As(err, new(*PublishError)) {
 		t.Errorf("Publish = %v, want a PublishError of unreachable timeouts", err)
@@ -114,7 +114,7 @@ func TestRetryLogUnderFailingBroker(t *testing.T) {
 	failProduce(b.cluster, topic, 1, 19) // NOT_ENOUGH_REPLICAS, retriable
 	const calls = 5
 	for i := 0; i < calls; i++ {
-		err := p.Publish(context.Background(), testMessages(30, []string{"k1", "k2", "k3", "k4", "k5", "k6"}))
+		err := p.Send(context.Background(), testMessages(30, []string{"k1", "k2", "k3", "k4", "k5", "k6"}))
 		if !errors.As(err, new(*PublishError)) {
 			t.Fatalf("Publish = %v", err)
 		}

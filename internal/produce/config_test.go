@@ -25,7 +25,7 @@ func TestSASL(t *testing.T) {
 			if err := p.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
 			}
-			if err := p.Publish(context.Background(), testMessages(5, []string{"a", "b"})); err != nil {
+			if err := p.Send(context.Background(), testMessages(5, []string{"a", "b"})); err != nil {
 				t.Fatalf("Publish: %v", err)
 			}
 			bad := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: "sasl",
@@ -138,7 +138,7 @@ func TestCompression(t *testing.T) {
 	b, topic := newBroker(t, 1)
 	for _, comp := range []kafka.Compression{kafka.CompressionGzip, kafka.CompressionSnappy, kafka.CompressionLz4, kafka.CompressionZstd} {
 		p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, Compression: comp})
-		if err := p.Publish(context.Background(), testMessages(3, []string{string(comp)})); err != nil {
+		if err := p.Send(context.Background(), testMessages(3, []string{string(comp)})); err != nil {
 			t.Fatalf("%s: %v", comp, err)
 		}
 	}
@@ -154,13 +154,13 @@ func BenchmarkPublishOne(b *testing.B) {
 	p := newTestPublisher(b, kafka.Config{Brokers: br.addrs, Topic: topic})
 	ctx := context.Background()
 	msg := testMessages(1, []string{"order-1"})
-	if err := p.Publish(ctx, msg); err != nil { // warm up connections and metadata
+	if err := p.Send(ctx, msg); err != nil { // warm up connections and metadata
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if err := p.Publish(ctx, msg); err != nil {
+		if err := p.Send(ctx, msg); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -171,13 +171,13 @@ func BenchmarkPublish100(b *testing.B) {
 	p := newTestPublisher(b, kafka.Config{Brokers: br.addrs, Topic: topic})
 	ctx := context.Background()
 	msgs := testMessages(100, []string{"a", "b", "c", "d", "e", "f", "g"})
-	if err := p.Publish(ctx, msgs); err != nil {
+	if err := p.Send(ctx, msgs); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if err := p.Publish(ctx, msgs); err != nil {
+		if err := p.Send(ctx, msgs); err != nil {
 			b.Fatal(err)
 		}
 	}

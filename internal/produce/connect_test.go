@@ -42,7 +42,7 @@ func connectErrors(t *testing.T, cfg kafka.Config) (errs []error, longest time.D
 	for _, call := range []func(context.Context) error{
 		p.Ping,
 		func(ctx context.Context) error { return p.CheckTopics(ctx) },
-		func(ctx context.Context) error { return p.Publish(ctx, testMessages(3, []string{"a", "b"})) },
+		func(ctx context.Context) error { return p.Send(ctx, testMessages(3, []string{"a", "b"})) },
 	} {
 		start := time.Now()
 		err := call(context.Background())

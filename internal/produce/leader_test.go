@@ -79,7 +79,7 @@ func TestLeaderMoves(t *testing.T) {
 				batch = append(batch, kafka.Message{Key: []byte(key), Value: []byte(fmt.Sprint(n))})
 			}
 			start := time.Now()
-			err := p.Publish(context.Background(), batch)
+			err := p.Send(context.Background(), batch)
 			end := time.Now()
 			pending = pending[:0]
 			delivered := [partitions]bool{}
@@ -169,9 +169,9 @@ func TestLeaderMoves(t *testing.T) {
 	// Deliver what the last round left undelivered, then check the topic.
 	for try := 0; len(pending) > 0; try++ {
 		if try == 50 {
-			t.Fatalf("%d messages still undelivered: %v", len(pending), p.Publish(context.Background(), pending))
+			t.Fatalf("%d messages still undelivered: %v", len(pending), p.Send(context.Background(), pending))
 		}
-		err := p.Publish(context.Background(), pending)
+		err := p.Send(context.Background(), pending)
 		var pe *PublishError
 		switch {
 		case err == nil:

@@ -190,9 +190,7 @@ func (p *Publisher) explain(topic string, err error) error {
 }
 
 // MaxBatchBytes returns Config.BatchBytes (after defaults): the most bytes,
-// as counted by MessageSize, that one Publish call may carry and still be
-// sent as a single produce request per partition. The relay should chunk its
-// claimed rows so that each call's total MessageSize stays within it.
+// as counted by MessageSize, of one produce request (Path.MaxBytes).
 func (p *Publisher) MaxBatchBytes() int64 { return p.cfg.BatchBytes }
 
 // PartitionOf returns the partition that a message with key for topic (""
@@ -213,35 +211,38 @@ func (p *Publisher) PartitionOf(topic string, key []byte) int {
 }
 
 // MaxBatchMessages returns Config.BatchSize (after defaults): the most
-// messages one Publish call may carry and still be sent as a single produce
-// request per partition.
+// messages of one produce request (Path.MaxMessages).
 func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 
-// Publish writes msgs synchronously. It returns nil if every message was
+// Publish publishes msgs through Path: in produce requests of at most
+// MaxBatchMessages messages and MaxBatchBytes bytes, each sent with Send,
+// and returns what became of each message.
+func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) []Result {
+	return Path{Send: p.Send, MaxBytes: p.cfg.BatchBytes, MaxMessages: p.cfg.BatchSize}.Publish(ctx, msgs)
+}
+
+// Send writes msgs synchronously, as one kafka-go call per topic: one
+// produce request per partition when they fit in one (at most
+// MaxBatchMessages messages whose MessageSize sum to at most
+// MaxBatchBytes; Path cuts them so). It returns nil if every message was
 // acknowledged by all in-sync replicas. Otherwise it returns either
 //
 //   - a *PublishError with len(Errs) == len(msgs), where Errs[i] is nil if
-//     msgs[i] was delivered and the reason otherwise; callers mark only the
-//     delivered messages, or
+//     msgs[i] was delivered and the reason otherwise, or
 //   - any other error (wrapped as "publish: ..."), meaning no message is known
 //     to be delivered: ctx done, errClosed, errNoTopic, or a metadata
 //     failure before anything was sent (e.g. brokers unreachable).
 //
 // Messages for one partition are sent as one produce request, so they
-// succeed or fail together, as long as the call has at most
-// MaxBatchMessages() messages whose MessageSize sum to at most
-// MaxBatchBytes(). Larger calls are split, in order, into sub-calls that
-// fit; a sub-call is sent only after the previous one fully succeeded, and the
-// messages of sub-calls not sent get ErrNotAttempted. This keeps per-key
-// order: if a message fails, no later message of the call with the same key
-// is delivered. A single message larger than MaxBatchBytes() fails alone with
-// a permanent error wrapping kafka-go's MessageSizeTooLarge; the others are
-// still sent. A message whose topic Kafka can never accept (see
-// outbox.ValidateTopic) fails the same way, before sending, with an error wrapping
-// errInvalidTopic (kafka-go's InvalidTopic) that says why the name is
-// illegal; classify gives both classRejected.
+// succeed or fail together. A single message larger than MaxBatchBytes()
+// fails alone with a permanent error wrapping kafka-go's
+// MessageSizeTooLarge; the others are still sent. A message whose topic
+// Kafka can never accept (see outbox.ValidateTopic) fails the same way,
+// before sending, with an error wrapping errInvalidTopic (kafka-go's
+// InvalidTopic) that says why the name is illegal; classify gives both
+// classRejected.
 //
-// If ctx ends first, Publish returns ctx's error, but messages already handed
+// If ctx ends first, Send returns ctx's error, but messages already handed
 // to kafka-go may still be delivered later (a duplicate on retry); msgs'
 // byte slices must not be modified after such a return. One attempt is
 // bounded by Config.WriteTimeout; kafka-go retries retriable errors up to
@@ -261,7 +262,7 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 // topic's metadata error; no kafka-go issue), which would otherwise fail
 // the other topics' messages too. A topic's whole-call error then becomes
 // the per-message error of that topic's messages only.
-func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) error {
+func (p *Publisher) Send(ctx context.Context, msgs []kafka.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -341,36 +342,19 @@ func (p *Publisher) publishOneTopicOnce(ctx context.Context, msgs []kafka.Messag
 		return fmt.Errorf("publish: %w", err)
 	}
 	f := &failures{n: len(msgs)}
-	km, sizes, err := p.toKafkaGo(msgs, f)
+	km, err := p.toKafkaGo(msgs, f)
 	if err != nil {
 		return err
 	}
-	for start := 0; start < len(km); {
-		end, total := start, int64(0)
-		for end < len(km) && end-start < p.cfg.BatchSize {
-			if end > start && total+sizes[end] > p.cfg.BatchBytes {
-				break
-			}
-			total += sizes[end]
-			end++
-		}
-		failed, err := p.write(ctx, km[start:end], f.fail)
-		if err != nil {
-			err = p.explain(km[start].Topic, err)
-			if start == 0 && f.errs == nil {
+	if len(km) > 0 {
+		if _, err := p.write(ctx, km, f.fail); err != nil {
+			err = p.explain(km[0].Topic, err)
+			if f.errs == nil {
 				return fmt.Errorf("publish: %w", err) // nothing delivered
 			}
-			for j := start; j < end; j++ {
+			for j := range km {
 				f.fail(km[j].WriterData.(int), err)
 			}
-			failed = true
-		}
-		start = end
-		if failed {
-			for j := start; j < len(km); j++ {
-				f.fail(km[j].WriterData.(int), ErrNotAttempted)
-			}
-			break
 		}
 	}
 	if f.errs == nil {
@@ -402,19 +386,18 @@ func (f *failures) fail(i int, err error) {
 	f.errs[i] = err
 }
 
-// toKafkaGo turns msgs (all for one topic) into kafka-go messages with
-// their sizes, failing at once (f) those that can never be sent: an
+// toKafkaGo turns msgs (all for one topic) into kafka-go messages,
+// failing at once (f) those that can never be sent: an
 // illegal topic name, a message over Config.BatchBytes (kafka-go rejects
 // the whole call for one such message: kafka-go #364). It returns an error
 // for the whole call when no topic applies.
-func (p *Publisher) toKafkaGo(msgs []kafka.Message, f *failures) ([]kafkago.Message, []int64, error) {
+func (p *Publisher) toKafkaGo(msgs []kafka.Message, f *failures) ([]kafkago.Message, error) {
 	nh := 0
 	for i := range msgs {
 		nh += len(msgs[i].Headers)
 	}
 	hdrs := make([]kafkago.Header, 0, nh)
 	km := make([]kafkago.Message, 0, len(msgs))
-	sizes := make([]int64, 0, len(msgs))
 	var checkedTopic string // the last topic name validated, and the verdict
 	var topicErr error
 	for i := range msgs {
@@ -423,7 +406,7 @@ func (p *Publisher) toKafkaGo(msgs []kafka.Message, f *failures) ([]kafkago.Mess
 		if topic == "" {
 			topic = p.cfg.Topic
 			if topic == "" {
-				return nil, nil, fmt.Errorf("publish: message %d: %w", i, errNoTopic)
+				return nil, fmt.Errorf("publish: message %d: %w", i, errNoTopic)
 			}
 		}
 		if topic != checkedTopic {
@@ -450,9 +433,8 @@ func (p *Publisher) toKafkaGo(msgs []kafka.Message, f *failures) ([]kafkago.Mess
 			Headers:    hdrs[start:len(hdrs):len(hdrs)],
 			WriterData: i,
 		})
-		sizes = append(sizes, size)
 	}
-	return km, sizes, nil
+	return km, nil
 }
 
 // write sends one chunk with kafka-go and records per-message failures via

@@ -61,7 +61,7 @@ func TestRoundTrip(t *testing.T) {
 	if got := p.PartitionOf(topic, msgs[0].Key); got != -1 {
 		t.Fatalf("PartitionOf before any write = %d, want -1", got)
 	}
-	if err := p.Publish(ctx, msgs); err != nil {
+	if err := p.Send(ctx, msgs); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 
@@ -217,7 +217,7 @@ func TestPartitionLanding(t *testing.T) {
 				id := fmt.Sprintf("agg-%d", i)
 				msgs = append(msgs, kafka.Message{Key: []byte(id), Value: []byte(`{}`), Headers: []kafka.Header{{Key: "event_id", Value: []byte(id)}}})
 			}
-			if err := p.Publish(context.Background(), msgs); err != nil {
+			if err := p.Send(context.Background(), msgs); err != nil {
 				t.Fatal(err)
 			}
 			for _, r := range consume(t, b.addrs, topic, len(msgs)) {
@@ -245,7 +245,7 @@ func TestBrokerDown(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		p := newTestPublisher(t, kafka.Config{Brokers: []string{freePort(t)}, Topic: "t", WriteTimeout: writeTimeout})
 		start := time.Now()
-		err := p.Publish(context.Background(), msgs)
+		err := p.Send(context.Background(), msgs)
 		if err == nil {
 			t.Fatal("Publish succeeded with no broker")
 		}
@@ -268,12 +268,12 @@ func TestBrokerDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := newTestPublisher(t, kafka.Config{Brokers: c.ListenAddrs(), Topic: "t", WriteTimeout: writeTimeout})
-		if err := p.Publish(context.Background(), msgs); err != nil {
+		if err := p.Send(context.Background(), msgs); err != nil {
 			t.Fatal(err)
 		}
 		c.Close()
 		start := time.Now()
-		err = p.Publish(context.Background(), msgs)
+		err = p.Send(context.Background(), msgs)
 		if err == nil {
 			t.Fatal("Publish succeeded after the broker closed")
 		}
@@ -314,7 +314,7 @@ func TestBrokerDown(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		err = p.Publish(ctx, msgs)
+		err = p.Send(ctx, msgs)
 		if !errors.Is(err, context.DeadlineExceeded) || !IsRetriable(err) {
 			t.Errorf("Publish = %v, want retriable deadline exceeded", err)
 		}
@@ -346,7 +346,7 @@ func TestInjectedProduceErrors(t *testing.T) {
 			const bad = 1
 			n := failProduce(b.cluster, topic, bad, c.code)
 
-			err := p.Publish(context.Background(), msgs)
+			err := p.Send(context.Background(), msgs)
 			var pe *PublishError
 			if !errors.As(err, &pe) || len(pe.Errs) != len(msgs) {
 				t.Fatalf("Publish = %v, want *PublishError with %d entries", err, len(msgs))
@@ -402,7 +402,7 @@ func TestMessageTooLargeForBatchBytes(t *testing.T) {
 	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, BatchBytes: 4096})
 	msgs := testMessages(10, []string{"a", "b"})
 	msgs[3].Value = bytes.Repeat([]byte("x"), 5000)
-	err := p.Publish(context.Background(), msgs)
+	err := p.Send(context.Background(), msgs)
 	var pe *PublishError
 	if !errors.As(err, &pe) {
 		t.Fatalf("Publish = %v, want *PublishError", err)
@@ -429,8 +429,10 @@ func TestSplitLargeCalls(t *testing.T) {
 	}
 	keys := []string{"a", "b", "c", "d"}
 	msgs := testMessages(57, keys)
-	if err := p.Publish(context.Background(), msgs); err != nil {
-		t.Fatal(err)
+	for i, r := range p.Publish(context.Background(), msgs) {
+		if r.Outcome != Published {
+			t.Fatalf("msgs[%d]: %v %v", i, r.Outcome, r.Err)
+		}
 	}
 	recs := consume(t, b.addrs, topic, len(msgs))
 	next := map[string]int{} // per key: index into the key's publish order
@@ -446,28 +448,30 @@ func TestSplitLargeCalls(t *testing.T) {
 		next[k]++
 	}
 
-	t.Run("stop_after_failure", func(t *testing.T) {
-		failProduce(b.cluster, topic, int32(Partition(msgs[0].Key, 3)), kerr.InvalidRecord.Code)
-		err := p.Publish(context.Background(), msgs)
-		var pe *PublishError
-		if !errors.As(err, &pe) {
-			t.Fatalf("Publish = %v", err)
-		}
-		// The first sub-call holds msgs[0:k]; msgs[0]'s partition fails,
-		// everything after it is not attempted.
-		notAttempted := 0
-		for i, e := range pe.Errs {
-			if errors.Is(e, ErrNotAttempted) {
-				notAttempted++
-				if !IsRetriable(e) {
-					t.Errorf("Errs[%d] not retriable", i)
-				}
-			} else if notAttempted > 0 {
-				t.Errorf("Errs[%d] = %v after a not-attempted message", i, e)
+	t.Run("hold_after_failure", func(t *testing.T) {
+		bad := Partition(msgs[0].Key, 3)
+		failProduce(b.cluster, topic, int32(bad), kerr.InvalidRecord.Code)
+		// msgs[0]'s partition refuses every request: the first message of
+		// each of its keys is sent again alone and is a DeadLetter, the
+		// later ones of its key are Held, not sent; the other keys' go on.
+		failedKeys := map[string]bool{}
+		for i, r := range p.Publish(context.Background(), msgs) {
+			k := string(msgs[i].Key)
+			onBad := Partition(msgs[i].Key, 3) == bad
+			switch {
+			case !onBad && r.Outcome != Published:
+				t.Errorf("msgs[%d] (key %s, another partition): %v %v", i, k, r.Outcome, r.Err)
+			case onBad && !failedKeys[k] && (r.Outcome != DeadLetter || !errors.Is(r.Err, kafkago.InvalidRecord) || r.Reason != "invalid_record"):
+				t.Errorf("msgs[%d] (key %s, first on the failing partition): %v %q %v, want a dead letter", i, k, r.Outcome, r.Reason, r.Err)
+			case onBad && failedKeys[k] && (r.Outcome != Held || r.Err == nil):
+				t.Errorf("msgs[%d] (key %s, after its key failed): %v %v, want held", i, k, r.Outcome, r.Err)
+			}
+			if onBad {
+				failedKeys[k] = true
 			}
 		}
-		if notAttempted == 0 || notAttempted >= len(msgs)-1 {
-			t.Errorf("%d not attempted", notAttempted)
+		if len(failedKeys) == 0 || len(failedKeys) == len(keys) {
+			t.Errorf("%d of %d keys failed", len(failedKeys), len(keys))
 		}
 	})
 }
@@ -478,11 +482,11 @@ func TestCloseAndNoTopic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.Publish(context.Background(), []kafka.Message{{Topic: topic, Value: []byte("1")}, {Value: []byte("2")}})
+	err = p.Send(context.Background(), []kafka.Message{{Topic: topic, Value: []byte("1")}, {Value: []byte("2")}})
 	if !errors.Is(err, errNoTopic) || IsRetriable(err) || !strings.Contains(err.Error(), "Config.Topic") {
 		t.Errorf("Publish = %v, want errNoTopic naming Config.Topic", err)
 	}
-	if err := p.Publish(context.Background(), []kafka.Message{{Topic: topic, Value: []byte("1")}}); err != nil {
+	if err := p.Send(context.Background(), []kafka.Message{{Topic: topic, Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {
@@ -491,14 +495,14 @@ func TestCloseAndNoTopic(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	err = p.Publish(context.Background(), []kafka.Message{{Topic: topic}})
+	err = p.Send(context.Background(), []kafka.Message{{Topic: topic}})
 	if !errors.Is(err, errClosed) || IsRetriable(err) {
 		t.Errorf("Publish after Close = %v", err)
 	}
 	if err := p.Ping(context.Background()); !errors.Is(err, errClosed) {
 		t.Errorf("Ping after Close = %v", err)
 	}
-	if err := p.Publish(context.Background(), nil); err != nil {
+	if err := p.Send(context.Background(), nil); err != nil {
 		t.Errorf("empty Publish = %v", err)
 	}
 }
@@ -531,7 +535,7 @@ func TestOneRequestPerPartition(t *testing.T) {
 	})
 	for round := 0; round < 5; round++ {
 		msgs := testMessages(500, []string{"a", "b", "c", "d", "e", "f", "g", "h"})
-		if err := p.Publish(context.Background(), msgs); err != nil {
+		if err := p.Send(context.Background(), msgs); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -570,7 +574,7 @@ func TestOneRequestPerCallAtEverySize(t *testing.T) {
 		for i := range msgs {
 			msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte(strconv.Itoa(total + i))}
 		}
-		if err := p.Publish(context.Background(), msgs); err != nil {
+		if err := p.Send(context.Background(), msgs); err != nil {
 			t.Fatalf("publish %d: %v", n, err)
 		}
 		total += n
@@ -596,7 +600,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 			b, topic := newFakeBroker(t, 1)
 			p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 			ctx := context.Background()
-			if err := p.Publish(ctx, []kafka.Message{{Key: []byte("k"), Value: []byte("warm-up")}}); err != nil {
+			if err := p.Send(ctx, []kafka.Message{{Key: []byte("k"), Value: []byte("warm-up")}}); err != nil {
 				t.Fatal(err)
 			}
 			// The next produce request is answered with a retriable error
@@ -631,7 +635,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}()
-			err := p.Publish(short, call("first", c.first))
+			err := p.Send(short, call("first", c.first))
 			cancel()
 			if got := n.Load(); got != 1 {
 				t.Fatalf("%d produce requests failed, want 1 (first Publish = %v)", got, err)
@@ -639,7 +643,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("first Publish = %v, want its ctx canceled during the retry backoff", err)
 			}
-			if err := p.Publish(ctx, call("second", c.second)); err != nil {
+			if err := p.Send(ctx, call("second", c.second)); err != nil {
 				t.Fatalf("second Publish: %v", err)
 			}
 			recs := consume(t, b.addrs, topic, 1+c.first+c.second)
@@ -682,7 +686,7 @@ func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
 				for i := range msgs {
 					msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte(strconv.Itoa(i))}
 				}
-				if err := p.Publish(context.Background(), msgs); err != nil {
+				if err := p.Send(context.Background(), msgs); err != nil {
 					t.Errorf("publish: %v", err)
 					return
 				}

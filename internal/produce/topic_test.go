@@ -248,7 +248,7 @@ func TestPublishTopicErrors(t *testing.T) {
 		msgs := testMessages(6, []string{"a", "b"})
 		bad := "orders/eu"
 		msgs[1].Topic, msgs[4].Topic = bad, bad
-		err := p.Publish(ctx, msgs)
+		err := p.Send(ctx, msgs)
 		var pe *PublishError
 		if !errors.As(err, &pe) || len(pe.Errs) != len(msgs) {
 			t.Fatalf("Publish = %v, want *PublishError", err)
@@ -273,7 +273,7 @@ func TestPublishTopicErrors(t *testing.T) {
 
 		// Config.Topic itself illegal: every message of the call fails alone.
 		ip := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: ".."})
-		err = ip.Publish(ctx, testMessages(2, []string{"a"}))
+		err = ip.Send(ctx, testMessages(2, []string{"a"}))
 		if !errors.As(err, &pe) || pe.Failed() != 2 || !IsRecordRejected(pe.Errs[0]) {
 			t.Errorf("Publish with Config.Topic %q = %v", "..", err)
 		}
@@ -283,7 +283,7 @@ func TestPublishTopicErrors(t *testing.T) {
 		missing := topic + "-missing"
 		msgs := testMessages(2, []string{"a"})
 		msgs[0].Topic, msgs[1].Topic = missing, missing
-		err := p.Publish(ctx, msgs)
+		err := p.Send(ctx, msgs)
 		if !errors.Is(err, kafkago.UnknownTopicOrPartition) || !IsRetriable(err) || ErrorReason(err) != reasonUnknownTopic {
 			t.Fatalf("Publish = %v, want retriable UNKNOWN_TOPIC_OR_PARTITION", err)
 		}
@@ -295,7 +295,7 @@ func TestPublishTopicErrors(t *testing.T) {
 		// each naming the topic.
 		msgs = testMessages(3, []string{"a"})
 		msgs[1].Topic = missing
-		err = p.Publish(ctx, msgs)
+		err = p.Send(ctx, msgs)
 		var pe *PublishError
 		if !errors.As(err, &pe) || pe.Failed() != 1 || !strings.Contains(pe.Errs[1].Error(), `topic "`+missing+`"`) {
 			t.Errorf("Publish = %v", err)
@@ -305,7 +305,7 @@ func TestPublishTopicErrors(t *testing.T) {
 	t.Run("invalid from broker", func(t *testing.T) {
 		failProduce(b.cluster, topic, 0, kerr.InvalidTopicException.Code)
 		msgs := testMessages(20, []string{"k1", "k2", "k3", "k4", "k5"})
-		err := p.Publish(ctx, msgs)
+		err := p.Send(ctx, msgs)
 		var pe *PublishError
 		if !errors.As(err, &pe) {
 			t.Fatalf("Publish = %v", err)

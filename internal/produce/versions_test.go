@@ -126,7 +126,7 @@ func TestRequestVersionsAreSupportedByTheBroker(t *testing.T) {
 	if err := p.CheckTopics(ctx); err != nil {
 		t.Fatalf("CheckTopics: %v", err)
 	}
-	if err := p.Publish(ctx, []kafka.Message{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}); err != nil {
+	if err := p.Send(ctx, []kafka.Message{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	// The metadata request that explains a failed publish (the
