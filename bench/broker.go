@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 )
 
@@ -23,7 +24,7 @@ const warmupPartitions = 6
 
 // warmBroker produces records to a topic of its own for d and reads them
 // back, so that a freshly started JVM broker has compiled its produce and
-// fetch paths before anything is measured: two kafka.Publishers (acks=all,
+// fetch paths before anything is measured: two produce.Publishers (acks=all,
 // as the relay's), one sending one record per call, the other 50 per call,
 // each as fast as the broker answers, and a franz-go consumer with the
 // tracker's fetch settings. It returns what it did, for the report.
@@ -64,7 +65,7 @@ func warmBroker(ctx context.Context, brokers []string, d time.Duration, log *zap
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for _, per := range []int{1, 50} {
-		pub, err := kafka.NewPublisher(kafka.Config{Brokers: brokers, Topic: topic, ClientID: "outbox-bench-warmup"}, log)
+		pub, err := produce.NewPublisher(kafka.Config{Brokers: brokers, Topic: topic, ClientID: "outbox-bench-warmup"}, log)
 		if err != nil {
 			stopReading()
 			return "", err
@@ -78,12 +79,12 @@ func warmBroker(ctx context.Context, brokers []string, d time.Duration, log *zap
 				for j := range msgs {
 					msgs[j] = kafka.Message{Key: fmt.Appendf(nil, "warm-%d", (i*per+j)%200), Value: body}
 				}
-				if err := pub.Publish(wctx, msgs); err != nil {
+				if err := pub.Send(wctx, msgs); err != nil {
 					// A new topic's leaders may take a while on a cold,
 					// busy broker (NOT_LEADER_OR_FOLLOWER): what the
 					// warm-up is for. It fails only if nothing was ever
 					// acknowledged (below).
-					if !kafka.IsRetriable(err) && !kafka.IsOutage(err) {
+					if !produce.IsRetriable(err) && !produce.IsOutage(err) {
 						if wctx.Err() == nil {
 							errs <- fmt.Errorf("bench: broker warm-up: %w", err)
 						}
@@ -117,7 +118,7 @@ func warmBroker(ctx context.Context, brokers []string, d time.Duration, log *zap
 		last, _ := lastErr.Load().(error)
 		return "", fmt.Errorf("bench: broker warm-up: %d records acknowledged, %d read back in %s (last publish error: %v)", sent.Load(), read.Load(), time.Since(began).Round(time.Millisecond), last)
 	}
-	s := fmt.Sprintf("%s: %d records acknowledged on %d partitions (kafka.Publisher, acks=all, 1 and 50 per call), %d read back (franz-go)",
+	s := fmt.Sprintf("%s: %d records acknowledged on %d partitions (produce.Publisher, acks=all, 1 and 50 per call), %d read back (franz-go)",
 		time.Since(began).Round(100*time.Millisecond), sent.Load(), warmupPartitions, read.Load())
 	log.Info("kafka broker warmed up", zap.String("warmup", s))
 	return s, nil
@@ -129,12 +130,12 @@ const DefaultFloorProbeRate = 200
 
 // floorProbe measures the broker's own produce-to-consume latency while a
 // latency run's writers run, on the same broker and under the same load:
-// a kafka.Publisher of its own (acks=all) sends one record per Publish
+// a produce.Publisher of its own (acks=all) sends one record per Publish
 // call at a steady rate to a topic of its own, and a franz-go consumer
 // with the tracker's fetch settings reads them back. Each record's latency
 // runs from the start of its Publish call to its receipt.
 type floorProbe struct {
-	pub   *kafka.Publisher
+	pub   *produce.Publisher
 	tr    *tracker
 	topic string
 	env   *Env
@@ -172,7 +173,7 @@ func (e *Env) startFloorProbe(ctx context.Context, rate float64, max, payloadByt
 		ids[i] = outbox.NewID()
 	}
 	p.ids, p.sent = ids, make([]time.Time, len(ids))
-	if p.pub, err = kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic, ClientID: "outbox-bench-floor-probe"}, log); err != nil {
+	if p.pub, err = produce.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic, ClientID: "outbox-bench-floor-probe"}, log); err != nil {
 		e.dropTopic(topic)
 		return nil, err
 	}
@@ -204,7 +205,7 @@ func (p *floorProbe) send(ctx context.Context, i int) error {
 	m := kafka.Message{Key: fmt.Appendf(nil, "probe-%d", i%64), Value: p.body,
 		Headers: []kafka.Header{{Key: "event_id", Value: []byte(p.ids[i].String())}}}
 	p.sent[i] = time.Now()
-	return p.pub.Publish(ctx, []kafka.Message{m})
+	return p.pub.Send(ctx, []kafka.Message{m})
 }
 
 // run sends the measured records, record k at start + k/rate (or at once

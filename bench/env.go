@@ -147,7 +147,7 @@ type LocalConfig struct {
 	// the relay's own latency. Empty: not pinned.
 	KafkaCPUs string
 	// KafkaWarmup is how long the real broker is warmed up (records
-	// produced with the project's kafka.Publisher and read back with
+	// produced with the project's produce.Publisher and read back with
 	// franz-go) before StartLocal returns. Zero: DefaultKafkaWarmup;
 	// negative: none.
 	KafkaWarmup time.Duration

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 )
 
@@ -81,7 +82,7 @@ type LatencyConfig struct {
 	Warmup int
 	// FloorProbeRate is the rate, records per second, of the broker's
 	// floor probe that runs while the writers run (every mode but
-	// writers-only): a kafka.Publisher of its own (acks=all) sends one
+	// writers-only): a produce.Publisher of its own (acks=all) sends one
 	// record per Publish call to a topic of its own on the same broker
 	// and a franz-go consumer with the tracker's fetch settings reads it
 	// back (Latency.FloorP50MS ...): the broker's produce-to-consume
@@ -288,7 +289,7 @@ func (s *dbSender) send(ctx context.Context, evs []outbox.Event) error {
 	return nil
 }
 
-type kafkaSender struct{ pub *kafka.Publisher }
+type kafkaSender struct{ pub *produce.Publisher }
 
 func (s *kafkaSender) send(ctx context.Context, evs []outbox.Event) error {
 	msgs := make([]kafka.Message, len(evs))
@@ -299,7 +300,7 @@ func (s *kafkaSender) send(ctx context.Context, evs []outbox.Event) error {
 			{Key: "aggregate_id", Value: []byte(e.AggregateID)},
 		}}
 	}
-	return s.pub.Publish(ctx, msgs)
+	return s.pub.Send(ctx, msgs)
 }
 
 // Latency runs the latency scenario for one mode and returns its Run. The
@@ -365,7 +366,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	var db *runDB
 	var probe *costProbe
 	if cfg.Mode == ModeFloor {
-		pub, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
+		pub, err := produce.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
 		if err != nil {
 			return run, err
 		}

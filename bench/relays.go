@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/listen"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -243,7 +244,7 @@ func (e *Env) startRelay(ctx context.Context, db *runDB, topic, channel string, 
 		return nil, err
 	}
 	if cfg.Mode == ModeNaive {
-		pub, err := kafka.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
+		pub, err := produce.NewPublisher(kafka.Config{Brokers: e.Brokers, Topic: topic}, log)
 		if err != nil {
 			pool.Close()
 			return nil, err
@@ -315,12 +316,12 @@ func (p *productRelay) Stop() {
 // naiveRelay is the polling relay users write by hand: one transaction
 // selects a batch of unpublished rows FOR UPDATE SKIP LOCKED, publishes it
 // with kafka-go, marks it published and commits; when a poll finds nothing
-// it sleeps for the poll interval. It uses the product's kafka.Publisher
+// it sleeps for the poll interval. It uses the product's produce.Publisher
 // (kafka-go, acks=all, same batching settings), so the comparison isolates
 // the relay design from the Kafka client.
 type naiveRelay struct {
 	pool   *pgxpool.Pool
-	pub    *kafka.Publisher
+	pub    *produce.Publisher
 	batch  int
 	poll   time.Duration
 	log    *zap.Logger
@@ -402,7 +403,7 @@ func (n *naiveRelay) once1(ctx context.Context) (int, error) {
 		n.empty.Add(1)
 		return 0, tx.Commit(ctx)
 	}
-	if err := n.pub.Publish(ctx, msgs); err != nil {
+	if err := n.pub.Send(ctx, msgs); err != nil {
 		return 0, err // rolled back: everything is published again
 	}
 	n.published.Add(int64(len(ids)))

@@ -185,7 +185,7 @@ type Latency struct {
 	Notifications int64 `json:"notifications,omitempty"`
 	// The broker's own floor, measured in the same run while the writers
 	// ran (LatencyConfig.FloorProbeRate): one record per Publish call of a
-	// kafka.Publisher of its own (acks=all) to a topic of its own at
+	// produce.Publisher of its own (acks=all) to a topic of its own at
 	// FloorRate records/s, from the call to a franz-go consumer's receipt,
 	// in ms; FloorCount records received, FloorLost not received within
 	// the grace period. Absent when the probe did not run.

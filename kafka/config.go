@@ -1,10 +1,16 @@
+// Package kafka configures how the relay publishes to Kafka: the brokers,
+// security, topic, batching and retry settings of relay.ServiceConfig.Kafka.
+// The publisher itself (segmentio/kafka-go's Writer, the classification of
+// its errors) is internal to the module; Message and Header are the records
+// it publishes, as outboxtest.Publisher records them.
 package kafka
 
 import (
-	"github.com/pgoutbox/outbox/internal/config"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/outbox/internal/config"
 )
 
 // Defaults applied by NewPublisher to zero-valued Config fields.
@@ -188,7 +194,19 @@ type Config struct {
 	// Observer, if set, is told every produce request's duration and
 	// outcome and every change of a topic's partition count (not a flag:
 	// outbox-relay sets its metrics here). Defaults to nil.
-	Observer Observer
+	Observer interface {
+		// Produced reports one produce request to a broker: how long it
+		// took to be answered (or to fail), and its error: nil when the
+		// broker accepted every partition's records, else the transport's
+		// error or the first partition's error code.
+		Produced(d time.Duration, err error)
+		// PartitionsChanged reports that topic's partition count, as the
+		// cluster metadata says, changed from `from` to `to` while
+		// publishing to it. Keys then map to other partitions: the events
+		// of an aggregate published before and after the change may be on
+		// two partitions.
+		PartitionsChanged(topic string, from, to int)
+	}
 }
 
 // compressionNames are the accepted Config.Compression values.

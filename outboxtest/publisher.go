@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/relay"
 )
 
 // placeholderBroker is the broker address Publisher.ServiceConfig gives a
-// configuration without brokers: kafka.NewPublisher requires one, and the
+// configuration without brokers: produce.NewPublisher requires one, and the
 // Kafka publisher NewService builds is then never used (Publisher
 // replaces it), so nothing connects to it.
 const placeholderBroker = "127.0.0.1:9"
@@ -37,11 +38,17 @@ var _ relay.Publisher = (*Publisher)(nil)
 // NewPublisher returns an empty Publisher.
 func NewPublisher() *Publisher { return &Publisher{} }
 
-// Publish records copies of msgs, in order, and returns nil; or, after
-// Fail(err), records nothing and returns err for the whole call, as a
-// broker that cannot be reached (the relay retries with backoff). It
-// returns ctx's error if ctx is done.
-func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) error {
+// Publish records copies of msgs, in order, and says each was published;
+// or, after Fail(err), records nothing and fails every message with err,
+// as a broker that cannot be reached (the relay retries with backoff). It
+// fails them with ctx's error if ctx is done. It cuts msgs into requests
+// as the Kafka publisher does (produce.Path, at MaxBatchBytes).
+func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) []produce.Result {
+	return produce.Path{Send: p.send, MaxBytes: p.MaxBatchBytes(), MaxMessages: kafka.DefaultBatchSize}.Publish(ctx, msgs)
+}
+
+// send is Publish's produce.SendFunc: it records one request.
+func (p *Publisher) send(ctx context.Context, msgs []kafka.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -62,7 +69,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) error {
 }
 
 // MaxBatchBytes returns kafka.DefaultBatchBytes (1 MiB), what the Kafka
-// publisher allows by default, so the relay splits its batches as it would
+// publisher allows by default, so that Publish cuts requests as it would
 // for Kafka.
 func (p *Publisher) MaxBatchBytes() int64 { return kafka.DefaultBatchBytes }
 

@@ -12,11 +12,12 @@ import (
 
 	"github.com/pgoutbox/outbox/internal/backoff"
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 )
 
 // Publishing one claimed batch, in three steps: build the next chunk of
-// rows that may go out now (nextChunk), publish it and classify each row's
+// rows that may go out now (nextChunk), publish it and record each row's
 // outcome (publishChunk, record), and once the batch is done, settle what
 // was not delivered: release it, with a backoff if it failed, or
 // dead-letter it (settle). Delivered rows go to the marker as each chunk
@@ -34,11 +35,12 @@ const whyUnsent = "not sent (broker unreachable or shutting down)"
 // given back.
 const whyUnread = "not read: the claim's payloads came to its byte bound (--max-batch-bytes) before it"
 
-// failure is a row whose publish failed, with the error and, for an
+// failure is a row whose publish failed, with what the publisher said
+// (res: the outcome, the error and its reason) and, for an
 // AttemptObserver, the publish call's start and end (stamp).
 type failure struct {
 	row          claim.Row
-	err          error
+	res          produce.Result
 	began, ended time.Time
 }
 
@@ -80,7 +82,6 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 	defer r.gate.settled()
 	r.hb.begin(b.no, b.Claimed)
 	br := newBatchRun(b, r.lease.Lease)
-	maxBytes := r.pub.MaxBatchBytes()
 	for br.next < len(br.rows) {
 		if ctx.Err() != nil || work.Err() != nil {
 			// Shutdown: what was not sent yet goes back at once.
@@ -89,10 +90,10 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 		}
 		r.keepLease(br)
 		failed := len(br.failures)
-		msgs, rows := br.nextChunk(r.hb, maxBytes, r.message)
+		msgs, rows := br.nextChunk(r.hb, r.message)
 		var began time.Time
 		if r.att != nil {
-			// Failed without a publish call (too large, undecodable).
+			// Failed without a publish call (undecodable).
 			began = r.clock.Now()
 			br.stamp(failed, began, began)
 		}
@@ -100,8 +101,8 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 			continue
 		}
 		failed = len(br.failures)
-		errs, callErr, cutOff := r.publishChunk(work, br.deadline, msgs, rows)
-		delivered := br.record(r.hb, rows, errs, cutOff)
+		results, cutOff := r.publishChunk(work, br.deadline, msgs)
+		delivered := br.record(r.hb, rows, results, cutOff)
 		var ended time.Time
 		if r.att != nil {
 			ended = r.clock.Now()
@@ -111,7 +112,7 @@ func (r *Relay) publishBatch(ctx, work context.Context, b claimed) bool {
 		if len(delivered) > 0 {
 			r.marks.put(b.Token, seqsOf(delivered), markDelay(&r.cfg))
 		}
-		if callErr != nil && br.delivered == 0 && allOutage(errs) {
+		if br.delivered == 0 && allOutage(results) {
 			// Nothing got through, for a condition of the cluster: stop
 			// this batch and hold the claimer back until it passes.
 			br.abandon(r.hb, whyUnsent)
@@ -168,10 +169,11 @@ func (r *Relay) settle(br *batchRun) {
 
 // settleFailures gives failed rows back with a per-row backoff and their
 // error, or dead-letters them: at once when the record can never be
-// published (deadAtOnce), or when the attempt just made was their
-// MaxAttempts-th. Failures for a condition of the cluster (kafka.IsOutage:
-// unreachable, not enough replicas, no leader, timeouts, ...) do not count
-// as attempts: they never make a dead letter. Rows with the same outcome, delay and error share a statement.
+// published (produce.DeadLetter, or a row that cannot be decoded), or when
+// the attempt just made was their MaxAttempts-th. Failures for a condition
+// of the cluster (produce.RetryOutage: unreachable, not enough replicas, no
+// leader, timeouts, ...) do not count as attempts: they never make a dead
+// letter. Rows with the same outcome, delay and error share a statement.
 // It returns the rows it gave back and those it could not (stuck: still
 // leased by this relay until the lease ends).
 func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []claim.Row) {
@@ -187,14 +189,14 @@ func (r *Relay) settleFailures(token uuid.UUID, fs []failure) (gave, stuck []cla
 	groups := map[key][]claim.Row{}
 	var order []key
 	for _, f := range fs {
-		count := !kafka.IsOutage(f.err)
+		count := f.res.Outcome != produce.RetryOutage
 		attempts := f.row.Attempts
 		if count {
 			attempts++
 		}
-		dead := deadAtOnce(f.err) || attempts >= r.cfg.MaxAttempts
+		dead := f.res.Outcome == produce.DeadLetter || attempts >= r.cfg.MaxAttempts
 		r.recordFailure(&f, r.topicOf(&f.row), dead, attempts)
-		k := key{dead: dead, count: count, attempts: attempts, msg: f.err.Error()}
+		k := key{dead: dead, count: count, attempts: attempts, msg: f.res.Err.Error()}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -285,19 +287,17 @@ func newBatchRun(b claimed, leaseFor time.Duration) *batchRun {
 	return &batchRun{b: b, rows: b.Rows, deadline: b.Deadline(leaseFor), topics: map[string]string{}}
 }
 
-// nextChunk builds the next rows to publish in one call: at most maxBytes of
-// records (one produce request per partition), in seq order. Rows that must
-// wait (hb) or that the claim did not read are given back; rows that can
-// never be published (too large, undecodable) fail. An aggregate's events in one chunk all go to one topic,
-// so to one partition, in one produce request: all or nothing, in order; an
-// event for another topic than its aggregate's earlier one in the chunk
-// starts the next chunk, which is only sent if this one delivered the
-// earlier event.
-func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*claim.Row) kafka.Message) ([]kafka.Message, []claim.Row) {
+// nextChunk builds the next rows to publish in one call, in seq order
+// (the publisher cuts them into produce requests). Rows that must wait
+// (hb) or that the claim did not read are given back; rows that cannot
+// become a record fail. An aggregate's events in one chunk all go to one
+// topic, so to one partition, in order: an event for another topic than
+// its aggregate's earlier one in the chunk starts the next chunk, which is
+// only sent if this one delivered the earlier event.
+func (br *batchRun) nextChunk(hb *holdback, toMessage func(*claim.Row) kafka.Message) ([]kafka.Message, []claim.Row) {
 	clear(br.topics)
 	var msgs []kafka.Message
 	var rows []claim.Row
-	var size int64
 	for ; br.next < len(br.rows); br.next++ {
 		row := &br.rows[br.next]
 		if held, why := hb.heldBack(row); held {
@@ -317,22 +317,14 @@ func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*clai
 			continue
 		}
 		if row.DecodeErr != nil {
-			br.fail(hb, *row, fmt.Errorf("%w: %w", ErrUndecodableRow, row.DecodeErr))
+			err := fmt.Errorf("%w: %w", ErrUndecodableRow, row.DecodeErr)
+			br.fail(hb, *row, produce.Result{Outcome: produce.DeadLetter, Err: err, Reason: "other"})
 			continue
 		}
 		m := toMessage(row)
 		if t, ok := br.topics[row.AggregateID]; ok && t != m.Topic {
 			break
 		}
-		n := kafka.MessageSize(&m)
-		if n > maxBytes {
-			br.fail(hb, *row, fmt.Errorf("event is %d bytes, over the publisher's limit of %d bytes (message.max.bytes): %w", n, maxBytes, kafka.ErrMessageTooLarge))
-			continue
-		}
-		if size+n > maxBytes && len(msgs) > 0 {
-			break
-		}
-		size += n
 		msgs = append(msgs, m)
 		rows = append(rows, *row)
 		br.topics[row.AggregateID] = m.Topic
@@ -340,8 +332,8 @@ func (br *batchRun) nextChunk(hb *holdback, maxBytes int64, toMessage func(*clai
 	return msgs, rows
 }
 
-func (br *batchRun) fail(hb *holdback, row claim.Row, err error) {
-	br.failures = append(br.failures, failure{row: row, err: err})
+func (br *batchRun) fail(hb *holdback, row claim.Row, res produce.Result) {
+	br.failures = append(br.failures, failure{row: row, res: res})
 	hb.fail(&row)
 }
 
@@ -355,27 +347,28 @@ func (br *batchRun) stamp(from int, began, ended time.Time) {
 	}
 }
 
-// record classifies the outcome of a published chunk (errs, one per row;
+// record records the outcome of a published chunk (results, one per row;
 // cutOff: the shutdown deadline ended the call, so failed rows' fate is
 // unknown) and returns the rows Kafka acknowledged that may be marked.
-func (br *batchRun) record(hb *holdback, rows []claim.Row, errs []error, cutOff bool) []claim.Row {
+func (br *batchRun) record(hb *holdback, rows []claim.Row, results []produce.Result, cutOff bool) []claim.Row {
 	var delivered []claim.Row
 	for j, row := range rows {
-		e := errs[j]
+		res := results[j]
 		switch {
-		case e == errHeld:
+		case res.Outcome == produce.Held:
 			br.returned = append(br.returned, returned{row, heldFailed})
-		case e == nil && hb.failed[row.AggregateID]:
+		case res.Outcome == produce.Published && hb.failed[row.AggregateID]:
 			// Delivered, but an earlier event of its aggregate in this
 			// chunk failed: not marked, so it is published again after
 			// that one.
 			br.returned = append(br.returned, returned{row, heldFailed})
-		case e != nil && cutOff:
-			// Outcome unknown: given back without counting an attempt;
-			// whoever claims it next publishes it (again).
+		case res.Outcome == produce.Unsent, res.Outcome != produce.Published && cutOff:
+			// Not sent, or its outcome unknown: given back without
+			// counting an attempt; whoever claims it next publishes it
+			// (again).
 			br.returned = append(br.returned, returned{row, whyUnsent})
-		case e != nil:
-			br.fail(hb, row, e)
+		case res.Outcome != produce.Published:
+			br.fail(hb, row, res)
 		default:
 			delivered = append(delivered, row)
 		}
@@ -433,37 +426,29 @@ func seqsOf(rows []claim.Row) []int64 {
 	return seqs
 }
 
-// errHeld marks a message not sent because an earlier event of its
-// aggregate failed in the same chunk.
-var errHeld = errors.New("held behind an earlier failed event of its aggregate")
-
-// allOutage reports whether every error in errs is a condition of the
-// cluster (kafka.IsOutage), none a problem of the record.
-func allOutage(errs []error) bool {
-	for _, e := range errs {
-		if e != nil && e != errHeld && !kafka.IsOutage(e) {
-			return false
+// allOutage reports whether the chunk's results have a failure and every
+// failure is a condition of the cluster (produce.RetryOutage), none a
+// problem of the record.
+func allOutage(results []produce.Result) bool {
+	failed := false
+	for _, res := range results {
+		if res.Outcome.Failed() {
+			if res.Outcome != produce.RetryOutage {
+				return false
+			}
+			failed = true
 		}
 	}
-	return true
+	return failed
 }
 
-// deadAtOnce reports whether a failed row can never be published as it is:
-// the broker refused the record itself, or the row cannot be decoded.
-func deadAtOnce(err error) bool {
-	return kafka.IsRecordRejected(err) || errors.Is(err, ErrUndecodableRow)
-}
-
-// publishChunk publishes msgs (rows are their rows), bounded by the batch's
-// lease deadline, and returns one error per message, the error of the call,
-// and whether the relay's shutdown deadline cut it off. A record batch is
-// refused as a whole (MESSAGE_TOO_LARGE is judged on the batch against the
-// broker's message.max.bytes, INVALID_RECORD on any record in it), so when
-// the broker rejects a batch of several records, the rejected messages are
-// sent again one at a time, in order, as the Java producer splits a batch
-// that was too large: only a record rejected on its own is dead-lettered,
-// and once one is, the later events of its aggregate are held (errHeld).
-func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []kafka.Message, rows []claim.Row) ([]error, error, bool) {
+// publishChunk publishes msgs, bounded by the batch's lease deadline, and
+// returns what became of each message (the publisher cuts them into
+// produce requests, sends again one at a time the records the broker
+// rejected in a batch of several, and holds a key's later messages behind
+// its failed one: produce.Path) and whether the relay's shutdown deadline
+// cut the call off.
+func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []kafka.Message) ([]produce.Result, bool) {
 	// A publish must end before the lease does, with time left to mark:
 	// otherwise another claim (this relay's own, too) takes the rows over
 	// and publishes them again.
@@ -471,48 +456,16 @@ func (r *Relay) publishChunk(work context.Context, deadline time.Time, msgs []ka
 	defer cancel()
 	began := r.clock.Now()
 	r.recordPublishing(began)
-	err := r.pub.Publish(pctx, msgs)
-	errs := make([]error, len(msgs))
-	defer func() { r.recordPublishCall(began, errs, err) }()
-	var perr *kafka.PublishError
-	switch {
-	case err == nil:
-		return errs, nil, false
-	case errors.As(err, &perr) && len(perr.Errs) == len(msgs):
-		copy(errs, perr.Errs)
-	default:
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs, err, work.Err() != nil
-	}
-	if len(msgs) > 1 {
-		r.retryRejected(pctx, msgs, rows, errs)
-	}
-	return errs, err, work.Err() != nil
-}
-
-// retryRejected sends the messages the broker rejected within a batch again
-// one at a time (see publishChunk), updating errs.
-func (r *Relay) retryRejected(ctx context.Context, msgs []kafka.Message, rows []claim.Row, errs []error) {
-	failed := map[string]bool{}
-	for i, e := range errs {
-		if !kafka.IsRecordRejected(e) {
-			continue
-		}
-		if failed[rows[i].AggregateID] {
-			errs[i] = errHeld
-			continue
-		}
-		errs[i] = r.pub.Publish(ctx, msgs[i:i+1])
-		var one *kafka.PublishError
-		if errors.As(errs[i], &one) && len(one.Errs) == 1 {
-			errs[i] = one.Errs[0]
-		}
-		if errs[i] != nil {
-			failed[rows[i].AggregateID] = true
+	results := r.pub.Publish(pctx, msgs)
+	if len(results) != len(msgs) {
+		err := fmt.Errorf("publisher answered %d results for %d messages", len(results), len(msgs))
+		results = make([]produce.Result, len(msgs))
+		for i := range results {
+			results[i] = produce.Result{Outcome: produce.RetryAttempt, Err: err, Reason: "other"}
 		}
 	}
+	r.recordPublishCall(began, results)
+	return results, work.Err() != nil
 }
 
 // keepLease renews the batch's lease when less than half of it is left: a

@@ -68,7 +68,7 @@ type Config struct {
 	// where the broker was not reached (network errors, timeouts) do not
 	// count: an outage is not a poison event. Defaults to
 	// DefaultMaxAttempts (16: about 10 minutes with the default retry
-	// delays). Errors that no retry can fix (kafka.IsRecordRejected, e.g.
+	// delays). Errors that no retry can fix (a record the broker refuses, e.g.
 	// MESSAGE_TOO_LARGE, an illegal topic name) and rows that cannot be
 	// decoded dead-letter at once.
 	MaxAttempts int

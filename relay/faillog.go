@@ -6,14 +6,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/claim"
-	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/internal/produce"
 )
 
 // failureLog keeps the log bounded while publishes fail. Failures of the
-// events themselves (kafka.ClassRejected, ClassOther): however many events
+// events themselves (produce.DeadLetter, RetryAttempt): however many events
 // fail, it writes the first failure of an episode at once, then at most
 // one summary line per kind (retried or dead-lettered, by reason) per
-// interval, with counts and a sample event. An outage (kafka.IsOutage: a
+// interval, with counts and a sample event. An outage (produce.RetryOutage: a
 // condition of the cluster) is one line when it begins, naming the
 // condition and the broker, and one when publishes have gone through
 // without an outage failure for outageQuiet: a cluster coming back fails a
@@ -47,7 +47,7 @@ const failureLogEvery = 10 * time.Second
 
 type failKind struct {
 	dead   bool
-	reason string // kafka.ErrorReason
+	reason string // produce.Result.Reason
 }
 
 type failCount struct {
@@ -62,18 +62,19 @@ func newFailureLog(log *zap.Logger, every time.Duration) *failureLog {
 	return &failureLog{log: log, every: every, pending: map[failKind]*failCount{}}
 }
 
-// add records one failed event at now.
-func (f *failureLog) add(now time.Time, row *claim.Row, topic string, err error, dead bool, attempts int) {
+// add records one failed event at now, with what the publisher said of it.
+func (f *failureLog) add(now time.Time, row *claim.Row, topic string, res produce.Result, dead bool, attempts int) {
+	err := res.Err
 	if ce := f.log.Check(zap.DebugLevel, "publish failed"); ce != nil {
 		ce.Write(zap.String("event_id", row.ID), zap.String("aggregate_id", row.AggregateID), zap.String("topic", topic),
 			zap.Int("attempts", attempts), zap.Bool("dead_lettered", dead), zap.Error(err))
 	}
-	if !dead && kafka.IsOutage(err) {
+	if !dead && res.Outcome == produce.RetryOutage {
 		f.outageClean = time.Time{}
 		if f.outageSince.IsZero() {
 			f.outageSince = now
 			f.log.Error("Kafka outage: publishes fail for a condition of the cluster; events wait and are retried, no attempt counted",
-				zap.String("reason", kafka.ErrorReason(err)), zap.String("topic", topic),
+				zap.String("reason", res.Reason), zap.String("topic", topic),
 				zap.String("sample_event_id", row.ID), zap.String("sample_aggregate_id", row.AggregateID), zap.Error(err))
 		}
 		f.outageEvents++
@@ -82,7 +83,7 @@ func (f *failureLog) add(now time.Time, row *claim.Row, topic string, err error,
 	if !dead {
 		f.retried++
 	}
-	k := failKind{dead: dead, reason: kafka.ErrorReason(err)}
+	k := failKind{dead: dead, reason: res.Reason}
 	c, ok := f.pending[k]
 	if !ok {
 		c = &failCount{sample: *row, topic: topic, err: err, tries: attempts}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/produce"
 )
 
 // A relay stopped while publishes fail said "publishing works again"
@@ -23,9 +24,9 @@ func TestFailureLogEpisodes(t *testing.T) {
 	f := newFailureLog(zap.New(core), 10*time.Second)
 	now := time.Now()
 	row := &claim.Row{ID: "e1", AggregateID: "a"}
-	f.add(now, row, "t", errors.New("unknown topic"), false, 1)
+	f.add(now, row, "t", produce.ResultOf(errors.New("unknown topic")), false, 1)
 	f.flush(now, false)
-	f.add(now, row, "t", errors.New("unknown topic"), false, 2)
+	f.add(now, row, "t", produce.ResultOf(errors.New("unknown topic")), false, 2)
 	f.stop(now.Add(time.Second))
 	var msgs []string
 	for _, e := range logs.TakeAll() {
@@ -41,7 +42,7 @@ func TestFailureLogEpisodes(t *testing.T) {
 		}
 	}
 
-	f.add(now, row, "t", errors.New("unknown topic"), false, 1)
+	f.add(now, row, "t", produce.ResultOf(errors.New("unknown topic")), false, 1)
 	f.flush(now, false)
 	f.flush(now.Add(time.Second), true)
 	f.stop(now.Add(2 * time.Second))
@@ -66,13 +67,13 @@ func TestFailureLogOutageIsTwoLines(t *testing.T) {
 	row := &claim.Row{ID: "e1", AggregateID: "a"}
 	for i := range 100 {
 		at := now.Add(time.Duration(i) * time.Second)
-		f.add(at, row, "t", kafkago.NotEnoughReplicas, false, 0)
+		f.add(at, row, "t", produce.ResultOf(kafkago.NotEnoughReplicas), false, 0)
 		f.flush(at, false)
 	}
 	// Back: a batch goes through, another publish fails at once (a
 	// partition whose leader is not elected yet), then 5 s of success.
 	f.flush(now.Add(101*time.Second), true)
-	f.add(now.Add(102*time.Second), row, "t", kafkago.NotLeaderForPartition, false, 0)
+	f.add(now.Add(102*time.Second), row, "t", produce.ResultOf(kafkago.NotLeaderForPartition), false, 0)
 	f.flush(now.Add(102*time.Second), false)
 	f.flush(now.Add(103*time.Second), true)
 	f.tick(now.Add(107 * time.Second))
@@ -89,7 +90,7 @@ func TestFailureLogOutageIsTwoLines(t *testing.T) {
 		t.Fatalf("logged %q, want %q", msgs, want)
 	}
 
-	f.add(now, row, "t", kafkago.MessageSizeTooLarge, true, 1)
+	f.add(now, row, "t", produce.ResultOf(kafkago.MessageSizeTooLarge), true, 1)
 	f.flush(now, false)
 	f.flush(now.Add(time.Second), true)
 	msgs = msgs[:0]

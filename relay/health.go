@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -9,7 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/claim"
-	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/internal/produce"
 )
 
 // Health says whether the relay is moving events: the answer behind
@@ -78,7 +77,7 @@ type progress struct {
 	inFlight atomic.Int64
 	// outage is when the current run of publishes failing for a condition
 	// of the cluster began (unix nanos): set by a publish with any message
-	// failing so (kafka.IsOutage: unreachable, not enough replicas, no
+	// failing so (produce.RetryOutage: unreachable, not enough replicas, no
 	// leader, ...), cleared by one the broker accepted in full. Rows
 	// published meanwhile (a chunk split by the outage's start, a partition
 	// whose broker still answers) do not end it, so a broker outage is one
@@ -115,25 +114,37 @@ func (p *progress) ownership(now time.Time, o claim.Ownership) {
 	p.unowned.CompareAndSwap(0, now.UnixNano())
 }
 
-// publishAnswered records a publish that started at began: a message
-// failing for a condition of the cluster starts (or continues) an outage,
-// a publish the broker accepted in full ends it. The condition reported is
-// the first message's that names one (not kafka.ErrNotAttempted).
-func (p *progress) publishAnswered(began time.Time, errs []error) {
-	var cond error
-	for _, e := range errs {
-		if e != nil && kafka.IsOutage(e) && (cond == nil || errors.Is(cond, kafka.ErrNotAttempted)) {
-			cond = e
+// publishAnswered records a publish that started at began, with its
+// results: a message failing for a condition of the cluster
+// (produce.RetryOutage) starts (or continues) an outage, a publish with
+// none ends it; the condition reported is the first such message's. A
+// publish with a failed message is the last publish error.
+func (p *progress) publishAnswered(began time.Time, results []produce.Result) {
+	var cond, first *produce.Result
+	failed := 0
+	for i := range results {
+		res := &results[i]
+		if !res.Outcome.Failed() {
+			continue
 		}
+		failed++
+		if first == nil {
+			first = res
+		}
+		if cond == nil && res.Outcome == produce.RetryOutage {
+			cond = res
+		}
+	}
+	if first != nil {
+		msg := fmt.Sprintf("publish: %d of %d messages failed: %v", failed, len(results), first.Err)
+		p.publishErr.Store(&msg)
 	}
 	if cond == nil {
 		p.outage.Store(0)
 		return
 	}
-	if !errors.Is(cond, kafka.ErrNotAttempted) {
-		msg := fmt.Sprintf("%s: %v", kafka.ErrorReason(cond), cond)
-		p.outageErr.Store(&msg)
-	}
+	msg := fmt.Sprintf("%s: %v", cond.Reason, cond.Err)
+	p.outageErr.Store(&msg)
 	p.outage.CompareAndSwap(0, began.UnixNano())
 }
 
@@ -142,11 +153,6 @@ func (p *progress) claimedRows(now time.Time) { p.waiting.CompareAndSwap(0, now.
 
 // resolved records rows published or dead-lettered.
 func (p *progress) resolved() { p.waiting.Store(0) }
-
-func (p *progress) publishFailed(err error) {
-	msg := err.Error()
-	p.publishErr.Store(&msg)
-}
 
 // health evaluates the steps at now.
 func (p *progress) health(now time.Time) Health {

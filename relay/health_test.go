@@ -7,7 +7,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/internal/produce"
 )
 
 // TestHealthBrokerOutageIsOneStall: rows that get through while the broker
@@ -18,9 +18,9 @@ func TestHealthBrokerOutageIsOneStall(t *testing.T) {
 	p := progress{stallAfter: 2 * time.Second}
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	timeout := kafka.ErrNotAttempted // a message the broker never answered
-	if !kafka.IsOutage(timeout) {
-		t.Fatal("kafka.ErrNotAttempted is not unreachable")
+	timeout := produce.ErrNotAttempted // a message the broker never answered
+	if !produce.IsOutage(timeout) {
+		t.Fatal("produce.ErrNotAttempted is not unreachable")
 	}
 
 	p.claimedRows(at(0))
@@ -32,7 +32,7 @@ func TestHealthBrokerOutageIsOneStall(t *testing.T) {
 	}
 	// A chunk that started at 0 comes back at 3s: 2 rows through, 1 unanswered.
 	p.resolved()
-	p.publishAnswered(at(0), []error{nil, timeout, nil})
+	p.publishAnswered(at(0), resultsOf(nil, timeout, nil))
 	// Claims paused for the outage: nothing claimed, nothing waiting.
 	for _, d := range []time.Duration{3500 * time.Millisecond, 5 * time.Second, 9 * time.Second} {
 		if h := p.health(at(d)); h.Moving || h.Step != "publish" || !h.Since.Equal(at(0)) {
@@ -41,12 +41,12 @@ func TestHealthBrokerOutageIsOneStall(t *testing.T) {
 	}
 	// Claims again, still unanswered.
 	p.claimedRows(at(10 * time.Second))
-	p.publishAnswered(at(10*time.Second), []error{timeout})
+	p.publishAnswered(at(10*time.Second), resultsOf(timeout))
 	if h := p.health(at(11 * time.Second)); h.Moving || !h.Since.Equal(at(0)) {
 		t.Fatalf("after another unanswered publish: %+v, want the same stall since 0", h)
 	}
 	// The broker answers: a rejected record is an answer too.
-	p.publishAnswered(at(12*time.Second), []error{nil, errors.New("record rejected")})
+	p.publishAnswered(at(12*time.Second), resultsOf(nil, errors.New("record rejected")))
 	p.resolved()
 	if h := p.health(at(12 * time.Second)); !h.Moving {
 		t.Fatalf("after a publish answered in full: %+v, want moving", h)
@@ -59,13 +59,22 @@ func TestHealthBrokerOutageIsOneStall(t *testing.T) {
 func TestHealthNamesTheClusterCondition(t *testing.T) {
 	p := progress{stallAfter: time.Second}
 	t0 := time.Unix(1000, 0)
-	cond := &kafka.PartitionError{Topic: "payments", Partition: 3, Leader: 2, Broker: "127.0.0.1:9093",
+	cond := &produce.PartitionError{Topic: "payments", Partition: 3, Leader: 2, Broker: "127.0.0.1:9093",
 		Replicas: []int32{1, 2, 3}, ISR: []int32{2}, Err: kafkago.NotEnoughReplicas}
 	p.claimedRows(t0)
-	p.publishAnswered(t0, []error{kafka.ErrNotAttempted, cond})
+	p.publishAnswered(t0, []produce.Result{{Outcome: produce.Unsent, Err: produce.ErrNotAttempted}, produce.ResultOf(cond)})
 	h := p.health(t0.Add(2 * time.Second))
 	want := "publishes fail for a condition of the Kafka cluster for 2s: last error: not_enough_replicas: payments/3 (leader 2 at 127.0.0.1:9093, in-sync replicas [2] of [1 2 3]): [19] Not Enough Replicas"
 	if h.Moving || h.Step != "publish" || h.Reason != want {
 		t.Fatalf("health = %+v\nwant reason %q", h, want)
 	}
+}
+
+// resultsOf is the Result of each error, as the publisher gives them.
+func resultsOf(errs ...error) []produce.Result {
+	res := make([]produce.Result, len(errs))
+	for i, err := range errs {
+		res[i] = produce.ResultOf(err)
+	}
+	return res
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/ownership"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -379,7 +380,12 @@ func (o *orelay) Config() lease.Config {
 // Publish is the broker, shared by the relays: down with 5%, a key's
 // messages failing with 10% (NOT_ENOUGH_REPLICAS, an outage: no attempt
 // counted) while faults run.
-func (m *ownModel) Publish(_ context.Context, msgs []kafka.Message) error {
+func (m *ownModel) Publish(ctx context.Context, msgs []kafka.Message) []produce.Result {
+	return produce.Path{Send: m.send, MaxBytes: m.MaxBatchBytes(), MaxMessages: 1000}.Publish(ctx, msgs)
+}
+
+// send answers one produce request (produce.Path cuts them).
+func (m *ownModel) send(_ context.Context, msgs []kafka.Message) error {
 	if m.faults && m.rng.Float64() < 0.05 {
 		return fmt.Errorf("publish: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
 	}
@@ -408,7 +414,7 @@ func (m *ownModel) Publish(_ context.Context, msgs []kafka.Message) error {
 		}
 	}
 	if failed {
-		return &kafka.PublishError{Errs: errs}
+		return &produce.PublishError{Errs: errs}
 	}
 	return nil
 }

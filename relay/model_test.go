@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -240,7 +241,12 @@ func (m *model) Config() lease.Config {
 // pDown; per key, all its messages fail with pFail (one partition's batch
 // is all or nothing); a poison message is rejected, and with it the rest of
 // its key in the call, as a broker refuses a whole record batch.
-func (m *model) Publish(_ context.Context, msgs []kafka.Message) error {
+func (m *model) Publish(ctx context.Context, msgs []kafka.Message) []produce.Result {
+	return produce.Path{Send: m.send, MaxBytes: m.MaxBatchBytes(), MaxMessages: 1000}.Publish(ctx, msgs)
+}
+
+// send answers one produce request (produce.Path cuts them).
+func (m *model) send(_ context.Context, msgs []kafka.Message) error {
 	m.publish++
 	if m.faults && m.rng.Float64() < m.pDown {
 		return fmt.Errorf("publish: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
@@ -278,7 +284,7 @@ func (m *model) Publish(_ context.Context, msgs []kafka.Message) error {
 		}
 	}
 	if failed {
-		return &kafka.PublishError{Errs: errs}
+		return &produce.PublishError{Errs: errs}
 	}
 	return nil
 }
@@ -298,7 +304,7 @@ func (m *model) deliver(r *mrow) {
 	}
 }
 
-func (m *model) MaxBatchBytes() int64 { return 2000 } // a few messages per chunk: many chunks per batch
+func (m *model) MaxBatchBytes() int64 { return 2000 } // a few messages per request: many requests per batch
 
 func (m *model) unpublished() int { return m.pending }
 

@@ -24,8 +24,7 @@ type Observer interface {
 	// and its error.
 	Marked(d time.Duration, rows int, marked int64, err error)
 	// PublishFailed is called for each event whose publish failed, with its
-	// destination topic, the error (see kafka.IsOutage) and whether it was
-	// dead-lettered.
+	// destination topic, the error and whether it was dead-lettered.
 	PublishFailed(row claim.Row, topic string, err error, deadLettered bool)
 }
 
@@ -38,7 +37,7 @@ const (
 	OutcomePublished Outcome = "published"
 	// OutcomeRetried: the publish failed and the event is given back, to
 	// be published again after its backoff (Config.RetryMin doubling up to
-	// Config.RetryMax) or, for an outage (kafka.IsOutage), once the
+	// Config.RetryMax) or, for an outage (a condition of the cluster), once the
 	// cluster takes records again.
 	OutcomeRetried Outcome = "retried"
 	// OutcomeDeadLettered: the publish failed for good and the event is
@@ -56,20 +55,23 @@ type Attempt struct {
 	// Topic is the event's destination topic (see route).
 	Topic string
 	// Partition is the partition the event was (or, failing before it was
-	// sent, would be) sent to: kafka.Publisher.PartitionOf. -1 when
-	// unknown: the Publisher does not say (one that is not a
-	// *kafka.Publisher, or wraps it: ServiceConfig.WrapPublisher), or it
-	// has not written to the topic yet.
+	// sent, would be) sent to, as the Kafka publisher says. -1 when
+	// unknown: the Publisher does not say (one the relay did not build, or
+	// that wraps it: ServiceConfig.WrapPublisher), or it has not written
+	// to the topic yet.
 	Partition int
 	// Began and Ended bound the publish call that carried the event, by
 	// this host's clock. Both are the time of the failure when no call
-	// carried it: a row that cannot become a record, or one over the
-	// publisher's limit.
+	// carried it: a row that cannot become a record.
 	Began, Ended time.Time
-	// Outcome is what became of the event; Err the failure (see
-	// kafka.IsOutage), nil when it was published.
+	// Outcome is what became of the event; Err the failure, nil when it
+	// was published.
 	Outcome Outcome
 	Err     error
+	// Reason is Err's reason from a small fixed set, for metrics labels
+	// and traces' error.type ("unreachable", "message_too_large",
+	// "not_leader", ..., "other"); "" when the event was published.
+	Reason string
 	// Attempts counts the event's failed attempts that count toward
 	// Config.MaxAttempts, this one included (an outage counts none).
 	Attempts int

@@ -11,6 +11,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -35,14 +36,18 @@ func (c *flakyReleaseClaimer) Release(ctx context.Context, s claim.Settle) (int6
 // failOncePublisher is the real publisher, answering NOT_ENOUGH_REPLICAS
 // once for the event failID (and the later events of its key in the call).
 type failOncePublisher struct {
-	*kafka.Publisher
+	*produce.Publisher
 	failID string
 	done   atomic.Bool
 	mu     sync.Mutex
 	order  []string
 }
 
-func (p *failOncePublisher) Publish(ctx context.Context, msgs []kafka.Message) error {
+func (p *failOncePublisher) Publish(ctx context.Context, msgs []kafka.Message) []produce.Result {
+	return produce.Path{Send: p.send, MaxBytes: p.MaxBatchBytes(), MaxMessages: p.MaxBatchMessages()}.Publish(ctx, msgs)
+}
+
+func (p *failOncePublisher) send(ctx context.Context, msgs []kafka.Message) error {
 	for i, m := range msgs {
 		if string(m.Headers[0].Value) == p.failID && p.done.CompareAndSwap(false, true) {
 			errs := make([]error, len(msgs))
@@ -51,10 +56,10 @@ func (p *failOncePublisher) Publish(ctx context.Context, msgs []kafka.Message) e
 					errs[j] = kafkago.NotEnoughReplicas
 				}
 			}
-			return &kafka.PublishError{Errs: errs}
+			return &produce.PublishError{Errs: errs}
 		}
 	}
-	return p.Publisher.Publish(ctx, msgs)
+	return p.Publisher.Send(ctx, msgs)
 }
 
 // Found by a reviewer: when the failed event's backoff release itself
@@ -82,7 +87,7 @@ func TestOrderKeptWhenTheFailedEventCannotBeReleased(t *testing.T) {
 			return cl
 		},
 		WrapPublisher: func(p relay.Publisher) relay.Publisher {
-			pub.Publisher = p.(*kafka.Publisher)
+			pub.Publisher = p.(*produce.Publisher)
 			return pub
 		},
 	}, testenv.Logger(t))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -88,13 +89,17 @@ func (c *skipRaceClaimer) Release(ctx context.Context, s claim.Settle) (int64, e
 // until healed; the first time only once the relay has claimed a second
 // batch, so that batch is in flight when the failure is handled.
 type sickPublisher struct {
-	*kafka.Publisher
+	*produce.Publisher
 	failID  string
 	healed  atomic.Bool
 	claimed func() int32
 }
 
-func (p *sickPublisher) Publish(ctx context.Context, msgs []kafka.Message) error {
+func (p *sickPublisher) Publish(ctx context.Context, msgs []kafka.Message) []produce.Result {
+	return produce.Path{Send: p.send, MaxBytes: p.MaxBatchBytes(), MaxMessages: p.MaxBatchMessages()}.Publish(ctx, msgs)
+}
+
+func (p *sickPublisher) send(ctx context.Context, msgs []kafka.Message) error {
 	if !p.healed.Load() {
 		for _, m := range msgs {
 			if string(m.Headers[0].Value) == p.failID {
@@ -105,11 +110,11 @@ func (p *sickPublisher) Publish(ctx context.Context, msgs []kafka.Message) error
 				for j := range errs {
 					errs[j] = kafkago.UnknownTopicOrPartition
 				}
-				return &kafka.PublishError{Errs: errs}
+				return &produce.PublishError{Errs: errs}
 			}
 		}
 	}
-	return p.Publisher.Publish(ctx, msgs)
+	return p.Publisher.Send(ctx, msgs)
 }
 
 // An aggregate's first event A1 fails while its next event A2 is already
@@ -164,7 +169,7 @@ func TestOrderKeptWhenSkippedEventIsReleasedAfterALaterClaim(t *testing.T) {
 					return cl
 				},
 				WrapPublisher: func(p relay.Publisher) relay.Publisher {
-					pub.Publisher = p.(*kafka.Publisher)
+					pub.Publisher = p.(*produce.Publisher)
 					return pub
 				},
 			}, testenv.Logger(t))

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
@@ -42,10 +43,11 @@ func (benchClaimer) Settled(uuid.UUID, time.Time) {}
 func (benchClaimer) Ownership() claim.Ownership {
 	return claim.Ownership{Partitions: 1, Owned: 1, Members: 1}
 }
-func (benchClaimer) Close(context.Context) error                      { return nil }
-func (benchClaimer) Config() lease.Config                             { return lease.Config{Lease: time.Minute}.WithDefaults() }
-func (benchPublisher) MaxBatchBytes() int64                           { return 1 << 20 }
-func (benchPublisher) Publish(context.Context, []kafka.Message) error { return nil }
+func (benchClaimer) Close(context.Context) error { return nil }
+func (benchClaimer) Config() lease.Config        { return lease.Config{Lease: time.Minute}.WithDefaults() }
+func (benchPublisher) Publish(_ context.Context, msgs []kafka.Message) []produce.Result {
+	return make([]produce.Result, len(msgs)) // all produce.Published
+}
 
 type benchPublisher struct{}
 

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/produce"
 )
 
 // Recording what the relay does. Each outcome of a step (a wake-up, a
@@ -63,13 +64,10 @@ func (r *Relay) recordClaim(took time.Duration, rows, takenOver int, err error, 
 func (r *Relay) recordPublishing(began time.Time) { r.progress.inFlight.Store(began.UnixNano()) }
 
 // recordPublishCall records the answer to the publish call started at
-// began: errs per message, err for the call.
-func (r *Relay) recordPublishCall(began time.Time, errs []error, err error) {
+// began: one result per message.
+func (r *Relay) recordPublishCall(began time.Time, results []produce.Result) {
 	r.progress.inFlight.Store(0)
-	r.progress.publishAnswered(began, errs)
-	if err != nil {
-		r.progress.publishFailed(err)
-	}
+	r.progress.publishAnswered(began, results)
 }
 
 // recordPublished records rows Kafka acknowledged, carried by the publish
@@ -95,10 +93,10 @@ func (r *Relay) recordFailure(f *failure, topic string, dead bool, attempts int)
 			outcome = OutcomeDeadLettered
 		}
 		r.att.Attempted(Attempt{Row: &f.row, Topic: topic, Partition: r.partition(topic, &f.row),
-			Began: f.began, Ended: f.ended, Outcome: outcome, Err: f.err, Attempts: attempts})
+			Began: f.began, Ended: f.ended, Outcome: outcome, Err: f.res.Err, Reason: f.res.Reason, Attempts: attempts})
 	}
-	r.obs.PublishFailed(f.row, topic, f.err, dead)
-	r.fails.add(r.clock.Now(), &f.row, topic, f.err, dead, attempts)
+	r.obs.PublishFailed(f.row, topic, f.res.Err, dead)
+	r.fails.add(r.clock.Now(), &f.row, topic, f.res, dead, attempts)
 }
 
 // recordMark records one mark statement that took took for n rows, of

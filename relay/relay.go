@@ -10,20 +10,22 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 )
 
 // Publisher is what the relay needs from a Kafka producer;
-// *kafka.Publisher implements it.
+// *produce.Publisher (internal/produce) implements it. It names that
+// package's Result: it is for the project's own tests (outboxtest, the
+// fault tests) through ServiceConfig.WrapPublisher, not for applications.
 type Publisher interface {
-	// Publish writes msgs and returns nil when all were acknowledged, a
-	// *kafka.PublishError with one entry per message, or an error for the
-	// whole call.
-	Publish(ctx context.Context, msgs []kafka.Message) error
-	// MaxBatchBytes is the most bytes one Publish call may carry so that
-	// each partition's share goes in one produce request.
-	MaxBatchBytes() int64
+	// Publish publishes msgs in order and returns what became of each,
+	// one produce.Result per message: published, to retry (counting an
+	// attempt or, for a condition of the cluster, not), dead letter, or
+	// not sent (held behind a failed message of its key, or the call
+	// stopped). produce.Path cuts the messages into produce requests.
+	Publish(ctx context.Context, msgs []kafka.Message) []produce.Result
 }
 
 // Claimer is what the relay needs from the lease store; *claim.Claimer
@@ -118,7 +120,7 @@ type Relay struct {
 // New returns a Relay. wake delivers wake-up signals (listen.Listener.Wake);
 // nil means poll only: the relay then claims every PollInterval and does not
 // linger. It returns cfg's validation error, or an error when the
-// publisher's attempt budget (kafka.Publisher.AttemptBudget: attempts ×
+// publisher's attempt budget (produce.Publisher.AttemptBudget: attempts ×
 // write timeout) is more than half the claimer's lease: a publish that
 // outlives the lease lets a claim take its rows over and publish them again.
 func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logger *zap.Logger) (*Relay, error) {

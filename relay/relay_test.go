@@ -17,6 +17,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/faultnet"
 	"github.com/pgoutbox/outbox/internal/listen"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -210,7 +211,7 @@ func TestRoundTrip(t *testing.T) {
 		if string(r.Key) != e.AggregateID || r.Headers["aggregate_id"] != e.AggregateID || r.Headers["event_type"] != e.Type {
 			t.Errorf("record %s: key %q headers %v", e.ID, r.Key, r.Headers)
 		}
-		if want := kafka.Partition([]byte(e.AggregateID), 3); int(r.Partition) != want {
+		if want := produce.Partition([]byte(e.AggregateID), 3); int(r.Partition) != want {
 			t.Errorf("record %s on partition %d, Java's murmur2 says %d", e.ID, r.Partition, want)
 		}
 		var got, want any

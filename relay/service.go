@@ -14,6 +14,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/internal/listen"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -29,8 +30,8 @@ type ServiceConfig struct {
 	Lease lease.Config
 	// Kafka configures the publisher. Brokers is required; Topic defaults
 	// to Relay.Topic; MaxAttempts and WriteTimeout, when zero, default to
-	// what fits in half of Lease.Lease (kafka.FitAttempts: 3 attempts of 4s
-	// with the default 30s lease).
+	// what fits in half of Lease.Lease (3 attempts of 4s with the default
+	// 30s lease; fewer and shorter ones with a shorter lease).
 	Kafka kafka.Config
 	// Notify configures the LISTEN connection. Ignored with NoNotify.
 	Notify notify.Config
@@ -71,7 +72,7 @@ type ServiceConfig struct {
 type Service struct {
 	relay      *Relay
 	claimer    *claim.Claimer
-	pub        *kafka.Publisher
+	pub        *produce.Publisher
 	listener   *listen.Listener
 	pool       *pgxpool.Pool
 	log        *zap.Logger
@@ -112,8 +113,8 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	}
 	// Unless set, the publisher's attempts fit in half the lease: one
 	// publish must not outlive the claim of its rows.
-	cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout = kafka.FitAttempts(cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout, claimer.Config().Lease/2)
-	pub, err := kafka.NewPublisher(cfg.Kafka, logger)
+	cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout = produce.FitAttempts(cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout, claimer.Config().Lease/2)
+	pub, err := produce.NewPublisher(cfg.Kafka, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -234,8 +235,9 @@ func (s *Service) Relay() *Relay { return s.relay }
 // Claimer returns the lease store the relay claims with.
 func (s *Service) Claimer() *claim.Claimer { return s.claimer }
 
-// Publisher returns the Kafka publisher (Ping, CheckTopics).
-func (s *Service) Publisher() *kafka.Publisher { return s.pub }
+// Publisher returns the Kafka publisher (Ping, CheckTopics). Its type is
+// internal to the module: for outbox-relay and the project's tests.
+func (s *Service) Publisher() *produce.Publisher { return s.pub }
 
 // Listener returns the LISTEN session, or nil with NoNotify.
 func (s *Service) Listener() *listen.Listener { return s.listener }

@@ -9,8 +9,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/pgoutbox/outbox/kafka"
 )
 
 // tracerName is the instrumentation scope of the relay's spans.
@@ -51,7 +49,7 @@ const (
 // messaging.message.id (the event ID), messaging.kafka.message.key (the
 // aggregate ID), outbox.event_type, outbox.outcome and outbox.attempts. A
 // failed attempt's send span, and a dead letter's outbox span, also have
-// error.type (kafka.ErrorReason: a small fixed set) and status Error with
+// error.type (Attempt.Reason: a small fixed set) and status Error with
 // the error's text.
 //
 // The spans are recorded after the fact, with their own timestamps, from
@@ -91,7 +89,7 @@ func (o *tracingObserver) Attempted(a Attempt) {
 		}
 	}
 	failed := func(span trace.Span) {
-		span.SetAttributes(semconv.ErrorTypeKey.String(kafka.ErrorReason(a.Err)))
+		span.SetAttributes(semconv.ErrorTypeKey.String(a.Reason))
 		span.SetStatus(codes.Error, a.Err.Error())
 	}
 	if a.Outcome != OutcomeRetried && !a.Row.CreatedAt.IsZero() {

@@ -21,8 +21,8 @@ import (
 
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/retention"
-	"github.com/pgoutbox/outbox/kafka"
 )
 
 // relayMetric is one metric outbox-relay run registers: its label names
@@ -57,7 +57,7 @@ func relayMetrics(t *testing.T) map[string]relayMetric {
 	m.Published([]claim.Row{row})
 	m.Claimed(time.Millisecond, 1, 0, nil)
 	m.Marked(time.Millisecond, 1, 1, nil)
-	m.PublishFailed(row, "t", kafka.ErrTLS, false)
+	m.PublishFailed(row, "t", produce.ErrTLS, false)
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

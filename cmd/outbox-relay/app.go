@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/internal/produce"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -511,7 +511,7 @@ func permanent(err error) bool {
 	// The broker refused the SASL credentials or mechanism, does not
 	// speak TLS where --kafka-tls expects it, or is no Kafka broker at
 	// all: waiting will not help.
-	return kafka.IsAuthentication(err) || kafka.IsTLS(err) || kafka.IsNotKafka(err)
+	return produce.IsAuthentication(err) || produce.IsTLS(err) || produce.IsNotKafka(err)
 }
 
 // passingRefusal reports whether the server's SQLSTATE refuses a session

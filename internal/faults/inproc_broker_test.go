@@ -20,6 +20,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/faultnet"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -316,7 +317,7 @@ func TestInprocInjectedProduceErrors(t *testing.T) {
 	aggsOf := map[int32][]string{}
 	for i := 0; len(aggsOf[0]) < 3 || len(aggsOf[1]) < 3 || len(aggsOf[2]) < 3; i++ {
 		agg := "agg-" + strconv.Itoa(i)
-		p := int32(kafka.Partition([]byte(agg), parts))
+		p := int32(produce.Partition([]byte(agg), parts))
 		if len(aggsOf[p]) < 3 {
 			aggsOf[p] = append(aggsOf[p], agg)
 		}
@@ -446,7 +447,7 @@ func TestInprocShutdownDuringBlackholedPublish(t *testing.T) {
 // Run returned on SIGTERM — close the publisher (cmd/outbox-relay defers
 // pub.Close()) — must also fit in the shutdown timeout, or the process
 // exits --kafka-write-timeout after the hanging publish began instead of
-// within --shutdown-timeout. kafka.Publisher.Close calls kafka-go's
+// within --shutdown-timeout. produce.Publisher.Close calls kafka-go's
 // Writer.Close, which waits without a bound for the in-flight produce
 // request; on a blackholed broker that is the request's full write timeout,
 // times kafka-go's attempts (Config.MaxAttempts, default 3): its batch
@@ -470,7 +471,7 @@ func TestInprocShutdownPublisherCloseIsBounded(t *testing.T) {
 		t.Fatalf("%d rows still leased by the stopped relay", n)
 	}
 	if total > shutdownTimeout+2*time.Second {
-		ipBug(t, "stopping took %s (Run plus kafka.Publisher.Close) with ShutdownTimeout %s, a %s write timeout and %d kafka-go attempts: "+
+		ipBug(t, "stopping took %s (Run plus produce.Publisher.Close) with ShutdownTimeout %s, a %s write timeout and %d kafka-go attempts: "+
 			"Publisher.Close waits for kafka-go's in-flight request on the blackholed broker", total.Round(time.Millisecond), shutdownTimeout, writeTimeout, kafka.DefaultMaxAttempts)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/faultkit"
 	"github.com/pgoutbox/outbox/internal/listen"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
@@ -235,7 +236,7 @@ type ipSpyPublisher struct {
 	inflight atomic.Int64
 }
 
-func (p *ipSpyPublisher) Publish(ctx context.Context, msgs []kafka.Message) error {
+func (p *ipSpyPublisher) Publish(ctx context.Context, msgs []kafka.Message) []produce.Result {
 	p.entered.Add(1)
 	p.inflight.Add(1)
 	defer p.inflight.Add(-1)

@@ -5,10 +5,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/internal/produce"
 )
 
-// kafkaMetrics are fed by the Kafka publisher through kafka.Observer,
+// kafkaMetrics are fed by the Kafka publisher through produce.Observer,
 // which Metrics implements (set it as kafka.Config.Observer).
 type kafkaMetrics struct {
 	produceDur        *prometheus.HistogramVec
@@ -40,7 +40,7 @@ func newKafkaMetrics(reg *prometheus.Registry) kafkaMetrics {
 	return k
 }
 
-// Produced records one produce request (kafka.Observer).
+// Produced records one produce request (produce.Observer).
 func (m *Metrics) Produced(d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
@@ -50,10 +50,10 @@ func (m *Metrics) Produced(d time.Duration, err error) {
 }
 
 // PartitionsChanged records a change of topic's partition count
-// (kafka.Observer).
+// (produce.Observer).
 func (m *Metrics) PartitionsChanged(topic string, _, to int) {
 	m.kafka.partitions.WithLabelValues(topic).Set(float64(to))
 	m.kafka.partitionsChanged.WithLabelValues(topic).Inc()
 }
 
-var _ kafka.Observer = (*Metrics)(nil)
+var _ produce.Observer = (*Metrics)(nil)

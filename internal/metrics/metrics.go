@@ -55,7 +55,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/internal/listen"
-	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/relay"
 )
 
@@ -189,13 +189,13 @@ type ListenerSource interface {
 	Reconnects() int64
 }
 
-// Pinger checks that a dependency answers; *kafka.Publisher implements it.
+// Pinger checks that a dependency answers; *produce.Publisher implements it.
 // Ping must return within ctx's deadline.
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// TopicChecker checks that topics exist; *kafka.Publisher implements it.
+// TopicChecker checks that topics exist; *produce.Publisher implements it.
 // The "broker" readiness check uses it, when the attached Broker has it,
 // for Config.Topics.
 type TopicChecker interface {
@@ -367,7 +367,7 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 	})
 	m.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_publish_errors_total",
-		Help: "Events whose publish failed, by topic and reason (kafka.ErrorReason: unreachable, message_too_large, not_leader, ...), and whether they were dead-lettered.",
+		Help: "Events whose publish failed, by topic and reason (produce.ErrorReason: unreachable, message_too_large, not_leader, ...), and whether they were dead-lettered.",
 	}, []string{"topic", "reason", "dead_lettered"})
 	m.claimDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "outbox_claim_duration_seconds",
@@ -496,7 +496,7 @@ func (m *Metrics) Marked(d time.Duration, ids int, marked int64, err error) {
 
 // PublishFailed records one failed event (relay.Observer).
 func (m *Metrics) PublishFailed(_ claim.Row, topic string, err error, deadLettered bool) {
-	m.publishErrors.WithLabelValues(topic, kafka.ErrorReason(err), strconv.FormatBool(deadLettered)).Inc()
+	m.publishErrors.WithLabelValues(topic, produce.ErrorReason(err), strconv.FormatBool(deadLettered)).Inc()
 }
 
 // oldestSnapshot is one refresh's view of the oldest events: their

@@ -20,6 +20,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/relay"
@@ -298,7 +299,7 @@ func TestReadiness(t *testing.T) {
 	t.Parallel()
 	db := testenv.MigratedDB(t)
 	k := testenv.KafkaFake(t)
-	pub, err := kafka.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: "t"}, nil)
+	pub, err := produce.NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: "t"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

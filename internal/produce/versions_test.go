@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -115,7 +117,7 @@ func TestRequestVersionsAreSupportedByTheBroker(t *testing.T) {
 	}
 
 	rec := startRecordingProxy(t, k.Brokers[0])
-	p := newTestPublisher(t, Config{Brokers: []string{rec.addr}, Topic: topic, ClientID: "versions-test"})
+	p := newTestPublisher(t, kafka.Config{Brokers: []string{rec.addr}, Topic: topic, ClientID: "versions-test"})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := p.Ping(ctx); err != nil {
@@ -124,7 +126,7 @@ func TestRequestVersionsAreSupportedByTheBroker(t *testing.T) {
 	if err := p.CheckTopics(ctx); err != nil {
 		t.Fatalf("CheckTopics: %v", err)
 	}
-	if err := p.Publish(ctx, []Message{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}); err != nil {
+	if err := p.Send(ctx, []kafka.Message{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	// The metadata request that explains a failed publish (the

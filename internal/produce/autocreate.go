@@ -1,9 +1,11 @@
-package kafka
+package produce
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 
 	kafkago "github.com/segmentio/kafka-go"
 )
@@ -17,7 +19,7 @@ import (
 // Writer fails the call with that code instead of waiting: it waits only
 // for a topic the broker reported without an error (transport.go
 // connPool.roundTrip, kafka-go #806; writer.go Writer.partitions).
-func (p *Publisher) publishOneTopic(ctx context.Context, msgs []Message) error {
+func (p *Publisher) publishOneTopic(ctx context.Context, msgs []kafka.Message) error {
 	err := p.publishOneTopicOnce(ctx, msgs)
 	if err == nil || !p.cfg.AutoCreateTopic || !noneSentForUnknownTopic(err) {
 		return err

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/kafka"
+
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -24,15 +26,15 @@ import (
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
-func testMessages(n int, keys []string) []Message {
-	msgs := make([]Message, n)
+func testMessages(n int, keys []string) []kafka.Message {
+	msgs := make([]kafka.Message, n)
 	for i := range msgs {
 		key := keys[i%len(keys)]
 		id := fmt.Sprintf("00000000-0000-0000-0000-%012d", i)
-		msgs[i] = Message{
+		msgs[i] = kafka.Message{
 			Key:   []byte(key),
 			Value: []byte(fmt.Sprintf(`{"n":%d,"text":"héllo wörld ✓ 日本語 🚀","key":%q}`, i, key)),
-			Headers: []Header{
+			Headers: []kafka.Header{
 				{Key: "event_id", Value: []byte(id)},
 				{Key: "event_type", Value: []byte("order.créé")},
 				{Key: "aggregate_id", Value: []byte(key)},
@@ -47,7 +49,7 @@ func testMessages(n int, keys []string) []Message {
 func TestRoundTrip(t *testing.T) {
 	const partitions = 3
 	b, topic := newBroker(t, partitions)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 
 	keys := []string{"order-1", "order-2", "customer-ü", "x", "", "order-42", "a-much-longer-aggregate-id-0123456789"}
 	msgs := testMessages(100, keys)
@@ -59,7 +61,7 @@ func TestRoundTrip(t *testing.T) {
 	if got := p.PartitionOf(topic, msgs[0].Key); got != -1 {
 		t.Fatalf("PartitionOf before any write = %d, want -1", got)
 	}
-	if err := p.Publish(ctx, msgs); err != nil {
+	if err := p.Send(ctx, msgs); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 
@@ -209,13 +211,13 @@ func TestPartitionLanding(t *testing.T) {
 	for _, n := range []int32{1, 5, 7} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			b, topic := newBroker(t, n)
-			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
-			var msgs []Message
+			p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
+			var msgs []kafka.Message
 			for i := 0; i < 50; i++ {
 				id := fmt.Sprintf("agg-%d", i)
-				msgs = append(msgs, Message{Key: []byte(id), Value: []byte(`{}`), Headers: []Header{{Key: "event_id", Value: []byte(id)}}})
+				msgs = append(msgs, kafka.Message{Key: []byte(id), Value: []byte(`{}`), Headers: []kafka.Header{{Key: "event_id", Value: []byte(id)}}})
 			}
-			if err := p.Publish(context.Background(), msgs); err != nil {
+			if err := p.Send(context.Background(), msgs); err != nil {
 				t.Fatal(err)
 			}
 			for _, r := range consume(t, b.addrs, topic, len(msgs)) {
@@ -241,9 +243,9 @@ func TestBrokerDown(t *testing.T) {
 	worstCase := func(p *Publisher) time.Duration { return p.AttemptBudget() + p.cfg.DialTimeout }
 
 	t.Run("refused", func(t *testing.T) {
-		p := newTestPublisher(t, Config{Brokers: []string{freePort(t)}, Topic: "t", WriteTimeout: writeTimeout})
+		p := newTestPublisher(t, kafka.Config{Brokers: []string{freePort(t)}, Topic: "t", WriteTimeout: writeTimeout})
 		start := time.Now()
-		err := p.Publish(context.Background(), msgs)
+		err := p.Send(context.Background(), msgs)
 		if err == nil {
 			t.Fatal("Publish succeeded with no broker")
 		}
@@ -265,13 +267,13 @@ func TestBrokerDown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := newTestPublisher(t, Config{Brokers: c.ListenAddrs(), Topic: "t", WriteTimeout: writeTimeout})
-		if err := p.Publish(context.Background(), msgs); err != nil {
+		p := newTestPublisher(t, kafka.Config{Brokers: c.ListenAddrs(), Topic: "t", WriteTimeout: writeTimeout})
+		if err := p.Send(context.Background(), msgs); err != nil {
 			t.Fatal(err)
 		}
 		c.Close()
 		start := time.Now()
-		err = p.Publish(context.Background(), msgs)
+		err = p.Send(context.Background(), msgs)
 		if err == nil {
 			t.Fatal("Publish succeeded after the broker closed")
 		}
@@ -308,11 +310,11 @@ func TestBrokerDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = l.Close() }()
-		p := newTestPublisher(t, Config{Brokers: []string{l.Addr().String()}, Topic: "t", WriteTimeout: long, DialTimeout: long})
+		p := newTestPublisher(t, kafka.Config{Brokers: []string{l.Addr().String()}, Topic: "t", WriteTimeout: long, DialTimeout: long})
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		err = p.Publish(ctx, msgs)
+		err = p.Send(ctx, msgs)
 		if !errors.Is(err, context.DeadlineExceeded) || !IsRetriable(err) {
 			t.Errorf("Publish = %v, want retriable deadline exceeded", err)
 		}
@@ -339,12 +341,12 @@ func TestInjectedProduceErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b, topic := newFakeBroker(t, partitions)
-			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, MaxAttempts: 2})
+			p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, MaxAttempts: 2})
 			msgs := testMessages(60, []string{"k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"})
 			const bad = 1
 			n := failProduce(b.cluster, topic, bad, c.code)
 
-			err := p.Publish(context.Background(), msgs)
+			err := p.Send(context.Background(), msgs)
 			var pe *PublishError
 			if !errors.As(err, &pe) || len(pe.Errs) != len(msgs) {
 				t.Fatalf("Publish = %v, want *PublishError with %d entries", err, len(msgs))
@@ -397,10 +399,10 @@ func TestInjectedProduceErrors(t *testing.T) {
 
 func TestMessageTooLargeForBatchBytes(t *testing.T) {
 	b, topic := newBroker(t, 2)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchBytes: 4096})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, BatchBytes: 4096})
 	msgs := testMessages(10, []string{"a", "b"})
 	msgs[3].Value = bytes.Repeat([]byte("x"), 5000)
-	err := p.Publish(context.Background(), msgs)
+	err := p.Send(context.Background(), msgs)
 	var pe *PublishError
 	if !errors.As(err, &pe) {
 		t.Fatalf("Publish = %v, want *PublishError", err)
@@ -421,14 +423,16 @@ func TestMessageTooLargeForBatchBytes(t *testing.T) {
 
 func TestSplitLargeCalls(t *testing.T) {
 	b, topic := newFakeBroker(t, 3)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchSize: 10, BatchBytes: 2000})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, BatchSize: 10, BatchBytes: 2000})
 	if p.MaxBatchMessages() != 10 || p.MaxBatchBytes() != 2000 {
 		t.Fatalf("limits %d/%d", p.MaxBatchMessages(), p.MaxBatchBytes())
 	}
 	keys := []string{"a", "b", "c", "d"}
 	msgs := testMessages(57, keys)
-	if err := p.Publish(context.Background(), msgs); err != nil {
-		t.Fatal(err)
+	for i, r := range p.Publish(context.Background(), msgs) {
+		if r.Outcome != Published {
+			t.Fatalf("msgs[%d]: %v %v", i, r.Outcome, r.Err)
+		}
 	}
 	recs := consume(t, b.addrs, topic, len(msgs))
 	next := map[string]int{} // per key: index into the key's publish order
@@ -444,43 +448,45 @@ func TestSplitLargeCalls(t *testing.T) {
 		next[k]++
 	}
 
-	t.Run("stop_after_failure", func(t *testing.T) {
-		failProduce(b.cluster, topic, int32(Partition(msgs[0].Key, 3)), kerr.InvalidRecord.Code)
-		err := p.Publish(context.Background(), msgs)
-		var pe *PublishError
-		if !errors.As(err, &pe) {
-			t.Fatalf("Publish = %v", err)
-		}
-		// The first sub-call holds msgs[0:k]; msgs[0]'s partition fails,
-		// everything after it is not attempted.
-		notAttempted := 0
-		for i, e := range pe.Errs {
-			if errors.Is(e, ErrNotAttempted) {
-				notAttempted++
-				if !IsRetriable(e) {
-					t.Errorf("Errs[%d] not retriable", i)
-				}
-			} else if notAttempted > 0 {
-				t.Errorf("Errs[%d] = %v after a not-attempted message", i, e)
+	t.Run("hold_after_failure", func(t *testing.T) {
+		bad := Partition(msgs[0].Key, 3)
+		failProduce(b.cluster, topic, int32(bad), kerr.InvalidRecord.Code)
+		// msgs[0]'s partition refuses every request: the first message of
+		// each of its keys is sent again alone and is a DeadLetter, the
+		// later ones of its key are Held, not sent; the other keys' go on.
+		failedKeys := map[string]bool{}
+		for i, r := range p.Publish(context.Background(), msgs) {
+			k := string(msgs[i].Key)
+			onBad := Partition(msgs[i].Key, 3) == bad
+			switch {
+			case !onBad && r.Outcome != Published:
+				t.Errorf("msgs[%d] (key %s, another partition): %v %v", i, k, r.Outcome, r.Err)
+			case onBad && !failedKeys[k] && (r.Outcome != DeadLetter || !errors.Is(r.Err, kafkago.InvalidRecord) || r.Reason != "invalid_record"):
+				t.Errorf("msgs[%d] (key %s, first on the failing partition): %v %q %v, want a dead letter", i, k, r.Outcome, r.Reason, r.Err)
+			case onBad && failedKeys[k] && (r.Outcome != Held || r.Err == nil):
+				t.Errorf("msgs[%d] (key %s, after its key failed): %v %v, want held", i, k, r.Outcome, r.Err)
+			}
+			if onBad {
+				failedKeys[k] = true
 			}
 		}
-		if notAttempted == 0 || notAttempted >= len(msgs)-1 {
-			t.Errorf("%d not attempted", notAttempted)
+		if len(failedKeys) == 0 || len(failedKeys) == len(keys) {
+			t.Errorf("%d of %d keys failed", len(failedKeys), len(keys))
 		}
 	})
 }
 
 func TestCloseAndNoTopic(t *testing.T) {
 	b, topic := newBroker(t, 1)
-	p, err := NewPublisher(Config{Brokers: b.addrs}, nil)
+	p, err := NewPublisher(kafka.Config{Brokers: b.addrs}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.Publish(context.Background(), []Message{{Topic: topic, Value: []byte("1")}, {Value: []byte("2")}})
+	err = p.Send(context.Background(), []kafka.Message{{Topic: topic, Value: []byte("1")}, {Value: []byte("2")}})
 	if !errors.Is(err, errNoTopic) || IsRetriable(err) || !strings.Contains(err.Error(), "Config.Topic") {
 		t.Errorf("Publish = %v, want errNoTopic naming Config.Topic", err)
 	}
-	if err := p.Publish(context.Background(), []Message{{Topic: topic, Value: []byte("1")}}); err != nil {
+	if err := p.Send(context.Background(), []kafka.Message{{Topic: topic, Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {
@@ -489,14 +495,14 @@ func TestCloseAndNoTopic(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	err = p.Publish(context.Background(), []Message{{Topic: topic}})
+	err = p.Send(context.Background(), []kafka.Message{{Topic: topic}})
 	if !errors.Is(err, errClosed) || IsRetriable(err) {
 		t.Errorf("Publish after Close = %v", err)
 	}
 	if err := p.Ping(context.Background()); !errors.Is(err, errClosed) {
 		t.Errorf("Ping after Close = %v", err)
 	}
-	if err := p.Publish(context.Background(), nil); err != nil {
+	if err := p.Send(context.Background(), nil); err != nil {
 		t.Errorf("empty Publish = %v", err)
 	}
 }
@@ -507,7 +513,7 @@ func TestCloseAndNoTopic(t *testing.T) {
 func TestOneRequestPerPartition(t *testing.T) {
 	const partitions = 3
 	b, topic := newFakeBroker(t, partitions)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, BatchTimeout: time.Nanosecond})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, BatchTimeout: time.Nanosecond})
 	var mu sync.Mutex
 	reqs := map[int32]int{} // partition -> produce requests
 	recs := map[int32]int{} // partition -> records
@@ -529,7 +535,7 @@ func TestOneRequestPerPartition(t *testing.T) {
 	})
 	for round := 0; round < 5; round++ {
 		msgs := testMessages(500, []string{"a", "b", "c", "d", "e", "f", "g", "h"})
-		if err := p.Publish(context.Background(), msgs); err != nil {
+		if err := p.Send(context.Background(), msgs); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -559,16 +565,16 @@ func TestOneRequestPerPartition(t *testing.T) {
 // in order.
 func TestOneRequestPerCallAtEverySize(t *testing.T) {
 	b, topic := newFakeBroker(t, 1)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 	requests := countProducedRecords(t, b.cluster)
 	sizes := []int{1, 2, 15, 16, 17, 127, 128, 129, 500, 1000, 1}
 	total := 0
 	for _, n := range sizes {
-		msgs := make([]Message, n)
+		msgs := make([]kafka.Message, n)
 		for i := range msgs {
-			msgs[i] = Message{Key: []byte("k"), Value: []byte(strconv.Itoa(total + i))}
+			msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte(strconv.Itoa(total + i))}
 		}
-		if err := p.Publish(context.Background(), msgs); err != nil {
+		if err := p.Send(context.Background(), msgs); err != nil {
 			t.Fatalf("publish %d: %v", n, err)
 		}
 		total += n
@@ -592,18 +598,18 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 	for _, c := range []struct{ first, second int }{{20, 1}, {1, 20}, {5, 5}, {200, 3}, {3, 200}} {
 		t.Run(fmt.Sprintf("%d_then_%d", c.first, c.second), func(t *testing.T) {
 			b, topic := newFakeBroker(t, 1)
-			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+			p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 			ctx := context.Background()
-			if err := p.Publish(ctx, []Message{{Key: []byte("k"), Value: []byte("warm-up")}}); err != nil {
+			if err := p.Send(ctx, []kafka.Message{{Key: []byte("k"), Value: []byte("warm-up")}}); err != nil {
 				t.Fatal(err)
 			}
 			// The next produce request is answered with a retriable error
 			// once: kafka-go backs off at least 100ms before its retry.
 			n := failProduceN(b.cluster, topic, 0, kerr.NotEnoughReplicas.Code, 1)
-			call := func(name string, size int) []Message {
-				msgs := make([]Message, size)
+			call := func(name string, size int) []kafka.Message {
+				msgs := make([]kafka.Message, size)
 				for i := range msgs {
-					msgs[i] = Message{Key: []byte("k"), Value: []byte(fmt.Sprintf("%s-%d", name, i))}
+					msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte(fmt.Sprintf("%s-%d", name, i))}
 				}
 				return msgs
 			}
@@ -629,7 +635,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}()
-			err := p.Publish(short, call("first", c.first))
+			err := p.Send(short, call("first", c.first))
 			cancel()
 			if got := n.Load(); got != 1 {
 				t.Fatalf("%d produce requests failed, want 1 (first Publish = %v)", got, err)
@@ -637,7 +643,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("first Publish = %v, want its ctx canceled during the retry backoff", err)
 			}
-			if err := p.Publish(ctx, call("second", c.second)); err != nil {
+			if err := p.Send(ctx, call("second", c.second)); err != nil {
 				t.Fatalf("second Publish: %v", err)
 			}
 			recs := consume(t, b.addrs, topic, 1+c.first+c.second)
@@ -665,7 +671,7 @@ func TestTimedOutPublishIsNotOvertaken(t *testing.T) {
 // split one between requests.
 func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
 	b, topic := newFakeBroker(t, 1)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 	requests := countProducedRecords(t, b.cluster)
 	const goroutines, calls = 4, 25
 	var sizes []int
@@ -676,11 +682,11 @@ func TestConcurrentCallsKeepOneRequestPerPartition(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for _, size := range sizes[g*calls : (g+1)*calls] {
-				msgs := make([]Message, size)
+				msgs := make([]kafka.Message, size)
 				for i := range msgs {
-					msgs[i] = Message{Key: []byte("k"), Value: []byte(strconv.Itoa(i))}
+					msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte(strconv.Itoa(i))}
 				}
-				if err := p.Publish(context.Background(), msgs); err != nil {
+				if err := p.Send(context.Background(), msgs); err != nil {
 					t.Errorf("publish: %v", err)
 					return
 				}

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
@@ -34,7 +36,7 @@ func TestLeaderMoves(t *testing.T) {
 	)
 	k := testenv.KafkaCluster(t, 3)
 	topic := k.Topic(t, partitions)
-	p := newTestPublisher(t, Config{Brokers: k.Brokers, Topic: topic, MetadataTTL: metadataTTL})
+	p := newTestPublisher(t, kafka.Config{Brokers: k.Brokers, Topic: topic, MetadataTTL: metadataTTL})
 
 	keys := make([]string, 0, 4*partitions)
 	partOf := map[string]int32{}
@@ -64,20 +66,20 @@ func TestLeaderMoves(t *testing.T) {
 		failures = map[string]int{}      // error reason -> count
 	)
 	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan []Message)
+	done := make(chan []kafka.Message)
 	go func() {
-		var pending []Message
+		var pending []kafka.Message
 		for ctx.Err() == nil {
-			batch := append([]Message(nil), pending...)
+			batch := append([]kafka.Message(nil), pending...)
 			for _, key := range keys {
 				mu.Lock()
 				n := sent[key]
 				sent[key]++
 				mu.Unlock()
-				batch = append(batch, Message{Key: []byte(key), Value: []byte(fmt.Sprint(n))})
+				batch = append(batch, kafka.Message{Key: []byte(key), Value: []byte(fmt.Sprint(n))})
 			}
 			start := time.Now()
-			err := p.Publish(context.Background(), batch)
+			err := p.Send(context.Background(), batch)
 			end := time.Now()
 			pending = pending[:0]
 			delivered := [partitions]bool{}
@@ -167,15 +169,15 @@ func TestLeaderMoves(t *testing.T) {
 	// Deliver what the last round left undelivered, then check the topic.
 	for try := 0; len(pending) > 0; try++ {
 		if try == 50 {
-			t.Fatalf("%d messages still undelivered: %v", len(pending), p.Publish(context.Background(), pending))
+			t.Fatalf("%d messages still undelivered: %v", len(pending), p.Send(context.Background(), pending))
 		}
-		err := p.Publish(context.Background(), pending)
+		err := p.Send(context.Background(), pending)
 		var pe *PublishError
 		switch {
 		case err == nil:
 			pending = nil
 		case errors.As(err, &pe):
-			var left []Message
+			var left []kafka.Message
 			for i, e := range pe.Errs {
 				if e != nil {
 					left = append(left, pending[i])

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -77,7 +79,7 @@ func TestCheckTopics(t *testing.T) {
 	other := topic + "-other"
 	createTopic(t, b.addrs, other, 1)
 	md := watchMetadata(b.cluster)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 	ctx := context.Background()
 
 	t.Run("existing", func(t *testing.T) {
@@ -146,7 +148,7 @@ func TestCheckTopics(t *testing.T) {
 
 	t.Run("auto-create", func(t *testing.T) {
 		fresh := topic + "-auto"
-		ap := newTestPublisher(t, Config{Brokers: b.addrs, AutoCreateTopic: true})
+		ap := newTestPublisher(t, kafka.Config{Brokers: b.addrs, AutoCreateTopic: true})
 		if err := ap.CheckTopics(ctx, fresh, topic); err != nil {
 			t.Fatalf("CheckTopics with AutoCreateTopic = %v", err)
 		}
@@ -175,7 +177,7 @@ func TestCheckTopics(t *testing.T) {
 			}
 			return resp, nil, true
 		})
-		ap := newTestPublisher(t, Config{Brokers: b.addrs, AutoCreateTopic: true})
+		ap := newTestPublisher(t, kafka.Config{Brokers: b.addrs, AutoCreateTopic: true})
 		if err := ap.CheckTopics(ctx, fresh); err != nil {
 			t.Fatalf("CheckTopics with AutoCreateTopic, the first answer unknown = %v, want nil (the broker created it)", err)
 		}
@@ -186,7 +188,7 @@ func TestCheckTopics(t *testing.T) {
 
 	t.Run("broker refuses auto-create", func(t *testing.T) {
 		nb, _ := newFakeBroker(t, 1)
-		ap := newTestPublisher(t, Config{Brokers: nb.addrs, AutoCreateTopic: true})
+		ap := newTestPublisher(t, kafka.Config{Brokers: nb.addrs, AutoCreateTopic: true})
 		err := ap.CheckTopics(ctx, "never")
 		t.Logf("broker refuses auto-create: %v", err)
 		var mt *missingTopicError
@@ -215,7 +217,7 @@ func TestCheckTopics(t *testing.T) {
 	})
 
 	t.Run("unreachable", func(t *testing.T) {
-		up := newTestPublisher(t, Config{Brokers: []string{freePort(t)}, DialTimeout: time.Second})
+		up := newTestPublisher(t, kafka.Config{Brokers: []string{freePort(t)}, DialTimeout: time.Second})
 		err := up.CheckTopics(ctx, topic)
 		if err == nil || isMissingTopic(err) || !IsOutage(err) {
 			t.Errorf("CheckTopics = %v, want an unreachable error", err)
@@ -223,7 +225,7 @@ func TestCheckTopics(t *testing.T) {
 	})
 
 	t.Run("closed", func(t *testing.T) {
-		cp := newTestPublisher(t, Config{Brokers: b.addrs})
+		cp := newTestPublisher(t, kafka.Config{Brokers: b.addrs})
 		if err := cp.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -239,14 +241,14 @@ func TestCheckTopics(t *testing.T) {
 func TestPublishTopicErrors(t *testing.T) {
 	b, topic := newFakeBroker(t, 2)
 	md := watchMetadata(b.cluster)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic})
 	ctx := context.Background()
 
 	t.Run("illegal", func(t *testing.T) {
 		msgs := testMessages(6, []string{"a", "b"})
 		bad := "orders/eu"
 		msgs[1].Topic, msgs[4].Topic = bad, bad
-		err := p.Publish(ctx, msgs)
+		err := p.Send(ctx, msgs)
 		var pe *PublishError
 		if !errors.As(err, &pe) || len(pe.Errs) != len(msgs) {
 			t.Fatalf("Publish = %v, want *PublishError", err)
@@ -270,8 +272,8 @@ func TestPublishTopicErrors(t *testing.T) {
 		consume(t, b.addrs, topic, 4)
 
 		// Config.Topic itself illegal: every message of the call fails alone.
-		ip := newTestPublisher(t, Config{Brokers: b.addrs, Topic: ".."})
-		err = ip.Publish(ctx, testMessages(2, []string{"a"}))
+		ip := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: ".."})
+		err = ip.Send(ctx, testMessages(2, []string{"a"}))
 		if !errors.As(err, &pe) || pe.Failed() != 2 || !IsRecordRejected(pe.Errs[0]) {
 			t.Errorf("Publish with Config.Topic %q = %v", "..", err)
 		}
@@ -281,7 +283,7 @@ func TestPublishTopicErrors(t *testing.T) {
 		missing := topic + "-missing"
 		msgs := testMessages(2, []string{"a"})
 		msgs[0].Topic, msgs[1].Topic = missing, missing
-		err := p.Publish(ctx, msgs)
+		err := p.Send(ctx, msgs)
 		if !errors.Is(err, kafkago.UnknownTopicOrPartition) || !IsRetriable(err) || ErrorReason(err) != reasonUnknownTopic {
 			t.Fatalf("Publish = %v, want retriable UNKNOWN_TOPIC_OR_PARTITION", err)
 		}
@@ -293,7 +295,7 @@ func TestPublishTopicErrors(t *testing.T) {
 		// each naming the topic.
 		msgs = testMessages(3, []string{"a"})
 		msgs[1].Topic = missing
-		err = p.Publish(ctx, msgs)
+		err = p.Send(ctx, msgs)
 		var pe *PublishError
 		if !errors.As(err, &pe) || pe.Failed() != 1 || !strings.Contains(pe.Errs[1].Error(), `topic "`+missing+`"`) {
 			t.Errorf("Publish = %v", err)
@@ -303,7 +305,7 @@ func TestPublishTopicErrors(t *testing.T) {
 	t.Run("invalid from broker", func(t *testing.T) {
 		failProduce(b.cluster, topic, 0, kerr.InvalidTopicException.Code)
 		msgs := testMessages(20, []string{"k1", "k2", "k3", "k4", "k5"})
-		err := p.Publish(ctx, msgs)
+		err := p.Send(ctx, msgs)
 		var pe *PublishError
 		if !errors.As(err, &pe) {
 			t.Fatalf("Publish = %v", err)
@@ -334,7 +336,7 @@ func TestPublishTopicErrors(t *testing.T) {
 func TestDescribeDoesNotCreateTheTopic(t *testing.T) {
 	t.Parallel()
 	b, _ := newFakeBroker(t, 1, kfake.AllowAutoTopicCreation())
-	p := newTestPublisher(t, Config{Brokers: b.addrs})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs})
 	missing := fmt.Sprintf("deleted-%d", time.Now().UnixNano())
 	info, err := p.describe.topic(context.Background(), missing)
 	if err == nil && info != nil && len(info.partitions) > 0 {

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"bytes"
@@ -9,24 +9,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgoutbox/outbox/kafka"
+
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 func TestSASL(t *testing.T) {
-	for _, mech := range []SASLMechanism{SASLPlain, SASLScramSHA256, SASLScramSHA512} {
+	for _, mech := range []kafka.SASLMechanism{kafka.SASLPlain, kafka.SASLScramSHA256, kafka.SASLScramSHA512} {
 		t.Run(string(mech), func(t *testing.T) {
 			b, _ := newFakeBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(mech), "relay", "s3cr=t,pw"),
 				kfake.SeedTopics(2, "sasl"))
-			p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: "sasl",
+			p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: "sasl",
 				SASLMechanism: mech, SASLUsername: "relay", SASLPassword: "s3cr=t,pw"})
 			if err := p.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping: %v", err)
 			}
-			if err := p.Publish(context.Background(), testMessages(5, []string{"a", "b"})); err != nil {
+			if err := p.Send(context.Background(), testMessages(5, []string{"a", "b"})); err != nil {
 				t.Fatalf("Publish: %v", err)
 			}
-			bad := newTestPublisher(t, Config{Brokers: b.addrs, Topic: "sasl",
+			bad := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: "sasl",
 				SASLMechanism: mech, SASLUsername: "relay", SASLPassword: "wrong"})
 			if err := bad.Ping(context.Background()); err == nil {
 				t.Error("Ping with a wrong password succeeded")
@@ -74,28 +76,28 @@ func TestIsRetriable(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Brokers: []string{"localhost:9092"}}
+	ok := kafka.Config{Brokers: []string{"localhost:9092"}}
 	cases := []struct {
 		field string
-		mod   func(*Config)
+		mod   func(*kafka.Config)
 	}{
-		{"Brokers", func(c *Config) { c.Brokers = nil }},
-		{"Brokers", func(c *Config) { c.Brokers = []string{"localhost"} }},
-		{"Topic", func(c *Config) { c.Topic = " t" }},
-		{"BatchTimeout", func(c *Config) { c.BatchTimeout = -1 }},
-		{"BatchSize", func(c *Config) { c.BatchSize = -1 }},
-		{"BatchBytes", func(c *Config) { c.BatchBytes = -1 }},
-		{"WriteTimeout", func(c *Config) { c.WriteTimeout = -1 }},
-		{"DialTimeout", func(c *Config) { c.DialTimeout = -1 }},
-		{"MetadataTTL", func(c *Config) { c.MetadataTTL = -1 }},
-		{"MaxAttempts", func(c *Config) { c.MaxAttempts = -1 }},
-		{"Compression", func(c *Config) { c.Compression = "brotli" }},
-		{"TLSCAFile", func(c *Config) { c.TLSCAFile = "ca.pem" }},
-		{"TLSInsecureSkipVerify", func(c *Config) { c.TLSInsecureSkipVerify = true }},
-		{"TLSKeyFile", func(c *Config) { c.TLSEnabled, c.TLSCertFile = true, "c.pem" }},
-		{"SASLMechanism", func(c *Config) { c.SASLMechanism = "GSSAPI" }},
-		{"SASLMechanism", func(c *Config) { c.SASLUsername = "u" }},
-		{"SASLUsername", func(c *Config) { c.SASLMechanism = "PLAIN" }},
+		{"Brokers", func(c *kafka.Config) { c.Brokers = nil }},
+		{"Brokers", func(c *kafka.Config) { c.Brokers = []string{"localhost"} }},
+		{"Topic", func(c *kafka.Config) { c.Topic = " t" }},
+		{"BatchTimeout", func(c *kafka.Config) { c.BatchTimeout = -1 }},
+		{"BatchSize", func(c *kafka.Config) { c.BatchSize = -1 }},
+		{"BatchBytes", func(c *kafka.Config) { c.BatchBytes = -1 }},
+		{"WriteTimeout", func(c *kafka.Config) { c.WriteTimeout = -1 }},
+		{"DialTimeout", func(c *kafka.Config) { c.DialTimeout = -1 }},
+		{"MetadataTTL", func(c *kafka.Config) { c.MetadataTTL = -1 }},
+		{"MaxAttempts", func(c *kafka.Config) { c.MaxAttempts = -1 }},
+		{"Compression", func(c *kafka.Config) { c.Compression = "brotli" }},
+		{"TLSCAFile", func(c *kafka.Config) { c.TLSCAFile = "ca.pem" }},
+		{"TLSInsecureSkipVerify", func(c *kafka.Config) { c.TLSInsecureSkipVerify = true }},
+		{"TLSKeyFile", func(c *kafka.Config) { c.TLSEnabled, c.TLSCertFile = true, "c.pem" }},
+		{"SASLMechanism", func(c *kafka.Config) { c.SASLMechanism = "GSSAPI" }},
+		{"SASLMechanism", func(c *kafka.Config) { c.SASLUsername = "u" }},
+		{"SASLUsername", func(c *kafka.Config) { c.SASLMechanism = "PLAIN" }},
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
@@ -111,10 +113,10 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: NewPublisher error %v, want %v", c.field, nerr, err)
 		}
 	}
-	if err := (&Config{}).Validate(); err == nil || err.Error() != "kafka: Config.Brokers: empty" {
+	if err := (&kafka.Config{}).Validate(); err == nil || err.Error() != "kafka: Config.Brokers: empty" {
 		t.Errorf("empty config: %v", err)
 	}
-	for _, comp := range []Compression{"", "none", "gzip", "snappy", "lz4", "zstd", "ZSTD"} {
+	for _, comp := range []kafka.Compression{"", "none", "gzip", "snappy", "lz4", "zstd", "ZSTD"} {
 		cfg := ok
 		cfg.Compression = comp
 		if err := cfg.Validate(); err != nil {
@@ -122,11 +124,11 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	d := ok.WithDefaults()
-	if d.ClientID != "pgoutbox" || d.BatchTimeout != DefaultBatchTimeout || d.BatchBytes != 1048576 ||
-		d.WriteTimeout != DefaultWriteTimeout || d.MaxAttempts != 3 || d.Compression != "none" || d.BatchSize != DefaultBatchSize {
+	if d.ClientID != "pgoutbox" || d.BatchTimeout != kafka.DefaultBatchTimeout || d.BatchBytes != 1048576 ||
+		d.WriteTimeout != kafka.DefaultWriteTimeout || d.MaxAttempts != 3 || d.Compression != "none" || d.BatchSize != kafka.DefaultBatchSize {
 		t.Errorf("defaults: %+v", d)
 	}
-	_, err := NewPublisher(Config{Brokers: []string{"h:1"}, TLSEnabled: true, TLSCAFile: "/nonexistent.pem"}, nil)
+	_, err := NewPublisher(kafka.Config{Brokers: []string{"h:1"}, TLSEnabled: true, TLSCAFile: "/nonexistent.pem"}, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "kafka: Config.TLSCAFile: ") {
 		t.Errorf("missing CA file: %v", err)
 	}
@@ -134,9 +136,9 @@ func TestConfigValidate(t *testing.T) {
 
 func TestCompression(t *testing.T) {
 	b, topic := newBroker(t, 1)
-	for _, comp := range []Compression{CompressionGzip, CompressionSnappy, CompressionLz4, CompressionZstd} {
-		p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, Compression: comp})
-		if err := p.Publish(context.Background(), testMessages(3, []string{string(comp)})); err != nil {
+	for _, comp := range []kafka.Compression{kafka.CompressionGzip, kafka.CompressionSnappy, kafka.CompressionLz4, kafka.CompressionZstd} {
+		p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, Compression: comp})
+		if err := p.Send(context.Background(), testMessages(3, []string{string(comp)})); err != nil {
 			t.Fatalf("%s: %v", comp, err)
 		}
 	}
@@ -149,16 +151,16 @@ func TestCompression(t *testing.T) {
 
 func BenchmarkPublishOne(b *testing.B) {
 	br, topic := newBroker(b, 3)
-	p := newTestPublisher(b, Config{Brokers: br.addrs, Topic: topic})
+	p := newTestPublisher(b, kafka.Config{Brokers: br.addrs, Topic: topic})
 	ctx := context.Background()
 	msg := testMessages(1, []string{"order-1"})
-	if err := p.Publish(ctx, msg); err != nil { // warm up connections and metadata
+	if err := p.Send(ctx, msg); err != nil { // warm up connections and metadata
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if err := p.Publish(ctx, msg); err != nil {
+		if err := p.Send(ctx, msg); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -166,16 +168,16 @@ func BenchmarkPublishOne(b *testing.B) {
 
 func BenchmarkPublish100(b *testing.B) {
 	br, topic := newBroker(b, 3)
-	p := newTestPublisher(b, Config{Brokers: br.addrs, Topic: topic})
+	p := newTestPublisher(b, kafka.Config{Brokers: br.addrs, Topic: topic})
 	ctx := context.Background()
 	msgs := testMessages(100, []string{"a", "b", "c", "d", "e", "f", "g"})
-	if err := p.Publish(ctx, msgs); err != nil {
+	if err := p.Send(ctx, msgs); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if err := p.Publish(ctx, msgs); err != nil {
+		if err := p.Send(ctx, msgs); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/kafka"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/pgoutbox/outbox/lease"
 )
 
 func TestAttemptBudget(t *testing.T) {
@@ -20,32 +23,32 @@ func TestAttemptBudget(t *testing.T) {
 		timeout  time.Duration
 		want     time.Duration
 	}{
-		{0, 0, 3*DefaultWriteTimeout + 500*time.Millisecond}, // defaults: 3 attempts + 100ms + 400ms
+		{0, 0, 3*kafka.DefaultWriteTimeout + 500*time.Millisecond}, // defaults: 3 attempts + 100ms + 400ms
 		{1, 2 * time.Second, 2 * time.Second},
 		{2, time.Second, 2*time.Second + 100*time.Millisecond},
 		{5, time.Second, 5*time.Second + (100+400+900+1000)*time.Millisecond}, // backoff capped at 1s
 	} {
-		p := newTestPublisher(t, Config{Brokers: []string{"127.0.0.1:1"}, MaxAttempts: c.attempts, WriteTimeout: c.timeout})
+		p := newTestPublisher(t, kafka.Config{Brokers: []string{"127.0.0.1:1"}, MaxAttempts: c.attempts, WriteTimeout: c.timeout})
 		if got := p.AttemptBudget(); got != c.want {
 			t.Errorf("MaxAttempts %d, WriteTimeout %v: AttemptBudget = %v, want %v", c.attempts, c.timeout, got, c.want)
 		}
 	}
 	// The relay refuses a budget over half its lease (relay.BudgetError):
 	// the defaults must fit the default lease.
-	p := newTestPublisher(t, Config{Brokers: []string{"127.0.0.1:1"}})
+	p := newTestPublisher(t, kafka.Config{Brokers: []string{"127.0.0.1:1"}})
 	if b := p.AttemptBudget(); b > lease.DefaultLease/2 {
 		t.Errorf("default AttemptBudget %v is over half the default lease %v", b, lease.DefaultLease)
 	}
 	t.Logf("DefaultWriteTimeout %v, default AttemptBudget %v, lease.DefaultLease %v",
-		DefaultWriteTimeout, p.AttemptBudget(), lease.DefaultLease)
+		kafka.DefaultWriteTimeout, p.AttemptBudget(), lease.DefaultLease)
 }
 
 // TestAttemptBudgetIsTheWorstCase: against a broker that swallows produce
 // requests, one Publish takes the AttemptBudget, not more.
 func TestAttemptBudgetIsTheWorstCase(t *testing.T) {
 	b, topic := newFakeBroker(t, 1)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, WriteTimeout: 300 * time.Millisecond})
-	if err := p.Publish(context.Background(), testMessages(1, []string{"a"})); err != nil {
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, WriteTimeout: 300 * time.Millisecond})
+	if err := p.Send(context.Background(), testMessages(1, []string{"a"})); err != nil {
 		t.Fatal(err)
 	}
 	var swallowed atomic.Int64
@@ -56,7 +59,7 @@ func TestAttemptBudgetIsTheWorstCase(t *testing.T) {
 	})
 	budget := p.AttemptBudget() // 3 × 300ms + 100ms + 400ms = 1.4s
 	start := time.Now()
-	err := p.Publish(context.Background(), testMessages(1, []string{"a"}))
+	err := p.Send(context.Background(), testMessages(1, []string{"a"}))
 	took := time.Since(start)
 	if !IsOutage(err) || !errors.As(err, new(*PublishError)) {
 		t.Errorf("Publish = %v, want a PublishError of unreachable timeouts", err)
@@ -103,7 +106,7 @@ func TestRetryLoggerRateLimit(t *testing.T) {
 func TestRetryLogUnderFailingBroker(t *testing.T) {
 	b, topic := newFakeBroker(t, 3)
 	core, logs := observer.New(zapcore.InfoLevel)
-	p, err := NewPublisher(Config{Brokers: b.addrs, Topic: topic}, zap.New(core))
+	p, err := NewPublisher(kafka.Config{Brokers: b.addrs, Topic: topic}, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +114,7 @@ func TestRetryLogUnderFailingBroker(t *testing.T) {
 	failProduce(b.cluster, topic, 1, 19) // NOT_ENOUGH_REPLICAS, retriable
 	const calls = 5
 	for i := 0; i < calls; i++ {
-		err := p.Publish(context.Background(), testMessages(30, []string{"k1", "k2", "k3", "k4", "k5", "k6"}))
+		err := p.Send(context.Background(), testMessages(30, []string{"k1", "k2", "k3", "k4", "k5", "k6"}))
 		if !errors.As(err, new(*PublishError)) {
 			t.Fatalf("Publish = %v", err)
 		}

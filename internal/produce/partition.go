@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 // Partition returns the partition, in [0, numPartitions), that the Java
 // client's default partitioner picks for a record with a non-null key:

@@ -1,16 +1,12 @@
-// Package kafka publishes outbox events to Kafka with segmentio/kafka-go.
+// Package produce publishes outbox events to Kafka with segmentio/kafka-go:
+// the relay's engine behind package kafka's Config.
 //
 // A Publisher sends messages synchronously with acks=all and reports, per
 // message, which were acknowledged, so the relay can mark exactly those rows
 // as published (at-least-once delivery). Messages are partitioned like the
 // Java client's default partitioner (murmur2 of the key), so every message of
 // one aggregate (key = aggregate ID) lands on one partition, in Publish order.
-//
-// The package is public for what relay.ServiceConfig exposes: Config (the
-// brokers, security, topic and retry settings), and Message and the error
-// classification (classify, IsOutage, IsRecordRejected) that a
-// ServiceConfig.WrapPublisher wrapper sees.
-package kafka
+package produce
 
 import (
 	"context"
@@ -22,31 +18,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgoutbox/outbox/kafka"
+
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 )
-
-// Header is one Kafka record header. Values may be nil.
-type Header struct {
-	Key   string
-	Value []byte
-}
-
-// Message is one record to publish.
-type Message struct {
-	// Topic to publish to; "" means Config.Topic.
-	Topic string
-	// Key is the record key, the aggregate ID; it selects the partition (see
-	// Partition). nil is a null key.
-	Key []byte
-	// Value is the payload (JSON); nil is a Kafka null value (a tombstone on
-	// compacted topics).
-	Value []byte
-	// Headers are sent in this order. The relay puts event_id, event_type and
-	// aggregate_id first, then the row's own headers.
-	Headers []Header
-}
 
 // Publisher publishes messages to Kafka through one kafka-go Writer. It is
 // safe for concurrent use: concurrent calls are sent one sub-call at a time
@@ -54,7 +31,7 @@ type Message struct {
 // that do not overlap in time: the relay must wait for one call (and retry
 // its failures) before publishing later events of the same aggregates.
 type Publisher struct {
-	cfg Config
+	cfg kafka.Config
 	log *zap.Logger
 	w   *kafkago.Writer
 	// writing admits one WriteMessages call at a time (a one-slot
@@ -83,7 +60,7 @@ type Publisher struct {
 // NewPublisher validates cfg, applies defaults and returns a Publisher. It
 // does not contact the brokers; use Ping for that. logger may be nil; the
 // Publisher logs to logger.Named("kafka").
-func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
+func NewPublisher(cfg kafka.Config, logger *zap.Logger) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -93,11 +70,11 @@ func NewPublisher(cfg Config, logger *zap.Logger) (*Publisher, error) {
 	}
 	log := logger.Named("kafka")
 
-	tlsCfg, err := cfg.tlsConfig()
+	tlsCfg, err := tlsConfig(&cfg)
 	if err != nil {
 		return nil, err
 	}
-	mech, err := cfg.saslMechanism()
+	mech, err := saslMechanism(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -144,13 +121,13 @@ func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
 	p.watch = newPartitionWatch(log, cfg.Observer)
 	var comp kafkago.Compression
 	switch cfg.Compression {
-	case CompressionGzip:
+	case kafka.CompressionGzip:
 		comp = kafkago.Gzip
-	case CompressionSnappy:
+	case kafka.CompressionSnappy:
 		comp = kafkago.Snappy
-	case CompressionLz4:
+	case kafka.CompressionLz4:
 		comp = kafkago.Lz4
-	case CompressionZstd:
+	case kafka.CompressionZstd:
 		comp = kafkago.Zstd
 	}
 	return &kafkago.Writer{
@@ -213,9 +190,7 @@ func (p *Publisher) explain(topic string, err error) error {
 }
 
 // MaxBatchBytes returns Config.BatchBytes (after defaults): the most bytes,
-// as counted by MessageSize, that one Publish call may carry and still be
-// sent as a single produce request per partition. The relay should chunk its
-// claimed rows so that each call's total MessageSize stays within it.
+// as counted by MessageSize, of one produce request (Path.MaxBytes).
 func (p *Publisher) MaxBatchBytes() int64 { return p.cfg.BatchBytes }
 
 // PartitionOf returns the partition that a message with key for topic (""
@@ -236,35 +211,38 @@ func (p *Publisher) PartitionOf(topic string, key []byte) int {
 }
 
 // MaxBatchMessages returns Config.BatchSize (after defaults): the most
-// messages one Publish call may carry and still be sent as a single produce
-// request per partition.
+// messages of one produce request (Path.MaxMessages).
 func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 
-// Publish writes msgs synchronously. It returns nil if every message was
+// Publish publishes msgs through Path: in produce requests of at most
+// MaxBatchMessages messages and MaxBatchBytes bytes, each sent with Send,
+// and returns what became of each message.
+func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) []Result {
+	return Path{Send: p.Send, MaxBytes: p.cfg.BatchBytes, MaxMessages: p.cfg.BatchSize}.Publish(ctx, msgs)
+}
+
+// Send writes msgs synchronously, as one kafka-go call per topic: one
+// produce request per partition when they fit in one (at most
+// MaxBatchMessages messages whose MessageSize sum to at most
+// MaxBatchBytes; Path cuts them so). It returns nil if every message was
 // acknowledged by all in-sync replicas. Otherwise it returns either
 //
 //   - a *PublishError with len(Errs) == len(msgs), where Errs[i] is nil if
-//     msgs[i] was delivered and the reason otherwise; callers mark only the
-//     delivered messages, or
+//     msgs[i] was delivered and the reason otherwise, or
 //   - any other error (wrapped as "publish: ..."), meaning no message is known
 //     to be delivered: ctx done, errClosed, errNoTopic, or a metadata
 //     failure before anything was sent (e.g. brokers unreachable).
 //
 // Messages for one partition are sent as one produce request, so they
-// succeed or fail together, as long as the call has at most
-// MaxBatchMessages() messages whose MessageSize sum to at most
-// MaxBatchBytes(). Larger calls are split, in order, into sub-calls that
-// fit; a sub-call is sent only after the previous one fully succeeded, and the
-// messages of sub-calls not sent get ErrNotAttempted. This keeps per-key
-// order: if a message fails, no later message of the call with the same key
-// is delivered. A single message larger than MaxBatchBytes() fails alone with
-// a permanent error wrapping kafka-go's MessageSizeTooLarge; the others are
-// still sent. A message whose topic Kafka can never accept (see
-// outbox.ValidateTopic) fails the same way, before sending, with an error wrapping
-// errInvalidTopic (kafka-go's InvalidTopic) that says why the name is
-// illegal; classify gives both classRejected.
+// succeed or fail together. A single message larger than MaxBatchBytes()
+// fails alone with a permanent error wrapping kafka-go's
+// MessageSizeTooLarge; the others are still sent. A message whose topic
+// Kafka can never accept (see outbox.ValidateTopic) fails the same way,
+// before sending, with an error wrapping errInvalidTopic (kafka-go's
+// InvalidTopic) that says why the name is illegal; classify gives both
+// classRejected.
 //
-// If ctx ends first, Publish returns ctx's error, but messages already handed
+// If ctx ends first, Send returns ctx's error, but messages already handed
 // to kafka-go may still be delivered later (a duplicate on retry); msgs'
 // byte slices must not be modified after such a return. One attempt is
 // bounded by Config.WriteTimeout; kafka-go retries retriable errors up to
@@ -284,7 +262,7 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 // topic's metadata error; no kafka-go issue), which would otherwise fail
 // the other topics' messages too. A topic's whole-call error then becomes
 // the per-message error of that topic's messages only.
-func (p *Publisher) Publish(ctx context.Context, msgs []Message) error {
+func (p *Publisher) Send(ctx context.Context, msgs []kafka.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -296,7 +274,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) error {
 
 // topicGroups returns the indexes of msgs per destination topic, topics in
 // order of first appearance, or nil when every message has the same topic.
-func (p *Publisher) topicGroups(msgs []Message) [][]int {
+func (p *Publisher) topicGroups(msgs []kafka.Message) [][]int {
 	first := msgs[0].Topic
 	same := true
 	for i := 1; i < len(msgs) && same; i++ {
@@ -323,11 +301,11 @@ func (p *Publisher) topicGroups(msgs []Message) [][]int {
 	return groups
 }
 
-func (p *Publisher) publishByTopic(ctx context.Context, msgs []Message, groups [][]int) error {
+func (p *Publisher) publishByTopic(ctx context.Context, msgs []kafka.Message, groups [][]int) error {
 	errs := make([]error, len(msgs))
 	failed := false
 	for _, g := range groups {
-		sub := make([]Message, len(g))
+		sub := make([]kafka.Message, len(g))
 		for j, i := range g {
 			sub[j] = msgs[i]
 		}
@@ -356,7 +334,7 @@ func (p *Publisher) publishByTopic(ctx context.Context, msgs []Message, groups [
 	return &PublishError{Errs: errs}
 }
 
-func (p *Publisher) publishOneTopicOnce(ctx context.Context, msgs []Message) error {
+func (p *Publisher) publishOneTopicOnce(ctx context.Context, msgs []kafka.Message) error {
 	if p.closed.Load() {
 		return fmt.Errorf("publish: %w", errClosed)
 	}
@@ -364,36 +342,19 @@ func (p *Publisher) publishOneTopicOnce(ctx context.Context, msgs []Message) err
 		return fmt.Errorf("publish: %w", err)
 	}
 	f := &failures{n: len(msgs)}
-	km, sizes, err := p.toKafkaGo(msgs, f)
+	km, err := p.toKafkaGo(msgs, f)
 	if err != nil {
 		return err
 	}
-	for start := 0; start < len(km); {
-		end, total := start, int64(0)
-		for end < len(km) && end-start < p.cfg.BatchSize {
-			if end > start && total+sizes[end] > p.cfg.BatchBytes {
-				break
-			}
-			total += sizes[end]
-			end++
-		}
-		failed, err := p.write(ctx, km[start:end], f.fail)
-		if err != nil {
-			err = p.explain(km[start].Topic, err)
-			if start == 0 && f.errs == nil {
+	if len(km) > 0 {
+		if _, err := p.write(ctx, km, f.fail); err != nil {
+			err = p.explain(km[0].Topic, err)
+			if f.errs == nil {
 				return fmt.Errorf("publish: %w", err) // nothing delivered
 			}
-			for j := start; j < end; j++ {
+			for j := range km {
 				f.fail(km[j].WriterData.(int), err)
 			}
-			failed = true
-		}
-		start = end
-		if failed {
-			for j := start; j < len(km); j++ {
-				f.fail(km[j].WriterData.(int), ErrNotAttempted)
-			}
-			break
 		}
 	}
 	if f.errs == nil {
@@ -425,19 +386,18 @@ func (f *failures) fail(i int, err error) {
 	f.errs[i] = err
 }
 
-// toKafkaGo turns msgs (all for one topic) into kafka-go messages with
-// their sizes, failing at once (f) those that can never be sent: an
+// toKafkaGo turns msgs (all for one topic) into kafka-go messages,
+// failing at once (f) those that can never be sent: an
 // illegal topic name, a message over Config.BatchBytes (kafka-go rejects
 // the whole call for one such message: kafka-go #364). It returns an error
 // for the whole call when no topic applies.
-func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, []int64, error) {
+func (p *Publisher) toKafkaGo(msgs []kafka.Message, f *failures) ([]kafkago.Message, error) {
 	nh := 0
 	for i := range msgs {
 		nh += len(msgs[i].Headers)
 	}
 	hdrs := make([]kafkago.Header, 0, nh)
 	km := make([]kafkago.Message, 0, len(msgs))
-	sizes := make([]int64, 0, len(msgs))
 	var checkedTopic string // the last topic name validated, and the verdict
 	var topicErr error
 	for i := range msgs {
@@ -446,7 +406,7 @@ func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, [
 		if topic == "" {
 			topic = p.cfg.Topic
 			if topic == "" {
-				return nil, nil, fmt.Errorf("publish: message %d: %w", i, errNoTopic)
+				return nil, fmt.Errorf("publish: message %d: %w", i, errNoTopic)
 			}
 		}
 		if topic != checkedTopic {
@@ -473,9 +433,8 @@ func (p *Publisher) toKafkaGo(msgs []Message, f *failures) ([]kafkago.Message, [
 			Headers:    hdrs[start:len(hdrs):len(hdrs)],
 			WriterData: i,
 		})
-		sizes = append(sizes, size)
 	}
-	return km, sizes, nil
+	return km, nil
 }
 
 // write sends one chunk with kafka-go and records per-message failures via

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 // Close.
 var errClosed = errors.New("kafka: publisher closed")
 
-// ErrNotAttempted is the per-message error for messages of a Publish call
-// that were not sent because an earlier part of the same call failed (see
-// Publish). It is retriable.
+// ErrNotAttempted is the error of Unsent messages of a Publish call: not
+// sent because everything the call tried failed for an outage (see
+// Path.Publish). It is retriable.
 var ErrNotAttempted = errors.New("kafka: not attempted after earlier failure")
 
 // errNoTopic is returned (wrapped, as a whole-call error) when a message has

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -53,7 +55,7 @@ func TestClassify(t *testing.T) {
 
 	illegal := validateTopic("orders/eu")
 	missing := &missingTopicError{Topics: []string{"t"}, Broker: "b:9092"}
-	auth := annotateAuth(kafkago.SASLAuthenticationFailed, string(SASLPlain), "u")
+	auth := annotateAuth(kafkago.SASLAuthenticationFailed, string(kafka.SASLPlain), "u")
 	tlsErr := fmt.Errorf("failed to dial: %w", plaintextListenerError("b:9093"))
 
 	cases := []struct {

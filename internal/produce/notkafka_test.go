@@ -1,10 +1,12 @@
-package kafka
+package produce
 
 import (
 	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
@@ -24,7 +26,7 @@ func TestPingAtAServerThatIsNotKafka(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			addr := testenv.NotKafka(t, c.reply)
-			p := newTestPublisher(t, Config{Brokers: []string{addr}, DialTimeout: time.Second})
+			p := newTestPublisher(t, kafka.Config{Brokers: []string{addr}, DialTimeout: time.Second})
 			err := p.Ping(context.Background())
 			if err == nil || !strings.Contains(err.Error(), "did not answer as a Kafka broker") || !strings.Contains(err.Error(), addr) {
 				t.Fatalf("Ping = %v, want it to say the server at %s did not answer as a Kafka broker", err, addr)

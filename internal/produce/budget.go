@@ -1,6 +1,10 @@
-package kafka
+package produce
 
-import "time"
+import (
+	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
+)
 
 // kafka-go's Writer backoff between produce attempts: attempt² ×
 // writeBackoffMin, at most writeBackoffMax (kafka-go v0.4.51 writer.go
@@ -35,14 +39,14 @@ func (p *Publisher) AttemptBudget() time.Duration {
 // The relay passes half its lease as the budget.
 func FitAttempts(attempts int, writeTimeout, budget time.Duration) (int, time.Duration) {
 	if attempts == 0 {
-		attempts = DefaultMaxAttempts
+		attempts = kafka.DefaultMaxAttempts
 		if writeTimeout == 0 && attemptBudget(attempts, 100*time.Millisecond) > budget {
 			attempts = 1
 		}
 	}
 	if writeTimeout == 0 {
 		backoffs := attemptBudget(attempts, 0)
-		writeTimeout = min(DefaultWriteTimeout, max(100*time.Millisecond, (budget-backoffs)/time.Duration(attempts)))
+		writeTimeout = min(kafka.DefaultWriteTimeout, max(100*time.Millisecond, (budget-backoffs)/time.Duration(attempts)))
 		writeTimeout = writeTimeout.Truncate(time.Millisecond)
 	}
 	return attempts, writeTimeout

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 
 	kafkago "github.com/segmentio/kafka-go"
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
@@ -182,7 +184,7 @@ func (p *Publisher) readPartitions(ctx context.Context, broker, topic string) ([
 // *PartitionError naming the partition's leader and replicas. Errors it
 // cannot explain (no broker answered, the topic has no partitions) are
 // left as they are.
-func (p *Publisher) explainPartitions(ctx context.Context, topic string, msgs []Message, errs []error) {
+func (p *Publisher) explainPartitions(ctx context.Context, topic string, msgs []kafka.Message, errs []error) {
 	var info *partitionInfo
 	tried := false
 	for i, err := range errs {

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/kafka"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -34,13 +36,13 @@ const longTimeout = 30 * time.Second
 
 // connectErrors runs Ping, CheckTopics and Publish with cfg and returns
 // their errors and the longest time one took.
-func connectErrors(t *testing.T, cfg Config) (errs []error, longest time.Duration) {
+func connectErrors(t *testing.T, cfg kafka.Config) (errs []error, longest time.Duration) {
 	t.Helper()
 	p := newTestPublisher(t, cfg)
 	for _, call := range []func(context.Context) error{
 		p.Ping,
 		func(ctx context.Context) error { return p.CheckTopics(ctx) },
-		func(ctx context.Context) error { return p.Publish(ctx, testMessages(3, []string{"a", "b"})) },
+		func(ctx context.Context) error { return p.Send(ctx, testMessages(3, []string{"a", "b"})) },
 	} {
 		start := time.Now()
 		err := call(context.Background())
@@ -55,38 +57,38 @@ func connectErrors(t *testing.T, cfg Config) (errs []error, longest time.Duratio
 // is classified as its own reason, not as a rejection of records.
 func TestAuthenticationErrors(t *testing.T) {
 	const user, good, bad = "relay", "right-pw", "hunter2-wrong"
-	b, _ := newFakeBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(SASLPlain), user, good),
-		kfake.Superuser(string(SASLScramSHA256), user, good), kfake.SeedTopics(1, "sasl"))
+	b, _ := newFakeBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(kafka.SASLPlain), user, good),
+		kfake.Superuser(string(kafka.SASLScramSHA256), user, good), kfake.SeedTopics(1, "sasl"))
 	// A broker that does not enable the mechanism answers the handshake
 	// with UNSUPPORTED_SASL_MECHANISM (kfake enables all three).
-	refusing, _ := newFakeBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(SASLPlain), user, good), kfake.SeedTopics(1, "sasl"))
+	refusing, _ := newFakeBroker(t, 1, kfake.EnableSASL(), kfake.Superuser(string(kafka.SASLPlain), user, good), kfake.SeedTopics(1, "sasl"))
 	refusing.cluster.ControlKey(int16(kmsg.SASLHandshake), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		refusing.cluster.KeepControl()
 		req := kreq.(*kmsg.SASLHandshakeRequest)
-		if req.Mechanism == string(SASLPlain) {
+		if req.Mechanism == string(kafka.SASLPlain) {
 			return nil, nil, false
 		}
 		resp := req.ResponseKind().(*kmsg.SASLHandshakeResponse)
 		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
-		resp.SupportedMechanisms = []string{string(SASLPlain)}
+		resp.SupportedMechanisms = []string{string(kafka.SASLPlain)}
 		return resp, nil, true
 	})
 
 	for _, c := range []struct {
 		name       string
-		mech       SASLMechanism
+		mech       kafka.SASLMechanism
 		user, pass string
 		addrs      []string
 		want       string
 	}{
-		{"PLAIN wrong password", SASLPlain, user, bad, b.addrs, "closed the connection during authentication"},
-		{"SCRAM-SHA-256 wrong password", SASLScramSHA256, user, bad, b.addrs, "closed the connection during authentication"},
-		{"SCRAM-SHA-256 unknown user", SASLScramSHA256, "nobody", bad, b.addrs, "closed the connection during authentication"},
-		{"SCRAM-SHA-512 without credentials", SASLScramSHA512, user, good, b.addrs, "closed the connection during authentication"},
-		{"SCRAM-SHA-512 refused mechanism", SASLScramSHA512, user, good, refusing.addrs, "the listener does not enable this mechanism"},
+		{"PLAIN wrong password", kafka.SASLPlain, user, bad, b.addrs, "closed the connection during authentication"},
+		{"SCRAM-SHA-256 wrong password", kafka.SASLScramSHA256, user, bad, b.addrs, "closed the connection during authentication"},
+		{"SCRAM-SHA-256 unknown user", kafka.SASLScramSHA256, "nobody", bad, b.addrs, "closed the connection during authentication"},
+		{"SCRAM-SHA-512 without credentials", kafka.SASLScramSHA512, user, good, b.addrs, "closed the connection during authentication"},
+		{"SCRAM-SHA-512 refused mechanism", kafka.SASLScramSHA512, user, good, refusing.addrs, "the listener does not enable this mechanism"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			errs, longest := connectErrors(t, Config{Brokers: c.addrs, Topic: "sasl",
+			errs, longest := connectErrors(t, kafka.Config{Brokers: c.addrs, Topic: "sasl",
 				SASLMechanism: c.mech, SASLUsername: c.user, SASLPassword: c.pass,
 				DialTimeout: longTimeout, WriteTimeout: longTimeout})
 			for i, err := range errs {
@@ -112,8 +114,8 @@ func TestAuthenticationErrors(t *testing.T) {
 	}
 
 	t.Run("good credentials", func(t *testing.T) {
-		errs, _ := connectErrors(t, Config{Brokers: b.addrs, Topic: "sasl",
-			SASLMechanism: SASLScramSHA256, SASLUsername: user, SASLPassword: good})
+		errs, _ := connectErrors(t, kafka.Config{Brokers: b.addrs, Topic: "sasl",
+			SASLMechanism: kafka.SASLScramSHA256, SASLUsername: user, SASLPassword: good})
 		for i, err := range errs {
 			if err != nil {
 				t.Errorf("call %d: %v", i, err)
@@ -208,7 +210,7 @@ func TestTLSErrors(t *testing.T) {
 	defer web.Close()
 
 	t.Run("good", func(t *testing.T) {
-		errs, _ := connectErrors(t, Config{Brokers: secure.addrs, Topic: "tls", TLSEnabled: true, TLSCAFile: caFile})
+		errs, _ := connectErrors(t, kafka.Config{Brokers: secure.addrs, Topic: "tls", TLSEnabled: true, TLSCAFile: caFile})
 		for i, err := range errs {
 			if err != nil {
 				t.Errorf("call %d: %v", i, err)
@@ -219,17 +221,17 @@ func TestTLSErrors(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		addrs []string
-		cfg   Config
+		cfg   kafka.Config
 		want  string
 	}{
 		// Detection must not wait for DialTimeout (longTimeout here).
-		{"plaintext kfake listener", plain.addrs, Config{TLSInsecureSkipVerify: true},
+		{"plaintext kfake listener", plain.addrs, kafka.Config{TLSInsecureSkipVerify: true},
 			"the broker answers plaintext Kafka requests on this port: the listener does not speak TLS"},
-		{"plaintext listener that closes", kafkaLike.addrs, Config{TLSInsecureSkipVerify: true},
+		{"plaintext listener that closes", kafkaLike.addrs, kafka.Config{TLSInsecureSkipVerify: true},
 			"the broker answers plaintext Kafka requests on this port: the listener does not speak TLS"},
-		{"not TLS at all", []string{strings.TrimPrefix(web.URL, "http://")}, Config{TLSInsecureSkipVerify: true},
+		{"not TLS at all", []string{strings.TrimPrefix(web.URL, "http://")}, kafka.Config{TLSInsecureSkipVerify: true},
 			"answered with bytes that are no TLS record"},
-		{"untrusted certificate", secure.addrs, Config{}, "broker certificate not accepted"},
+		{"untrusted certificate", secure.addrs, kafka.Config{}, "broker certificate not accepted"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.cfg
@@ -261,7 +263,7 @@ func TestTLSErrors(t *testing.T) {
 		defer func() { _ = l.Close() }()
 		// Ping's own deadline (DialTimeout + WriteTimeout) is far later
 		// than DialTimeout, so that the two are told apart on a slow machine.
-		p := newTestPublisher(t, Config{Brokers: []string{l.Addr().String()}, TLSEnabled: true, DialTimeout: time.Second, WriteTimeout: longTimeout})
+		p := newTestPublisher(t, kafka.Config{Brokers: []string{l.Addr().String()}, TLSEnabled: true, DialTimeout: time.Second, WriteTimeout: longTimeout})
 		start := time.Now()
 		err = p.Ping(context.Background())
 		if err == nil || IsTLS(err) || !IsOutage(err) || !errors.Is(err, context.DeadlineExceeded) {

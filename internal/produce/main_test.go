@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -115,7 +117,7 @@ func consume(tb testing.TB, addrs []string, topic string, n int) []*kgo.Record {
 	return recs
 }
 
-func newTestPublisher(tb testing.TB, cfg Config) *Publisher {
+func newTestPublisher(tb testing.TB, cfg kafka.Config) *Publisher {
 	tb.Helper()
 	var log *zap.Logger
 	if t, ok := tb.(*testing.T); ok {

@@ -1,4 +1,4 @@
-package kafka
+package produce
 
 import (
 	"crypto/tls"
@@ -8,11 +8,20 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/kafka"
 )
+
+// fieldErr is a *outbox.FieldError of a kafka.Config field, as
+// kafka.Config.Validate returns.
+func fieldErr(field, format string, args ...any) error {
+	return config.Invalid("kafka", field, format, args...)
+}
 
 // tlsConfig builds the TLS configuration of Config.TLS*; nil without
 // TLSEnabled.
-func (c *Config) tlsConfig() (*tls.Config, error) {
+func tlsConfig(c *kafka.Config) (*tls.Config, error) {
 	if !c.TLSEnabled {
 		return nil, nil
 	}
@@ -41,13 +50,13 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 	return t, nil
 }
 
-func (c *Config) saslMechanism() (sasl.Mechanism, error) {
+func saslMechanism(c *kafka.Config) (sasl.Mechanism, error) {
 	switch c.SASLMechanism {
-	case SASLPlain:
+	case kafka.SASLPlain:
 		return plain.Mechanism{Username: c.SASLUsername, Password: c.SASLPassword}, nil
-	case SASLScramSHA256, SASLScramSHA512:
+	case kafka.SASLScramSHA256, kafka.SASLScramSHA512:
 		algo := scram.SHA256
-		if c.SASLMechanism == SASLScramSHA512 {
+		if c.SASLMechanism == kafka.SASLScramSHA512 {
 			algo = scram.SHA512
 		}
 		m, err := scram.Mechanism(algo, c.SASLUsername, c.SASLPassword)

@@ -1,9 +1,11 @@
-package kafka
+package produce
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/kafka"
 )
 
 // With AutoCreateTopic, the first Publish to a topic the broker has not
@@ -16,10 +18,10 @@ func TestPublishToATopicTheBrokerCreates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, topic := newBroker(t, 1)
-	p := newTestPublisher(t, Config{Brokers: b.addrs, Topic: topic, AutoCreateTopic: true})
+	p := newTestPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, AutoCreateTopic: true})
 	for i, fresh := range []string{topic + "-new-a", topic + "-new-b"} {
 		start := time.Now()
-		err := p.Publish(ctx, []Message{{Topic: fresh, Key: []byte("k"), Value: []byte(`{"n":1}`)}, {Topic: fresh, Key: []byte("k"), Value: []byte(`{"n":2}`)}})
+		err := p.Send(ctx, []kafka.Message{{Topic: fresh, Key: []byte("k"), Value: []byte(`{"n":1}`)}, {Topic: fresh, Key: []byte("k"), Value: []byte(`{"n":2}`)}})
 		if err != nil {
 			t.Fatalf("first Publish to %s (AutoCreateTopic) = %v, want nil", fresh, err)
 		}
