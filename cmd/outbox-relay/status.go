@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/owners"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/lease"
-	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // statusReport is `outbox-relay status`'s result; its JSON form is the
@@ -47,21 +47,21 @@ type statusReport struct {
 	// join, leave or hand partitions over).
 	KeyPartitionsSettled bool `json:"key_partitions_settled"`
 	// Problems are what is wrong with the table, each with its fix
-	// (outboxsql.TableReport.Problems): UNLOGGED, a sequence behind the
+	// (sqladmin.TableReport.Problems): UNLOGGED, a sequence behind the
 	// table's seqs, UPDATEs failing for want of a replica identity.
 	Problems []string `json:"problems"`
 	// ReplicationSlots are the database's logical replication slots and
 	// Publications those covering the table (a Debezium installation's
 	// leftovers, say).
-	ReplicationSlots []outboxsql.Slot        `json:"replication_slots"`
-	Publications     []outboxsql.Publication `json:"publications"`
+	ReplicationSlots []sqladmin.Slot        `json:"replication_slots"`
+	Publications     []sqladmin.Publication `json:"publications"`
 	// TimePartitions is, on a partitioned table, its partitions in the
 	// order of their ranges (DEFAULT last); TimePartitioning what migrate
 	// --time-partitioned recorded (zero when the relays do not keep them).
-	TimePartitions   []outboxsql.TimePartition  `json:"time_partitions,omitempty"`
-	TimePartitioning outboxsql.TimePartitioning `json:"time_partitioning"`
-	tableArgs        string                     // the table flags, to repeat in hints
-	inspected        *outboxsql.TableReport
+	TimePartitions   []sqladmin.TimePartition  `json:"time_partitions,omitempty"`
+	TimePartitioning sqladmin.TimePartitioning `json:"time_partitioning"`
+	tableArgs        string                    // the table flags, to repeat in hints
+	inspected        *sqladmin.TableReport
 }
 
 // relayLeases is one relay holding leases.
@@ -113,7 +113,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	for i := range r.Relays {
 		r.Relays[i].LeaseEndsAt = r.Relays[i].LeaseEndsAt.UTC()
 	}
-	ins, err := outboxsql.Inspect(ctx, tx, table)
+	ins, err := sqladmin.Inspect(ctx, tx, table)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -128,10 +128,10 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 		}
 	}
 	if ins.Partitioned {
-		if r.TimePartitions, err = outboxsql.ListTimePartitions(ctx, tx, table); err != nil {
+		if r.TimePartitions, err = sqladmin.ListTimePartitions(ctx, tx, table); err != nil {
 			return nil, fmt.Errorf("status: %w", err)
 		}
-		if r.TimePartitioning, err = outboxsql.ReadTimePartitioning(ctx, tx, table); err != nil {
+		if r.TimePartitioning, err = sqladmin.ReadTimePartitioning(ctx, tx, table); err != nil {
 			return nil, fmt.Errorf("status: %w", err)
 		}
 	}

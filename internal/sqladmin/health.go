@@ -1,14 +1,12 @@
-package sql
+package sqladmin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
@@ -22,21 +20,14 @@ import (
 // table's UPDATEs while it has no usable replica identity makes every
 // UPDATE fail (SQLSTATE 55000), the relay's claims and marks included; a
 // logical replication slot nobody reads (a Debezium connector that was
-// removed) keeps WAL until the disk fills. Migrate, Adopt and the relay
-// refuse the first and Adopt the third; Inspect reports them all.
-
-// Querier is what the checks need from a database handle; *pgxpool.Pool,
-// *pgx.Conn and pgx.Tx implement it.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
+// removed) keeps WAL until the disk fills. sql.Migrate, sql.Adopt and the
+// relay refuse the first and sql.Adopt the third; Inspect reports them all.
 
 // UnloggedError says that the outbox table, or its seq sequence, is
 // UNLOGGED: PostgreSQL empties an unlogged table after a crash or an
 // immediate shutdown (pg_ctl stop -m immediate, a failover) and does not
 // replicate it, so every event in it, published or not, would be lost.
-// Migrate, Adopt and the relay refuse such a table.
+// sql.Migrate, sql.Adopt and the relay refuse such a table.
 type UnloggedError struct {
 	// Table is the outbox table, as given.
 	Table string
@@ -98,7 +89,7 @@ func (e *SequenceBehindError) Error() string {
 // "cannot update table ... because it does not have a replica identity
 // and publishes updates" — every claim and mark of the relay (every
 // retention DELETE). Typically a FOR ALL TABLES publication left by a
-// Debezium installation, on a table without a primary key. Adopt refuses
+// Debezium installation, on a table without a primary key. sql.Adopt refuses
 // such a table.
 type ReplicaIdentityError struct {
 	// Table is the outbox table, as given.
@@ -131,7 +122,7 @@ func (e *ReplicaIdentityError) Error() string {
 
 // CheckDurability returns an *UnloggedError when table, or its seq
 // sequence, is UNLOGGED; nil when both are logged, when the table does not
-// exist (Migrate creates it logged) and when it has no seq identity. Other
+// exist (sql.Migrate creates it logged) and when it has no seq identity. Other
 // errors are the query's, wrapped as "check table <table>: ...".
 func CheckDurability(ctx context.Context, q Querier, table string) error {
 	var exists bool
@@ -168,11 +159,6 @@ func SequenceOf(ctx context.Context, q RowQuerier, table string) (string, error)
 		return "", nil
 	}
 	return *seq, nil
-}
-
-// RowQuerier is the part of Querier that SequenceOf needs.
-type RowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // TableReport is what Inspect found about an outbox table and its
@@ -387,20 +373,4 @@ func replicationSlots(ctx context.Context, q Querier) ([]Slot, error) {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}
 	return slots, nil
-}
-
-// checkAdoptable refuses a table Adopt must not prepare: an unlogged one
-// (*UnloggedError) or one whose UPDATEs fail for want of a replica
-// identity (*ReplicaIdentityError). A table that does not exist is left to
-// adopt's own statements, which say so.
-func checkAdoptable(ctx context.Context, q Querier, table string) error {
-	if err := CheckDurability(ctx, q, table); err != nil {
-		return err
-	}
-	err := CheckReplicaIdentity(ctx, q, table)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return nil
-	}
-	return err
 }
