@@ -125,26 +125,30 @@ func (e *ReplicaIdentityError) Error() string {
 // exist (sql.Migrate creates it logged) and when it has no seq identity. Other
 // errors are the query's, wrapped as "check table <table>: ...".
 func CheckDurability(ctx context.Context, q Querier, table string) error {
-	var exists bool
-	var unlogged bool
-	var seq *string
-	var seqUnlogged *bool
-	var partition *string
-	err := q.QueryRow(ctx, durabilityStmt.SQL, durabilityStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&exists, &unlogged, &seq, &seqUnlogged, &partition)
+	d, err := queryOne[durability](ctx, q, durabilityStmt.SQL, durabilityStmt.Args(tableArgs{sqlname.Quote(table)})...)
 	if err != nil {
 		return fmt.Errorf("check table %s: %w", table, err)
 	}
 	switch {
-	case !exists:
+	case !d.Exists:
 		return nil
-	case unlogged:
+	case d.Unlogged:
 		return &UnloggedError{Table: table}
-	case partition != nil:
-		return &UnloggedError{Table: table, Partition: *partition}
-	case seq != nil && seqUnlogged != nil && *seqUnlogged:
-		return &UnloggedError{Table: table, Sequence: *seq}
+	case d.Partition != nil:
+		return &UnloggedError{Table: table, Partition: *d.Partition}
+	case d.Sequence != nil && d.SequenceUnlogged != nil && *d.SequenceUnlogged:
+		return &UnloggedError{Table: table, Sequence: *d.Sequence}
 	}
 	return nil
+}
+
+// durability is a row of Durability.
+type durability struct {
+	Exists           bool    `db:"table_exists"`
+	Unlogged         bool    `db:"unlogged"`
+	Sequence         *string `db:"sequence"`
+	SequenceUnlogged *bool   `db:"sequence_unlogged"`
+	Partition        *string `db:"unlogged_partition"`
 }
 
 // SequenceOf returns the sequence of table's seq column as regclass
@@ -195,25 +199,25 @@ type TableReport struct {
 
 // Publication is a publication covering the outbox table.
 type Publication struct {
-	Name string `json:"name"`
+	Name string `json:"name" db:"name"`
 	// AllTables is true for a FOR ALL TABLES publication.
-	AllTables bool `json:"all_tables"`
+	AllTables bool `json:"all_tables" db:"all_tables"`
 	// Updates and Deletes say whether it publishes UPDATEs and DELETEs.
-	Updates bool `json:"updates"`
-	Deletes bool `json:"deletes"`
+	Updates bool `json:"updates" db:"updates"`
+	Deletes bool `json:"deletes" db:"deletes"`
 }
 
 // Slot is a logical replication slot of the outbox table's database
 // (pg_replication_slots).
 type Slot struct {
-	Name   string `json:"name"`
-	Plugin string `json:"plugin"`
+	Name   string `json:"name" db:"name"`
+	Plugin string `json:"plugin" db:"plugin"`
 	// Active is true while a client streams from it.
-	Active bool `json:"active"`
+	Active bool `json:"active" db:"active"`
 	// RetainedWALBytes is the WAL the server keeps for it,
 	// pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn); nil on a standby
 	// or when the slot has no restart_lsn (lost).
-	RetainedWALBytes *int64 `json:"retained_wal_bytes"`
+	RetainedWALBytes *int64 `json:"retained_wal_bytes" db:"retained_wal_bytes"`
 }
 
 // Problems returns what is wrong, most serious first: an *UnloggedError,
@@ -264,26 +268,26 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 	wrap := func(err error) error { return fmt.Errorf("inspect table %s: %w", table, err) }
 	r := &TableReport{Table: table, Publications: []Publication{}, Slots: []Slot{}}
 	quoted := sqlname.Quote(table)
-	var seq, part *string
-	if err := q.QueryRow(ctx, inspectTableStmt.SQL, inspectTableStmt.Args(tableArgs{quoted})...).Scan(&r.Unlogged, &seq, &part, &r.Partitioned, &r.Partitions); err != nil {
+	t, err := queryOne[inspectedTable](ctx, q, inspectTableStmt.SQL, inspectTableStmt.Args(tableArgs{quoted})...)
+	if err != nil {
 		return nil, wrap(err)
 	}
-	if part != nil {
-		r.UnloggedPartition = *part
+	r.Unlogged, r.Partitioned, r.Partitions = t.Unlogged, t.Partitioned, t.Partitions
+	if t.UnloggedPartition != nil {
+		r.UnloggedPartition = *t.UnloggedPartition
 	}
-	if seq != nil {
-		r.Sequence = *seq
-		var last int64
-		var called, unlogged bool
+	if t.Sequence != nil {
+		r.Sequence = *t.Sequence
+		var st sequenceState
 		state, err := renderTable[sequenceArgs]("SequenceState", table, "sequence", r.Sequence)
 		if err == nil {
-			err = q.QueryRow(ctx, state.SQL, state.Args(sequenceArgs{r.Sequence})...).Scan(&last, &called, &unlogged)
+			st, err = queryOne[sequenceState](ctx, q, state.SQL, state.Args(sequenceArgs{r.Sequence})...)
 		}
 		if err != nil {
 			return nil, wrap(fmt.Errorf("sequence %s: %w", r.Sequence, err))
 		}
-		r.SequenceNext, r.UnloggedSequence = last, unlogged
-		if called {
+		r.SequenceNext, r.UnloggedSequence = st.LastValue, st.Unlogged
+		if st.IsCalled {
 			r.SequenceNext++
 		}
 		maxSeq, err := renderTable[sqlfile.NoArgs]("MaxSeq", table)
@@ -294,7 +298,6 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 			return nil, wrap(err)
 		}
 	}
-	var err error
 	if r.ReplicaIdentity, r.Publications, err = publications(ctx, q, table); err != nil {
 		return nil, wrap(err)
 	}
@@ -312,6 +315,22 @@ type sequenceArgs struct {
 	Sequence string `arg:"sequence"`
 }
 
+// inspectedTable is the row of InspectTable.
+type inspectedTable struct {
+	Unlogged          bool    `db:"unlogged"`
+	Sequence          *string `db:"sequence"`
+	UnloggedPartition *string `db:"unlogged_partition"`
+	Partitioned       bool    `db:"partitioned"`
+	Partitions        int     `db:"partitions"`
+}
+
+// sequenceState is the row of SequenceState.
+type sequenceState struct {
+	LastValue int64 `db:"last_value"`
+	IsCalled  bool  `db:"is_called"`
+	Unlogged  bool  `db:"unlogged"`
+}
+
 // publications returns table's replica identity as TableReport names it
 // and the publications that cover it: catalog lookups only.
 func publications(ctx context.Context, q Querier, table string) (string, []Publication, error) {
@@ -324,10 +343,7 @@ func publications(ctx context.Context, q Querier, table string) (string, []Publi
 	if err != nil {
 		return "", nil, err
 	}
-	pubs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Publication, error) {
-		var p Publication
-		return p, row.Scan(&p.Name, &p.AllTables, &p.Updates, &p.Deletes)
-	})
+	pubs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Publication])
 	if err != nil {
 		return "", nil, err
 	}
@@ -365,10 +381,7 @@ func replicationSlots(ctx context.Context, q Querier) ([]Slot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}
-	slots, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Slot, error) {
-		var s Slot
-		return s, row.Scan(&s.Name, &s.Plugin, &s.Active, &s.RetainedWALBytes)
-	})
+	slots, err := pgx.CollectRows(rows, pgx.RowToStructByName[Slot])
 	if err != nil {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}

@@ -64,51 +64,47 @@ func (p Privilege) String() string {
 func MissingPrivileges(ctx context.Context, q Querier, table string, needs Needs) (role string, missing []Privilege, err error) {
 	t := sqlname.Quote(table)
 	guard := sqlname.OrderGuard(table)
-	var sel, upd, del, gSel, gIns, gUpd, gDel, seqSel, stats *bool
-	var mSel, mUpd, rSel, rIns, rUpd, rDel, pSel, pUpd *bool
-	var owner, create *bool
-	var seq, ownerName *string
 	meta, relays, parts := sqlname.Beside(table, "_partitioning"), sqlname.Beside(table, "_relays"), sqlname.Beside(table, "_partitions")
-	err = q.QueryRow(ctx, privilegesStmt.SQL, privilegesStmt.Args(privilegeArgs{t, guard, meta, relays, parts})...).
-		Scan(&role, &sel, &upd, &del, &gSel, &gIns, &gUpd, &gDel, &seq, &seqSel, &stats, &mSel, &mUpd, &rSel, &rIns, &rUpd, &rDel, &pSel, &pUpd, &owner, &create, &ownerName)
+	h, err := queryOne[held](ctx, q, privilegesStmt.SQL, privilegesStmt.Args(privilegeArgs{t, guard, meta, relays, parts})...)
 	if err != nil {
 		return "", nil, fmt.Errorf("check privileges: %w", err)
 	}
+	role = h.Role
 	lack := func(have *bool, priv, on, why string) {
 		if have != nil && !*have {
 			missing = append(missing, Privilege{Privilege: priv, On: on, For: why})
 		}
 	}
 	tn, gn := "TABLE "+sqlname.Readable(table), "TABLE "+besideReadable(table, "_order_guard")
-	lack(sel, "SELECT", tn, "claims, and the start-up check of the table")
-	lack(upd, "UPDATE", tn, "claims and marks")
+	lack(h.TableSelect, "SELECT", tn, "claims, and the start-up check of the table")
+	lack(h.TableUpdate, "UPDATE", tn, "claims and marks")
 	if needs.Retention {
-		lack(del, "DELETE", tn, "retention deletes published rows")
+		lack(h.TableDelete, "DELETE", tn, "retention deletes published rows")
 	}
-	lack(gSel, "SELECT", gn, "the claims' order guard")
-	lack(gIns, "INSERT", gn, "the claims' order guard")
-	lack(gUpd, "UPDATE", gn, "the claims' order guard")
-	lack(gDel, "DELETE", gn, "the claims' order guard sweep")
+	lack(h.GuardSelect, "SELECT", gn, "the claims' order guard")
+	lack(h.GuardInsert, "INSERT", gn, "the claims' order guard")
+	lack(h.GuardUpdate, "UPDATE", gn, "the claims' order guard")
+	lack(h.GuardDelete, "DELETE", gn, "the claims' order guard sweep")
 	mn, rn, pn := "TABLE "+besideReadable(table, "_partitioning"), "TABLE "+besideReadable(table, "_relays"), "TABLE "+besideReadable(table, "_partitions")
-	lack(mSel, "SELECT", mn, "the start-up check and every rebalance of key partitions")
-	lack(mUpd, "UPDATE", mn, "rebalances of key partitions")
+	lack(h.PartitioningSelect, "SELECT", mn, "the start-up check and every rebalance of key partitions")
+	lack(h.PartitioningUpdate, "UPDATE", mn, "rebalances of key partitions")
 	for _, pr := range []struct {
 		have *bool
 		priv string
-	}{{rSel, "SELECT"}, {rIns, "INSERT"}, {rUpd, "UPDATE"}, {rDel, "DELETE"}} {
+	}{{h.RelaysSelect, "SELECT"}, {h.RelaysInsert, "INSERT"}, {h.RelaysUpdate, "UPDATE"}, {h.RelaysDelete, "DELETE"}} {
 		lack(pr.have, pr.priv, rn, "the relay's membership heartbeat")
 	}
-	lack(pSel, "SELECT", pn, "claims (which partitions the relay owns)")
-	lack(pUpd, "UPDATE", pn, "acquiring and handing over key partitions")
-	if seq != nil {
-		lack(seqSel, "SELECT", "SEQUENCE "+*seq, "the claims that advance their floor read its last value, and fail without it")
+	lack(h.PartitionsSelect, "SELECT", pn, "claims (which partitions the relay owns)")
+	lack(h.PartitionsUpdate, "UPDATE", pn, "acquiring and handing over key partitions")
+	if h.Sequence != nil {
+		lack(h.SequenceSelect, "SELECT", "SEQUENCE "+*h.Sequence, "the claims that advance their floor read its last value, and fail without it")
 	}
-	if needs.TimePartitions && ownerName != nil {
-		lack(owner, "MEMBER", "ROLE "+*ownerName, "the table's owner: creating its time partitions and dropping old ones (ATTACH PARTITION, DROP TABLE)")
-		lack(create, "CREATE", "SCHEMA of "+sqlname.Readable(table), "creating its time partitions")
+	if needs.TimePartitions && h.Owner != nil {
+		lack(h.OwnerMember, "MEMBER", "ROLE "+*h.Owner, "the table's owner: creating its time partitions and dropping old ones (ATTACH PARTITION, DROP TABLE)")
+		lack(h.SchemaCreate, "CREATE", "SCHEMA of "+sqlname.Readable(table), "creating its time partitions")
 	}
 	if needs.SnapshotWatch {
-		lack(stats, "MEMBER", "ROLE pg_read_all_stats", "the held-snapshot watch cannot see other roles' transactions in pg_stat_activity")
+		lack(h.ReadAllStats, "MEMBER", "ROLE pg_read_all_stats", "the held-snapshot watch cannot see other roles' transactions in pg_stat_activity")
 	}
 	return role, missing, nil
 }
@@ -122,4 +118,32 @@ func besideReadable(table, suffix string) string {
 		parts = append(parts, strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(p, `"`), `"`), `""`, `"`))
 	}
 	return sqlname.Readable(strings.Join(parts, "."))
+}
+
+// held is the row of MissingPrivileges: the role, and whether it holds
+// each privilege (NULL for an object that does not exist, and for the
+// owner's and the schema's on a plain table).
+type held struct {
+	Role               string  `db:"role"`
+	TableSelect        *bool   `db:"table_select"`
+	TableUpdate        *bool   `db:"table_update"`
+	TableDelete        *bool   `db:"table_delete"`
+	GuardSelect        *bool   `db:"guard_select"`
+	GuardInsert        *bool   `db:"guard_insert"`
+	GuardUpdate        *bool   `db:"guard_update"`
+	GuardDelete        *bool   `db:"guard_delete"`
+	Sequence           *string `db:"sequence"`
+	SequenceSelect     *bool   `db:"sequence_select"`
+	ReadAllStats       *bool   `db:"read_all_stats"`
+	PartitioningSelect *bool   `db:"partitioning_select"`
+	PartitioningUpdate *bool   `db:"partitioning_update"`
+	RelaysSelect       *bool   `db:"relays_select"`
+	RelaysInsert       *bool   `db:"relays_insert"`
+	RelaysUpdate       *bool   `db:"relays_update"`
+	RelaysDelete       *bool   `db:"relays_delete"`
+	PartitionsSelect   *bool   `db:"partitions_select"`
+	PartitionsUpdate   *bool   `db:"partitions_update"`
+	OwnerMember        *bool   `db:"owner_member"`
+	SchemaCreate       *bool   `db:"schema_create"`
+	Owner              *string `db:"owner"`
 }

@@ -130,6 +130,20 @@ func renderTable[A any](name, table string, more ...string) (sqlfile.Stmt[A], er
 	return s, nil
 }
 
+// queryOne runs a statement that returns one row and reads it into a T
+// by column name (pgx.RowToStructByName: T's fields are tagged
+// `db:"column"`, and a column without a field, or a field without a
+// column, is an error). No row is pgx.ErrNoRows, as from QueryRow; rows
+// after the first are not read.
+func queryOne[T any](ctx context.Context, q Querier, sql string, args ...any) (T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return pgx.CollectOneRow(rows, pgx.RowToStructByName[T])
+}
+
 // TableSchema returns the schema of table, wherever the search_path
 // found it: a time partition, and adopt's row-check function, go there.
 func TableSchema(ctx context.Context, q RowQuerier, table string) (string, error) {

@@ -42,12 +42,11 @@ type TimePartitioning struct {
 // ReadTimePartitioning returns table's TimePartitioning (zero when none is
 // recorded, or when the table predates migration 00011). Errors are
 // wrapped as "time partitions of <table>: ...".
-func ReadTimePartitioning(ctx context.Context, q RowQuerier, table string) (TimePartitioning, error) {
-	var secs *int64
-	var ahead *int32
+func ReadTimePartitioning(ctx context.Context, q Querier, table string) (TimePartitioning, error) {
+	var row timePartitioningRow
 	read, err := renderTable[sqlfile.NoArgs]("ReadTimePartitioning", table)
 	if err == nil {
-		err = q.QueryRow(ctx, read.SQL).Scan(&secs, &ahead)
+		row, err = queryOne[timePartitioningRow](ctx, q, read.SQL)
 	}
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -56,13 +55,20 @@ func ReadTimePartitioning(ctx context.Context, q RowQuerier, table string) (Time
 		return TimePartitioning{}, fmt.Errorf("time partitions of %s: %w", table, err)
 	}
 	var tp TimePartitioning
-	if secs != nil {
-		tp.Interval = time.Duration(*secs) * time.Second
+	if row.IntervalSeconds != nil {
+		tp.Interval = time.Duration(*row.IntervalSeconds) * time.Second
 	}
-	if ahead != nil {
-		tp.Ahead = int(*ahead)
+	if row.Ahead != nil {
+		tp.Ahead = int(*row.Ahead)
 	}
 	return tp, nil
+}
+
+// timePartitioningRow is the row of ReadTimePartitioning: NULLs when
+// pgoutbox does not keep the table's time partitions.
+type timePartitioningRow struct {
+	IntervalSeconds *int64 `db:"interval_seconds"`
+	Ahead           *int32 `db:"ahead"`
 }
 
 // TimePartitionName returns the unqualified name of table's partition
@@ -207,24 +213,30 @@ func ListTimePartitions(ctx context.Context, q Querier, table string) ([]TimePar
 	if err != nil {
 		return nil, fmt.Errorf("partitions of %s: %w", table, err)
 	}
-	defer rows.Close()
+	listed, err := pgx.CollectRows(rows, pgx.RowToStructByName[listedPartition])
+	if err != nil {
+		return nil, fmt.Errorf("partitions of %s: %w", table, err)
+	}
 	var out []TimePartition
-	for rows.Next() {
-		var p TimePartition
-		var from, to *time.Time
-		if err := rows.Scan(&p.Name, &p.Unlogged, &p.Default, &from, &to); err != nil {
-			return nil, fmt.Errorf("partitions of %s: %w", table, err)
+	for _, l := range listed {
+		p := TimePartition{Name: l.Name, Unlogged: l.Unlogged, Default: l.Default}
+		if l.From != nil {
+			p.From = *l.From
 		}
-		if from != nil {
-			p.From = *from
-		}
-		if to != nil {
-			p.To = *to
+		if l.To != nil {
+			p.To = *l.To
 		}
 		out = append(out, p)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("partitions of %s: %w", table, err)
-	}
 	return out, nil
+}
+
+// listedPartition is a row of ListTimePartitions: its bounds are NULL for
+// the DEFAULT partition, MINVALUE and MAXVALUE.
+type listedPartition struct {
+	Name     string     `db:"name"`
+	Unlogged bool       `db:"unlogged"`
+	Default  bool       `db:"is_default"`
+	From     *time.Time `db:"from_time"`
+	To       *time.Time `db:"to_time"`
 }

@@ -44,8 +44,9 @@ SELECT min(u.oid::regclass::text) FROM pg_partition_tree(c.oid) pt JOIN pg_class
 -- unlogged, and on a partitioned table its first unlogged partition
 -- (UnloggedPartition). A table that does not exist is one row of
 -- NULLs and false, not an error: Migrate creates it logged.
-SELECT c.oid IS NOT NULL, coalesce(c.relpersistence = 'u', false), s.oid::regclass::text, s.relpersistence = 'u',
-  (/* TEMPLATE: unlogged_partition */)
+SELECT c.oid IS NOT NULL AS table_exists, coalesce(c.relpersistence = 'u', false) AS unlogged,
+  s.oid::regclass::text AS sequence, s.relpersistence = 'u' AS sequence_unlogged,
+  (/* TEMPLATE: unlogged_partition */) AS unlogged_partition
 FROM (SELECT to_regclass(@table) AS oid) r
 LEFT JOIN pg_class c ON c.oid = r.oid
 LEFT JOIN pg_class s ON s.oid = (/* TEMPLATE: seq_of */)
@@ -61,8 +62,9 @@ SELECT (/* TEMPLATE: seq_of */)::regclass::text FROM pg_class c WHERE c.oid = @t
 -- whether it is unlogged, its seq sequence (SeqOf), its first
 -- unlogged partition (UnloggedPartition), whether it is partitioned
 -- and then how many leaf partitions it has. A missing table is an error.
-SELECT c.relpersistence = 'u', (/* TEMPLATE: seq_of */)::regclass::text, (/* TEMPLATE: unlogged_partition */), c.relkind = 'p',
-  (SELECT count(*) FROM pg_partition_tree(c.oid) pt WHERE c.relkind = 'p' AND pt.isleaf)
+SELECT c.relpersistence = 'u' AS unlogged, (/* TEMPLATE: seq_of */)::regclass::text AS sequence,
+  (/* TEMPLATE: unlogged_partition */) AS unlogged_partition, c.relkind = 'p' AS partitioned,
+  (SELECT count(*) FROM pg_partition_tree(c.oid) pt WHERE c.relkind = 'p' AND pt.isleaf) AS partitions
 FROM pg_class c WHERE c.oid = @table::regclass
 
 -- name: MissingPrivileges :one
@@ -82,17 +84,20 @@ FROM pg_class c WHERE c.oid = @table::regclass
 -- <table>_relays; SELECT and UPDATE on <table>_partitions; on a
 -- partitioned table, membership in its owner role and CREATE on its
 -- schema (NULL on a plain table); and the table's owner.
-SELECT current_user::text,
-  has_table_privilege(c.oid, 'SELECT'), has_table_privilege(c.oid, 'UPDATE'), has_table_privilege(c.oid, 'DELETE'),
-  has_table_privilege(g.oid, 'SELECT'), has_table_privilege(g.oid, 'INSERT'), has_table_privilege(g.oid, 'UPDATE'), has_table_privilege(g.oid, 'DELETE'),
-  s.oid::regclass::text, has_sequence_privilege(s.oid, 'SELECT') OR has_sequence_privilege(s.oid, 'USAGE'),
-  pg_has_role('pg_read_all_stats', 'USAGE'),
-  has_table_privilege(m.oid, 'SELECT'), has_table_privilege(m.oid, 'UPDATE'),
-  has_table_privilege(r.oid, 'SELECT'), has_table_privilege(r.oid, 'INSERT'), has_table_privilege(r.oid, 'UPDATE'), has_table_privilege(r.oid, 'DELETE'),
-  has_table_privilege(p.oid, 'SELECT'), has_table_privilege(p.oid, 'UPDATE'),
-  (SELECT pg_has_role(k.relowner, 'USAGE') FROM pg_class k WHERE k.oid = c.oid AND k.relkind = 'p'),
-  (SELECT has_schema_privilege(k.relnamespace, 'CREATE') FROM pg_class k WHERE k.oid = c.oid AND k.relkind = 'p'),
-  (SELECT pg_get_userbyid(k.relowner)::text FROM pg_class k WHERE k.oid = c.oid)
+SELECT current_user::text AS role,
+  has_table_privilege(c.oid, 'SELECT') AS table_select, has_table_privilege(c.oid, 'UPDATE') AS table_update,
+  has_table_privilege(c.oid, 'DELETE') AS table_delete,
+  has_table_privilege(g.oid, 'SELECT') AS guard_select, has_table_privilege(g.oid, 'INSERT') AS guard_insert,
+  has_table_privilege(g.oid, 'UPDATE') AS guard_update, has_table_privilege(g.oid, 'DELETE') AS guard_delete,
+  s.oid::regclass::text AS sequence, has_sequence_privilege(s.oid, 'SELECT') OR has_sequence_privilege(s.oid, 'USAGE') AS sequence_select,
+  pg_has_role('pg_read_all_stats', 'USAGE') AS read_all_stats,
+  has_table_privilege(m.oid, 'SELECT') AS partitioning_select, has_table_privilege(m.oid, 'UPDATE') AS partitioning_update,
+  has_table_privilege(r.oid, 'SELECT') AS relays_select, has_table_privilege(r.oid, 'INSERT') AS relays_insert,
+  has_table_privilege(r.oid, 'UPDATE') AS relays_update, has_table_privilege(r.oid, 'DELETE') AS relays_delete,
+  has_table_privilege(p.oid, 'SELECT') AS partitions_select, has_table_privilege(p.oid, 'UPDATE') AS partitions_update,
+  (SELECT pg_has_role(k.relowner, 'USAGE') FROM pg_class k WHERE k.oid = c.oid AND k.relkind = 'p') AS owner_member,
+  (SELECT has_schema_privilege(k.relnamespace, 'CREATE') FROM pg_class k WHERE k.oid = c.oid AND k.relkind = 'p') AS schema_create,
+  (SELECT pg_get_userbyid(k.relowner)::text FROM pg_class k WHERE k.oid = c.oid) AS owner
 FROM (SELECT to_regclass(@table) AS oid) c, (SELECT to_regclass(@guard) AS oid) g,
   (SELECT to_regclass(@partitioning) AS oid) m, (SELECT to_regclass(@relays) AS oid) r, (SELECT to_regclass(@partitions) AS oid) p,
   LATERAL (SELECT (/* TEMPLATE: seq_of */) AS oid) s

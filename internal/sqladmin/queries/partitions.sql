@@ -24,7 +24,8 @@ SET LOCAL lock_timeout = /* TEMPLATE: lock_timeout */
 -- Through to_jsonb: a table from before migration 00011 (or adopted
 -- before it) lacks the columns, and a missing column would abort the
 -- caller's transaction.
-SELECT extract(epoch FROM (to_jsonb(m)->>'time_partition_interval')::interval)::bigint, (to_jsonb(m)->>'time_partitions_ahead')::int
+SELECT extract(epoch FROM (to_jsonb(m)->>'time_partition_interval')::interval)::bigint AS interval_seconds,
+  (to_jsonb(m)->>'time_partitions_ahead')::int AS ahead
 FROM /* TEMPLATE: partitioning */ m
 
 -- name: ListTimePartitions :many
@@ -34,9 +35,9 @@ FROM /* TEMPLATE: partitioning */ m
 -- read from its partition bound (NULL for DEFAULT, MINVALUE and
 -- MAXVALUE); in the order of their bounds, the DEFAULT partition last.
 -- None for a plain table, whose tree is itself, at level 0.
-SELECT c.oid::regclass::text, c.relpersistence = 'u', b.bound = 'DEFAULT',
-  (regexp_match(b.bound, '^FOR VALUES FROM \(''([^'']*)''\)'))[1]::timestamptz,
-  (regexp_match(b.bound, ' TO \(''([^'']*)''\)$'))[1]::timestamptz
+SELECT c.oid::regclass::text AS name, c.relpersistence = 'u' AS unlogged, b.bound = 'DEFAULT' AS is_default,
+  (regexp_match(b.bound, '^FOR VALUES FROM \(''([^'']*)''\)'))[1]::timestamptz AS from_time,
+  (regexp_match(b.bound, ' TO \(''([^'']*)''\)$'))[1]::timestamptz AS to_time
 FROM pg_partition_tree(@table::regclass) p
 JOIN pg_class c ON c.oid = p.relid
 CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
