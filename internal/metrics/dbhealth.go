@@ -127,16 +127,11 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 	b := &pgx.Batch{}
 	b.Queue(m.settings.SQL)
 	b.Queue(c.sql)
-	var unlogged bool
-	var unloggedPart *string
-	var last *int64
-	var called, seqUnlogged *bool
-	var unpublished, published *int64
-	var slots []byte
+	var row tableCheckRow
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&unlogged, &last, &called, &seqUnlogged, &unloggedPart, &unpublished, &published, &slots)
+		row, err = batchOne[tableCheckRow](br)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -146,26 +141,26 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 		return nil, err
 	}
 	var ss []sqladmin.Slot
-	if err := json.Unmarshal(slots, &ss); err != nil {
+	if err := json.Unmarshal(row.Slots, &ss); err != nil {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}
 	c.slots.Store(&ss)
 	switch {
-	case unlogged:
+	case row.Unlogged:
 		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table}}, nil
-	case unloggedPart != nil:
-		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table, Partition: *unloggedPart}}, nil
-	case seqUnlogged != nil && *seqUnlogged:
+	case row.UnloggedPartition != nil:
+		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table, Partition: *row.UnloggedPartition}}, nil
+	case row.SequenceUnlogged != nil && *row.SequenceUnlogged:
 		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table, Sequence: c.seq}}, nil
-	case last == nil:
+	case row.LastValue == nil:
 		c.behind = nil
 		return nil, nil
 	}
-	next := *last
-	if called != nil && *called {
+	next := *row.LastValue
+	if row.IsCalled != nil && *row.IsCalled {
 		next++
 	}
-	for _, s := range []*int64{unpublished, published} {
+	for _, s := range []*int64{row.MaxUnpublished, row.LastPublished} {
 		if s != nil && *s > high {
 			high = *s
 		}
@@ -229,4 +224,17 @@ func (c slotCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSlotRetained, prometheus.GaugeValue, float64(*s.RetainedWALBytes), s.Name)
 		}
 	}
+}
+
+// tableCheckRow is the row of TableCheck; the sequence's columns are
+// NULL from NoSequenceColumns.
+type tableCheckRow struct {
+	Unlogged          bool    `db:"unlogged"`
+	LastValue         *int64  `db:"last_value"`
+	IsCalled          *bool   `db:"is_called"`
+	SequenceUnlogged  *bool   `db:"sequence_unlogged"`
+	UnloggedPartition *string `db:"unlogged_partition"`
+	MaxUnpublished    *int64  `db:"max_unpublished"`
+	LastPublished     *int64  `db:"last_published"`
+	Slots             []byte  `db:"slots"`
 }
