@@ -283,6 +283,7 @@ type MissingSchemaError struct {
 	Schema, SearchPath string
 }
 
+// Error names the missing schema and how to create it or name another.
 func (e *MissingSchemaError) Error() string {
 	switch {
 	case e.SearchPath == "":
