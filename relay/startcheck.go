@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -18,7 +19,7 @@ const startCheckTimeout = 10 * time.Second
 // it returns the error that refuses to relay it (an UNLOGGED table or
 // sequence: *outboxsql.UnloggedError; UPDATEs failing for want of a
 // replica identity: *outboxsql.ReplicaIdentityError), and logs in one line
-// every privilege the role lacks (outboxsql.MissingPrivileges with
+// every privilege the role lacks (sqladmin.MissingPrivileges with
 // ServiceConfig.Privileges). Catalog lookups only. A database that does not
 // answer yet skips the checks with a warning: the relay retries and says
 // why itself.
@@ -26,7 +27,7 @@ func (s *Service) checkAtStart(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
 	defer cancel()
 	table := s.claimer.Config().Table
-	for _, check := range []func(context.Context, outboxsql.Querier, string) error{outboxsql.CheckDurability, outboxsql.CheckReplicaIdentity} {
+	for _, check := range []func(context.Context, sqladmin.Querier, string) error{sqladmin.CheckDurability, sqladmin.CheckReplicaIdentity} {
 		err := check(ctx, s.pool, table)
 		var ue *outboxsql.UnloggedError
 		var re *outboxsql.ReplicaIdentityError
@@ -38,7 +39,7 @@ func (s *Service) checkAtStart(ctx context.Context) error {
 			return nil
 		}
 	}
-	role, missing, err := outboxsql.MissingPrivileges(ctx, s.pool, table, s.privileges)
+	role, missing, err := sqladmin.MissingPrivileges(ctx, s.pool, table, s.privileges)
 	if err != nil {
 		s.skippedCheck(err)
 		return nil

@@ -2,16 +2,19 @@ package sql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -233,7 +236,7 @@ func adoptStatements(table string, cols AdoptColumns, partitioned, hasSeq, compr
 	seqName := sqlname.Beside(table, "_seq_seq")
 	st := newScript(sqlfile.With(tableSlots(table),
 		"lock", sqlname.XactLock(sqlname.LockAdopt, table),
-		"storage", partitionStorage, "storage_literal", sqlname.Literal(partitionStorage),
+		"storage", sqladmin.PartitionStorage, "storage_literal", sqlname.Literal(sqladmin.PartitionStorage),
 		"sequence", seqName, "sequence_literal", sqlname.Literal(seqName),
 		"aggregate", sqlname.Column(cols.AggregateID)))
 	st.add("XactLock")
@@ -309,8 +312,8 @@ func addRowChecks(ctx context.Context, tx pgx.Tx, table string, cols AdoptColumn
 	}
 	// The function goes into the table's own schema, wherever the
 	// search_path found the table.
-	var schema string
-	if err := tx.QueryRow(ctx, tableSchemaStmt.SQL, tableSchemaStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&schema); err != nil {
+	schema, err := sqladmin.TableSchema(ctx, tx, table)
+	if err != nil {
 		return err
 	}
 	name := tableName(table)
@@ -472,4 +475,20 @@ func constraintName(table, suffix string) string {
 		table = table[:keep]
 	}
 	return table + suffix
+}
+
+// checkAdoptable refuses a table Adopt must not prepare: an unlogged one
+// (*UnloggedError) or one whose UPDATEs fail for want of a replica
+// identity (*ReplicaIdentityError). A table that does not exist is left to
+// adopt's own statements, which say so.
+func checkAdoptable(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	if err := sqladmin.CheckDurability(ctx, pool, table); err != nil {
+		return err
+	}
+	err := sqladmin.CheckReplicaIdentity(ctx, pool, table)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return nil
+	}
+	return err
 }

@@ -10,7 +10,7 @@ import (
 
 // The package's SQL, but for the migrations (migrations/*.sql, which goose
 // applies), lives in queries/*.sql, named queries grouped by concern
-// (catalog.sql, health.sql, adopt.sql, partitions.sql, grants.sql), each
+// (catalog.sql, adopt.sql, partitions.sql, grants.sql), each
 // explained by its own comments, rendered by internal/sqlfile (which says
 // how the /* TEMPLATE: name */ slots and the @name arguments work). The
 // statements that name no table in their text (they take it as an
@@ -36,15 +36,6 @@ type columnsArgs struct {
 	Columns []string `arg:"columns"`
 }
 
-// fragments are the fragments the catalog statements fill in, by slot:
-// seq_of (SeqOf: the sequence of the seq column of the table c) and
-// unlogged_partition (UnloggedPartition: the first unlogged partition of
-// the table c).
-var fragments = map[string]string{
-	"seq_of":             mustFill("SeqOf", nil),
-	"unlogged_partition": mustFill("UnloggedPartition", nil),
-}
-
 // The statements rendered once (see above).
 var (
 	relkindStmt             = mustRender[tableArgs]("Relkind", nil)
@@ -54,38 +45,15 @@ var (
 	hasDefaultPartitionStmt = mustRender[tableArgs]("HasDefaultPartition", nil)
 	schemaExistsStmt        = mustRender[schemaArgs]("SchemaExists", nil)
 	currentSchemaStmt       = mustRender[sqlfile.NoArgs]("CurrentSchema", nil)
-	durabilityStmt          = mustRender[tableArgs]("Durability", fragments)
-	sequenceOfStmt          = mustRender[tableArgs]("SequenceOf", fragments)
-	inspectTableStmt        = mustRender[tableArgs]("InspectTable", fragments)
-	replicaIdentityStmt     = mustRender[tableArgs]("ReplicaIdentity", nil)
-	publicationsStmt        = mustRender[tableArgs]("Publications", nil)
 	isPartitionedStmt       = mustRender[tableArgs]("IsPartitioned", nil)
-	nowStmt                 = mustRender[sqlfile.NoArgs]("Now", nil)
-	tableSchemaStmt         = mustRender[tableArgs]("TableSchema", nil)
-	childPartitionsStmt     = mustRender[tableArgs]("ChildPartitions", nil)
-	listPartitionsStmt      = mustRender[tableArgs]("ListTimePartitions", nil)
 	eventTypeColumnStmt     = mustRender[tableArgs]("EventTypeColumn", nil)
 	columnCompressionStmt   = mustRender[sqlfile.NoArgs]("ColumnCompression", nil)
 	adoptTableShapeStmt     = mustRender[tableArgs]("AdoptTableShape", nil)
-	privilegesStmt          = mustRender[privilegeArgs]("MissingPrivileges", fragments)
-	setLockTimeoutStmt      = mustRender[sqlfile.NoArgs]("SetLockTimeout", map[string]string{
-		"lock_timeout": sqlname.Literal(partitionLockTimeout),
-	})
 )
 
 // schemaArgs are the arguments of SchemaExists.
 type schemaArgs struct {
 	Schema string `arg:"schema"`
-}
-
-// privilegeArgs are the arguments of MissingPrivileges: the quoted
-// names of the table and of the tables beside it.
-type privilegeArgs struct {
-	Table        string `arg:"table"`
-	Guard        string `arg:"guard"`
-	Partitioning string `arg:"partitioning"`
-	Relays       string `arg:"relays"`
-	Partitions   string `arg:"partitions"`
 }
 
 // mustRender renders a statement when the package is initialized: the

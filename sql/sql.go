@@ -10,8 +10,11 @@
 // The package is public so that applications can migrate or adopt their
 // outbox table from their own start-up code or tests (Migrate, Adopt,
 // MigrateOptions, AdoptTable), as `outbox-relay migrate` and `adopt` do,
-// check it (CheckDurability, CheckReplicaIdentity) and print its grants
-// (GrantScript).
+// print its grants (GrantScript), and name the errors Migrate, Adopt and
+// relay.Service.Run refuse a table with (UnloggedError,
+// ReplicaIdentityError). The checks behind those errors, the table's
+// report and its time partitions are the module's own, in
+// internal/sqladmin.
 package sql
 
 import (
@@ -27,6 +30,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
 
@@ -110,7 +114,7 @@ type MigrateOptions struct {
 	// partitioned table's unique keys must hold its partition key; a
 	// DEFAULT partition <table>_default for rows no other partition covers;
 	// and the partitions of the current interval and the
-	// TimePartitionsAhead after it (EnsureTimePartitions), which relays
+	// TimePartitionsAhead after it, which relays
 	// keep creating. Its old partitions can then be dropped whole once
 	// every row in them is published (outbox-relay --retention-drop-partitions). An
 	// existing plain table is an error (it is not converted); on a table
@@ -162,7 +166,7 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 		return nil, err
 	}
 	if opts.Table != config.DefaultTable {
-		if err := CheckTableName(opts.Table); err != nil {
+		if err := sqladmin.CheckTableName(opts.Table); err != nil {
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
 	}
@@ -177,7 +181,7 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 	if err := checkSchema(ctx, pool, opts.Table); err != nil {
 		return nil, err
 	}
-	if err := CheckDurability(ctx, pool, opts.Table); err != nil {
+	if err := sqladmin.CheckDurability(ctx, pool, opts.Table); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	var foreign bool
@@ -213,7 +217,7 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 			return res, err
 		}
 	}
-	if _, err := EnsureTimePartitions(ctx, pool, opts.Table); err != nil {
+	if _, err := sqladmin.EnsureTimePartitions(ctx, pool, opts.Table); err != nil {
 		return res, fmt.Errorf("migrate: %w", err)
 	}
 	return res, nil
@@ -250,9 +254,9 @@ func setTimePartitioning(ctx context.Context, pool *pgxpool.Pool, opts MigrateOp
 	}
 	if !hasDefault {
 		parts := strings.Split(opts.Table, ".")
-		parts[len(parts)-1] = defaultPartitionName(opts.Table)
+		parts[len(parts)-1] = sqladmin.DefaultPartitionName(opts.Table)
 		create, err := renderTable[sqlfile.NoArgs]("CreateDefaultPartition", opts.Table,
-			"partition", sqlname.Quote(strings.Join(parts, ".")), "storage", partitionStorage)
+			"partition", sqlname.Quote(strings.Join(parts, ".")), "storage", sqladmin.PartitionStorage)
 		if err == nil {
 			_, err = pool.Exec(ctx, create.SQL)
 		}
@@ -279,6 +283,7 @@ type MissingSchemaError struct {
 	Schema, SearchPath string
 }
 
+// Error names the missing schema and how to create it or name another.
 func (e *MissingSchemaError) Error() string {
 	switch {
 	case e.SearchPath == "":
@@ -353,7 +358,7 @@ func tableMigrations(table string, partitions int, timePartitioned bool) (fs.FS,
 	if partitions == 0 {
 		partitions = DefaultPartitions
 	}
-	if err := CheckTableName(table); err != nil {
+	if err := sqladmin.CheckTableName(table); err != nil {
 		return nil, err
 	}
 	parts := strings.Split(table, ".")
@@ -415,7 +420,7 @@ var createTableRE = regexp.MustCompile(`(?s)\n\) WITH \(.*?\n\);`)
 // partitioned by RANGE (created_at) (MigrateOptions.TimePartitioned): the
 // primary key becomes (id, created_at), as a partitioned table's unique
 // keys must contain its partition key, and the storage parameters go to
-// each partition instead (partitionStorage).
+// each partition instead (sqladmin.PartitionStorage).
 func timePartitionedTable(s string) (string, error) {
 	const pk = "id           uuid        PRIMARY KEY,"
 	if strings.Count(s, pk) != 1 || len(createTableRE.FindAllStringIndex(s, -1)) != 1 {
@@ -425,34 +430,6 @@ func timePartitionedTable(s string) (string, error) {
 	s = strings.Replace(s, "    last_error   text\n", "    last_error   text,\n    PRIMARY KEY (id, created_at)\n", 1)
 	return createTableRE.ReplaceAllLiteralString(s, "\n) PARTITION BY RANGE (created_at);"), nil
 }
-
-// CheckTableName returns the error MigrateTable gives, before it reads
-// the database, for a table name it cannot create: the table's own name
-// (without its schema) must be a plain lower-case identifier of at most
-// 40 bytes, since the migrations name its indexes, constraints and the
-// tables beside it after it. Any existing table's name can be adopted
-// instead (AdoptTable). nil for a name MigrateTable accepts.
-//
-// A schema in the name must be a plain lower-case identifier too: the
-// migration history table (<schema>.<name>_schema_migrations) is named
-// through goose, which does not quote it.
-func CheckTableName(table string) error {
-	parts := strings.Split(table, ".")
-	if base := parts[len(parts)-1]; !plainName.MatchString(base) {
-		return fmt.Errorf("table name %q: migrate names the table's indexes and constraints after it, so it must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 40 bytes)", base)
-	}
-	if len(parts) == 2 && !plainSchema.MatchString(parts[0]) {
-		return fmt.Errorf("schema name %q: migrate names the table's migration history <schema>.<name>_schema_migrations unquoted, so the schema must be a plain lower-case identifier ([a-z_][a-z0-9_]*); `outbox-relay adopt` takes a table in any schema", parts[0])
-	}
-	return nil
-}
-
-// plainSchema is a schema name that needs no quotes.
-var plainSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
-// plainName is a table name that can prefix its indexes' and constraints'
-// names unquoted, within PostgreSQL's 63-byte limit.
-var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
 // versionTable names table's migration history table.
 func versionTable(table string) string {

@@ -3,10 +3,10 @@ package sql_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -22,7 +22,7 @@ func migrateTimePartitioned(t *testing.T, db *testenv.TestDB, ahead int) {
 // partitionNames lists the table's leaf partitions by name.
 func partitionNames(t *testing.T, db *testenv.TestDB, table string) []string {
 	t.Helper()
-	parts, err := outboxsql.ListTimePartitions(context.Background(), db.Pool, table)
+	parts, err := sqladmin.ListTimePartitions(context.Background(), db.Pool, table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestMigrateTimePartitioned(t *testing.T) {
 	day := now.UTC().Truncate(24 * time.Hour)
 	var want []string
 	for i := 0; i <= 3; i++ { // today and 3 days ahead
-		want = append(want, outboxsql.TimePartitionName("outbox", day.Add(time.Duration(i)*24*time.Hour)))
+		want = append(want, sqladmin.TimePartitionName("outbox", day.Add(time.Duration(i)*24*time.Hour)))
 	}
 	want = append(want, "outbox_default")
 	if got := partitionNames(t, db, "outbox"); strings.Join(got, " ") != strings.Join(want, " ") {
@@ -109,7 +109,7 @@ FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid WHERE h.inhparent = 'ou
 	if _, err := outboxsql.Migrate(ctx, db.Pool); err != nil {
 		t.Fatalf("migrate without the flag on a time-partitioned table: %v", err)
 	}
-	tp, err := outboxsql.ReadTimePartitioning(ctx, db.Pool, "outbox")
+	tp, err := sqladmin.ReadTimePartitioning(ctx, db.Pool, "outbox")
 	if err != nil || tp.Interval != 24*time.Hour || tp.Ahead != 3 {
 		t.Fatalf("time partitioning %+v %v, want 24h, 3 ahead", tp, err)
 	}
@@ -118,52 +118,10 @@ FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid WHERE h.inhparent = 'ou
 	if _, err := outboxsql.MigrateWith(ctx, plain.Pool, outboxsql.MigrateOptions{TimePartitioned: true}); err == nil || !strings.Contains(err.Error(), "not partitioned") {
 		t.Fatalf("--time-partitioned on a plain table: %v, want refused", err)
 	}
-	if tp, err := outboxsql.ReadTimePartitioning(ctx, plain.Pool, "outbox"); err != nil || tp.Interval != 0 {
+	if tp, err := sqladmin.ReadTimePartitioning(ctx, plain.Pool, "outbox"); err != nil || tp.Interval != 0 {
 		t.Fatalf("plain table's time partitioning %+v %v, want none", tp, err)
 	}
-	if created, err := outboxsql.EnsureTimePartitions(ctx, plain.Pool, "outbox"); err != nil || len(created) != 0 {
+	if created, err := sqladmin.EnsureTimePartitions(ctx, plain.Pool, "outbox"); err != nil || len(created) != 0 {
 		t.Fatalf("EnsureTimePartitions on a plain table: %v %v, want nothing", created, err)
-	}
-}
-
-// Several relays keeping the partitions at once: each partition is
-// created once, none fails; the partitions of days ahead appear once the
-// database's day moves on (CreateTimePartitions for a later range stands
-// in for the clock).
-func TestEnsureTimePartitionsConcurrently(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testenv.DB(t)
-	migrateTimePartitioned(t, db, 2)
-	before := partitionNames(t, db, "outbox")
-	var now time.Time
-	if err := db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	created := make([][]string, 4)
-	errs := make([]error, 4)
-	for i := range created {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			created[i], errs[i] = outboxsql.CreateTimePartitions(ctx, db.Pool, "outbox", now, now.Add(5*24*time.Hour))
-		}()
-	}
-	wg.Wait()
-	total := 0
-	for i := range created {
-		if errs[i] != nil {
-			t.Fatalf("keeper %d: %v", i, errs[i])
-		}
-		total += len(created[i])
-	}
-	after := partitionNames(t, db, "outbox")
-	// now + 5 days reaches 3 days past today + 2 ahead.
-	if total != 3 || len(after) != len(before)+3 {
-		t.Fatalf("created %v (%d in all); partitions %v, want 3 new after %v", created, total, after, before)
-	}
-	if c, err := outboxsql.EnsureTimePartitions(ctx, db.Pool, "outbox"); err != nil || len(c) != 0 {
-		t.Fatalf("ensure again: %v %v, want nothing to do", c, err)
 	}
 }

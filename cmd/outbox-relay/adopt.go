@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -61,7 +62,7 @@ func cmdAdopt(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		// A switch from Debezium: its connector published these already.
 		fmt.Fprintf(stdout, "note: %d rows already in the table are unpublished: the relay publishes them when it starts; if another relay (e.g. Debezium) published them already, mark them published first (docs/operating.md, \"Rows already in an adopted table\")\n", unpublished)
 	}
-	r, err := outboxsql.Inspect(ctx, pool, tbl.table)
+	r, err := sqladmin.Inspect(ctx, pool, tbl.table)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/pgoutbox/outbox/internal/produce"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
@@ -417,7 +418,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// What a schema change does not fix, but the relay suffers from (a
 	// sequence restarted below the table's seqs, a publication that makes
 	// its UPDATEs fail): said, not refused.
-	if r, err := outboxsql.Inspect(ctx, pool, tbl.table); err != nil {
+	if r, err := sqladmin.Inspect(ctx, pool, tbl.table); err != nil {
 		log.Warn("could not inspect the table after migrating", zap.Error(err))
 	} else {
 		for _, p := range r.Problems() {

@@ -85,13 +85,9 @@ func (e errEventNotFound) Error() string {
 // routes it.
 func queryEvent(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
+	querier
 }, tbl *tableFlags, cols lease.Columns, id string) (*eventReport, error) {
 	r := &eventReport{EventID: id, tableArgs: tbl.commandArgs()}
-	var (
-		created  *time.Time // NULL: not a finite time
-		state    string
-		topicCol *string
-	)
 	st, err := newInspectStatements(tbl.table, cols)
 	if err != nil {
 		return nil, err
@@ -103,8 +99,7 @@ func queryEvent(ctx context.Context, q interface {
 	if err := st.render(idType); err != nil {
 		return nil, err
 	}
-	err = q.QueryRow(ctx, st.event.SQL, st.event.Args(eventArgs{ID: id})...).Scan(&r.Seq, &topicCol, &r.AggregateType, &r.AggregateID, &r.EventType,
-		&created, &r.PublishedAt, &r.Attempts, &r.LastError, &r.DeadLetteredAt, &r.LockedBy, &r.lockedUntil, &r.heldForever, &r.CheckedAt, &state)
+	e, err := queryOne[eventRow](ctx, q, st.event.SQL, st.event.Args(eventArgs{ID: id})...)
 	var pgErr *pgconn.PgError
 	if isNoRows(err) || (errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.InvalidTextRepresentation || pgErr.Code == pgerrcode.NumericValueOutOfRange)) {
 		// Not in the table, or not even of the ID column's type.
@@ -117,18 +112,21 @@ func queryEvent(ctx context.Context, q interface {
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	r.Found, r.State, r.Published = true, state, state == rowstate.StatePublished
-	if state == rowstate.StateHeld {
+	r.Seq, r.AggregateType, r.AggregateID, r.EventType = e.Seq, e.AggregateType, e.AggregateID, e.EventType
+	r.PublishedAt, r.Attempts, r.LastError, r.DeadLetteredAt = e.PublishedAt, e.Attempts, e.LastError, e.DeadLetteredAt
+	r.LockedBy, r.lockedUntil, r.heldForever, r.CheckedAt = e.LockedBy, e.LockedUntil, e.HeldForever, e.CheckedAt
+	r.Found, r.State, r.Published = true, e.State, e.State == rowstate.StatePublished
+	if e.State == rowstate.StateHeld {
 		if err := findBlocker(ctx, q, st, r); err != nil {
 			return nil, err
 		}
 	}
-	if topic, source := tbl.route(topicCol, r.AggregateType); topic != "" {
+	if topic, source := tbl.route(e.Topic, r.AggregateType); topic != "" {
 		r.Topic, r.TopicSource = &topic, &source
 	}
 	r.template = tbl.template()
-	if created != nil {
-		utc := created.UTC()
+	if e.CreatedAt != nil {
+		utc := e.CreatedAt.UTC()
 		r.CreatedAt = &utc
 	}
 	r.CheckedAt = r.CheckedAt.UTC()
@@ -149,31 +147,49 @@ func queryEvent(ctx context.Context, q interface {
 	return r, nil
 }
 
-// blocker is the event a held event waits for.
+// eventRow is the row of Event: created_at NULL when it is not a finite
+// time, locked_until NULL for 'infinity' (held_forever).
+type eventRow struct {
+	Seq            int64      `db:"seq"`
+	Topic          *string    `db:"topic"`
+	AggregateType  *string    `db:"aggregate_type"`
+	AggregateID    string     `db:"aggregate_id"`
+	EventType      string     `db:"event_type"`
+	CreatedAt      *time.Time `db:"created_at"`
+	PublishedAt    *time.Time `db:"published_at"`
+	Attempts       int        `db:"attempts"`
+	LastError      *string    `db:"last_error"`
+	DeadLetteredAt *time.Time `db:"dead_lettered_at"`
+	LockedBy       *string    `db:"locked_by"`
+	LockedUntil    *time.Time `db:"locked_until"`
+	HeldForever    bool       `db:"held_forever"`
+	CheckedAt      time.Time  `db:"checked_at"`
+	State          string     `db:"state"`
+}
+
+// blocker is the event a held event waits for, read by column name from
+// Blocker.
 type blocker struct {
-	EventID string `json:"event_id"`
-	Seq     int64  `json:"seq"`
+	EventID string `json:"event_id" db:"event_id"`
+	Seq     int64  `json:"seq" db:"seq"`
 	// State is the blocker's own state: dead_lettered, leased or
 	// backing_off.
-	State string `json:"state"`
+	State string `json:"state" db:"state"`
 	// Until is when its lease or backoff ends; null for a dead letter.
-	Until          *time.Time `json:"until"`
-	DeadLetteredAt *time.Time `json:"dead_lettered_at"`
+	Until          *time.Time `json:"until" db:"locked_until"`
+	DeadLetteredAt *time.Time `json:"dead_lettered_at" db:"dead_lettered_at"`
 }
 
 // findBlocker fills r.HeldBehind for a held event.
-func findBlocker(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, st *inspectStatements, r *eventReport) error {
-	b := &blocker{}
-	err := q.QueryRow(ctx, st.blocker.SQL, st.blocker.Args(blockerArgs{AggregateID: r.AggregateID, Seq: r.Seq})...).Scan(&b.Seq, &b.EventID, &b.State, &b.Until, &b.DeadLetteredAt)
+func findBlocker(ctx context.Context, q querier, st *inspectStatements, r *eventReport) error {
+	b, err := queryOne[blocker](ctx, q, st.blocker.SQL, st.blocker.Args(blockerArgs{AggregateID: r.AggregateID, Seq: r.Seq})...)
 	if isNoRows(err) {
 		return nil // it moved on between the two statements
 	}
 	if err != nil {
 		return fmt.Errorf("inspect: the event it waits for: %w", err)
 	}
-	r.HeldBehind = b
+	r.HeldBehind = &b
 	return nil
 }
 

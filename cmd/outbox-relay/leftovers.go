@@ -6,14 +6,14 @@ import (
 	"io"
 	"strings"
 
-	outboxsql "github.com/pgoutbox/outbox/sql"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 )
 
 // writeLeftovers prints what Inspect found beside the table: the logical
 // replication slots of its database, with the WAL each keeps, and the
 // publications covering the table (what a Debezium installation leaves
 // behind). Nothing when there is neither.
-func writeLeftovers(w io.Writer, r *outboxsql.TableReport) {
+func writeLeftovers(w io.Writer, r *sqladmin.TableReport) {
 	if len(r.Slots) > 0 {
 		fmt.Fprintln(w, "logical replication slots in this database (each keeps WAL until it is read or dropped):")
 		for _, s := range r.Slots {
@@ -74,9 +74,9 @@ func fmtBytes(n int64) string {
 // on: an UNLOGGED one (a crash empties it) or one whose UPDATEs fail for
 // want of a replica identity (every claim would fail with 55000). Catalog
 // lookups only.
-func checkRunnable(ctx context.Context, q outboxsql.Querier, table string) error {
-	if err := outboxsql.CheckDurability(ctx, q, table); err != nil {
+func checkRunnable(ctx context.Context, q sqladmin.Querier, table string) error {
+	if err := sqladmin.CheckDurability(ctx, q, table); err != nil {
 		return err
 	}
-	return outboxsql.CheckReplicaIdentity(ctx, q, table)
+	return sqladmin.CheckReplicaIdentity(ctx, q, table)
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/retention"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/relay"
-	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // observeFlags are run's flags for the metrics server and the retention
@@ -224,7 +224,7 @@ func (ob *observer) stop() {
 // missing a round change nothing.
 const timePartitionsEvery = 10 * time.Minute
 
-// keepTimePartitions runs outboxsql.EnsureTimePartitions at once and then
+// keepTimePartitions runs sqladmin.EnsureTimePartitions at once and then
 // every `every` until ctx ends. A table whose time partitions pgoutbox
 // does not keep (a plain table; a partitioned table without
 // migrate --time-partitioned) costs one query a round. A failure (the
@@ -236,7 +236,7 @@ func keepTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string, e
 	defer t.Stop()
 	failing := false
 	for {
-		created, err := outboxsql.EnsureTimePartitions(ctx, pool, table)
+		created, err := sqladmin.EnsureTimePartitions(ctx, pool, table)
 		switch {
 		case ctx.Err() != nil:
 			return

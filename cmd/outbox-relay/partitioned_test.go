@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/testenv"
-	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // checkOrder returns an error unless every key's records carry payload
@@ -69,10 +69,10 @@ func TestTimePartitionedTableDrains(t *testing.T) {
 			if err := db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := outboxsql.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-5*24*time.Hour), now); err != nil {
+			if _, err := sqladmin.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-5*24*time.Hour), now); err != nil {
 				t.Fatal(err)
 			}
-			ahead := outboxsql.TimePartitionName("outbox", now.UTC().Truncate(24*time.Hour).Add(2*24*time.Hour))
+			ahead := sqladmin.TimePartitionName("outbox", now.UTC().Truncate(24*time.Hour).Add(2*24*time.Hour))
 			if _, err := db.Pool.Exec(ctx, `DROP TABLE `+ahead); err != nil {
 				t.Fatal(err)
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/claim"
 	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
@@ -401,7 +402,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string, columns .
 		}
 		return err
 	case claim.IsMissingTable(err):
-		if nameErr := outboxsql.CheckTableName(table); nameErr != nil {
+		if nameErr := sqladmin.CheckTableName(table); nameErr != nil {
 			return fmt.Errorf("outbox table %q not found (%v); migrate cannot create it under this name (%v): use a plain lower-case name, or create the table and run `outbox-relay adopt --table %s`", table, err, nameErr, shellArg(table))
 		}
 		return fmt.Errorf("outbox table %q not found: run `%s` first (%v)", table, migrateCommand(table), err)
@@ -448,7 +449,7 @@ func columnFlag(err error, cols lease.Columns) (string, bool) {
 // every privilege it lacks (as the running relay's start-up check does)
 // and the command that prints the grants. cause is the check's error.
 func missingPrivilegesError(ctx context.Context, pool *pgxpool.Pool, table string, cause error) error {
-	role, missing, err := outboxsql.MissingPrivileges(ctx, pool, table, outboxsql.Needs{})
+	role, missing, err := sqladmin.MissingPrivileges(ctx, pool, table, outboxsql.Needs{})
 	if err != nil || len(missing) == 0 {
 		return fmt.Errorf("check outbox table %q: %w", table, cause)
 	}

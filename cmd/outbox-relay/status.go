@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/lease"
-	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // statusReport is `outbox-relay status`'s result; its JSON form is the
@@ -47,21 +47,21 @@ type statusReport struct {
 	// join, leave or hand partitions over).
 	KeyPartitionsSettled bool `json:"key_partitions_settled"`
 	// Problems are what is wrong with the table, each with its fix
-	// (outboxsql.TableReport.Problems): UNLOGGED, a sequence behind the
+	// (sqladmin.TableReport.Problems): UNLOGGED, a sequence behind the
 	// table's seqs, UPDATEs failing for want of a replica identity.
 	Problems []string `json:"problems"`
 	// ReplicationSlots are the database's logical replication slots and
 	// Publications those covering the table (a Debezium installation's
 	// leftovers, say).
-	ReplicationSlots []outboxsql.Slot        `json:"replication_slots"`
-	Publications     []outboxsql.Publication `json:"publications"`
+	ReplicationSlots []sqladmin.Slot        `json:"replication_slots"`
+	Publications     []sqladmin.Publication `json:"publications"`
 	// TimePartitions is, on a partitioned table, its partitions in the
 	// order of their ranges (DEFAULT last); TimePartitioning what migrate
 	// --time-partitioned recorded (zero when the relays do not keep them).
-	TimePartitions   []outboxsql.TimePartition  `json:"time_partitions,omitempty"`
-	TimePartitioning outboxsql.TimePartitioning `json:"time_partitioning"`
-	tableArgs        string                     // the table flags, to repeat in hints
-	inspected        *outboxsql.TableReport
+	TimePartitions   []sqladmin.TimePartition  `json:"time_partitions,omitempty"`
+	TimePartitioning sqladmin.TimePartitioning `json:"time_partitioning"`
+	tableArgs        string                    // the table flags, to repeat in hints
+	inspected        *sqladmin.TableReport
 }
 
 // relayLeases is one relay holding leases.
@@ -69,6 +69,47 @@ type relayLeases struct {
 	RelayID     string    `json:"relay_id" db:"relay_id"`
 	Leased      int64     `json:"leased" db:"leased"`
 	LeaseEndsAt time.Time `json:"lease_ends_at" db:"lease_ends_at"`
+}
+
+// statusCounts is the row of StatusCounts.
+type statusCounts struct {
+	CheckedAt         time.Time  `db:"checked_at"`
+	Unpublished       int64      `db:"unpublished"`
+	Claimable         int64      `db:"claimable"`
+	Held              int64      `db:"held"`
+	Leased            int64      `db:"leased"`
+	BackingOff        int64      `db:"backing_off"`
+	DeadLetters       int64      `db:"dead_letters"`
+	Published         int64      `db:"published"`
+	OldestPublishedAt *time.Time `db:"oldest_published_at"`
+	NewestPublishedAt *time.Time `db:"newest_published_at"`
+}
+
+// oldestUnpublished is the row of OldestUnpublished; created_at and the
+// age are NULL for a created_at of ±infinity.
+type oldestUnpublished struct {
+	CreatedAt  *time.Time `db:"created_at"`
+	EventID    string     `db:"event_id"`
+	AgeSeconds *float64   `db:"age_seconds"`
+}
+
+// queryOne runs a statement that returns one row and reads it into a T by
+// column name (pgx.RowToStructByName: T's fields are tagged
+// `db:"column"`; a column without a field, or a field without a column,
+// is an error). No row is pgx.ErrNoRows, as from QueryRow.
+func queryOne[T any](ctx context.Context, q querier, sql string, args ...any) (T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return pgx.CollectOneRow(rows, pgx.RowToStructByName[T])
+}
+
+// querier is what queryOne needs of a pool, a connection or a
+// transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // queryStatus reads the status of table in one repeatable-read snapshot.
@@ -83,21 +124,19 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	r := &statusReport{Table: table, Relays: []relayLeases{}}
-	u := &r.Unpublished
-	if err := tx.QueryRow(ctx, st.counts.SQL).Scan(&r.CheckedAt, &u.Total, &u.Claimable, &u.Held, &u.Leased, &u.BackingOff,
-		&r.DeadLetters, &r.Published, &r.OldestPublishedAt, &r.NewestPublishedAt); err != nil {
+	c, err := queryOne[statusCounts](ctx, tx, st.counts.SQL)
+	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	r.CheckedAt = r.CheckedAt.UTC()
-	var created *time.Time
-	var id string
-	var age *float64
-	switch err := tx.QueryRow(ctx, st.oldest.SQL).Scan(&created, &id, &age); {
+	u := &r.Unpublished
+	r.CheckedAt, u.Total, u.Claimable, u.Held, u.Leased, u.BackingOff = c.CheckedAt.UTC(), c.Unpublished, c.Claimable, c.Held, c.Leased, c.BackingOff
+	r.DeadLetters, r.Published, r.OldestPublishedAt, r.NewestPublishedAt = c.DeadLetters, c.Published, c.OldestPublishedAt, c.NewestPublishedAt
+	switch o, err := queryOne[oldestUnpublished](ctx, tx, st.oldest.SQL); {
 	case err == nil:
-		r.OldestUnpublishedEventID = &id
-		if created != nil && age != nil {
-			utc := created.UTC()
-			r.OldestUnpublishedCreatedAt, r.OldestUnpublishedAgeSeconds = &utc, *age
+		r.OldestUnpublishedEventID = &o.EventID
+		if o.CreatedAt != nil && o.AgeSeconds != nil {
+			utc := o.CreatedAt.UTC()
+			r.OldestUnpublishedCreatedAt, r.OldestUnpublishedAgeSeconds = &utc, *o.AgeSeconds
 		}
 	case isNoRows(err):
 	default:
@@ -113,7 +152,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	for i := range r.Relays {
 		r.Relays[i].LeaseEndsAt = r.Relays[i].LeaseEndsAt.UTC()
 	}
-	ins, err := outboxsql.Inspect(ctx, tx, table)
+	ins, err := sqladmin.Inspect(ctx, tx, table)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -128,10 +167,10 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 		}
 	}
 	if ins.Partitioned {
-		if r.TimePartitions, err = outboxsql.ListTimePartitions(ctx, tx, table); err != nil {
+		if r.TimePartitions, err = sqladmin.ListTimePartitions(ctx, tx, table); err != nil {
 			return nil, fmt.Errorf("status: %w", err)
 		}
-		if r.TimePartitioning, err = outboxsql.ReadTimePartitioning(ctx, tx, table); err != nil {
+		if r.TimePartitioning, err = sqladmin.ReadTimePartitioning(ctx, tx, table); err != nil {
 			return nil, fmt.Errorf("status: %w", err)
 		}
 	}

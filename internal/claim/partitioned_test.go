@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
 	outboxsql "github.com/pgoutbox/outbox/sql"
@@ -28,7 +29,7 @@ func timePartitionedDB(t testing.TB, back int) *testenv.TestDB {
 	if err := db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := outboxsql.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-time.Duration(back)*24*time.Hour), now); err != nil {
+	if _, err := sqladmin.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-time.Duration(back)*24*time.Hour), now); err != nil {
 		t.Fatal(err)
 	}
 	return db

@@ -11,12 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // The table check: what a database setting can change under a running
 // relay without a word (the relay refuses the same at start, see
-// relay.Service.Run and outboxsql.CheckDurability): the table or its seq
+// relay.Service.Run and sqladmin.CheckDurability): the table or its seq
 // sequence made UNLOGGED (a crash then empties it), or the sequence
 // restarted below the seqs the table holds (new events then wait for the
 // relay's rescan). One statement (TableCheck) every
@@ -42,10 +43,10 @@ type tableCheck struct {
 	published atomic.Int64
 	// problem is the check's verdict: nil while the table is fine.
 	problem atomic.Pointer[checkProblem]
-	slots   atomic.Pointer[[]outboxsql.Slot]
+	slots   atomic.Pointer[[]sqladmin.Slot]
 	// behind is the SequenceBehindError of the current episode: its exact
 	// maximum is read once, when the episode starts.
-	behind *outboxsql.SequenceBehindError
+	behind *sqladmin.SequenceBehindError
 	mu     sync.Mutex // serializes checks
 	failed bool       // the last check failed (logged once)
 }
@@ -69,7 +70,7 @@ func (c *tableCheck) noteSeqs(maxSeq int64) {
 // CheckTable runs the table check now (RunRefresher runs it every
 // Config.Interval), bounded by Config.QueryTimeout: it returns what is
 // wrong with the table (an *outboxsql.UnloggedError or an
-// *outboxsql.SequenceBehindError), nil when nothing is, and the query's
+// *sqladmin.SequenceBehindError), nil when nothing is, and the query's
 // error, wrapped as "metrics: table check: ...", when it could not run
 // (the verdict is kept then). The verdict is what the "table" readiness
 // check reports.
@@ -109,7 +110,7 @@ func (m *Metrics) CheckTable(ctx context.Context) (problem error, err error) {
 func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 	c := &m.tcheck
 	if !c.resolved {
-		seq, err := outboxsql.SequenceOf(ctx, m.db, m.cfg.Table)
+		seq, err := sqladmin.SequenceOf(ctx, m.db, m.cfg.Table)
 		if err != nil {
 			return nil, err
 		}
@@ -126,16 +127,11 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 	b := &pgx.Batch{}
 	b.Queue(m.settings.SQL)
 	b.Queue(c.sql)
-	var unlogged bool
-	var unloggedPart *string
-	var last *int64
-	var called, seqUnlogged *bool
-	var unpublished, published *int64
-	var slots []byte
+	var row tableCheckRow
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&unlogged, &last, &called, &seqUnlogged, &unloggedPart, &unpublished, &published, &slots)
+		row, err = batchOne[tableCheckRow](br)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -144,27 +140,27 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 		c.resolved = false // the sequence may have been renamed or dropped
 		return nil, err
 	}
-	var ss []outboxsql.Slot
-	if err := json.Unmarshal(slots, &ss); err != nil {
+	var ss []sqladmin.Slot
+	if err := json.Unmarshal(row.Slots, &ss); err != nil {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}
 	c.slots.Store(&ss)
 	switch {
-	case unlogged:
+	case row.Unlogged:
 		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table}}, nil
-	case unloggedPart != nil:
-		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table, Partition: *unloggedPart}}, nil
-	case seqUnlogged != nil && *seqUnlogged:
+	case row.UnloggedPartition != nil:
+		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table, Partition: *row.UnloggedPartition}}, nil
+	case row.SequenceUnlogged != nil && *row.SequenceUnlogged:
 		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table, Sequence: c.seq}}, nil
-	case last == nil:
+	case row.LastValue == nil:
 		c.behind = nil
 		return nil, nil
 	}
-	next := *last
-	if called != nil && *called {
+	next := *row.LastValue
+	if row.IsCalled != nil && *row.IsCalled {
 		next++
 	}
-	for _, s := range []*int64{unpublished, published} {
+	for _, s := range []*int64{row.MaxUnpublished, row.LastPublished} {
 		if s != nil && *s > high {
 			high = *s
 		}
@@ -180,7 +176,7 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 		if err := m.db.QueryRow(ctx, m.maxSeq.SQL).Scan(&maxSeq); err == nil && maxSeq != nil && *maxSeq > high {
 			high = *maxSeq
 		}
-		c.behind = &outboxsql.SequenceBehindError{Table: m.cfg.Table, Sequence: c.seq, Next: next, MaxSeq: high}
+		c.behind = &sqladmin.SequenceBehindError{Table: m.cfg.Table, Sequence: c.seq, Next: next, MaxSeq: high}
 	}
 	// A new error each time: the last one is read by readiness meanwhile.
 	e := *c.behind
@@ -228,4 +224,17 @@ func (c slotCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSlotRetained, prometheus.GaugeValue, float64(*s.RetainedWALBytes), s.Name)
 		}
 	}
+}
+
+// tableCheckRow is the row of TableCheck; the sequence's columns are
+// NULL from NoSequenceColumns.
+type tableCheckRow struct {
+	Unlogged          bool    `db:"unlogged"`
+	LastValue         *int64  `db:"last_value"`
+	IsCalled          *bool   `db:"is_called"`
+	SequenceUnlogged  *bool   `db:"sequence_unlogged"`
+	UnloggedPartition *string `db:"unlogged_partition"`
+	MaxUnpublished    *int64  `db:"max_unpublished"`
+	LastPublished     *int64  `db:"last_published"`
+	Slots             []byte  `db:"slots"`
 }

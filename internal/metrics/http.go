@@ -187,18 +187,20 @@ type ListenerReasoner interface {
 // checkDatabase runs the "database" readiness check: the server answers and
 // is not a standby.
 func (m *Metrics) checkDatabase(ctx context.Context) error {
-	var rec bool
-	var host *string
-	var port *int32
-	if err := m.db.QueryRow(ctx, m.recovery.SQL).Scan(&rec, &host, &port); err != nil {
+	r, err := queryOne[struct {
+		InRecovery bool    `db:"in_recovery"`
+		Host       *string `db:"host"`
+		Port       *int32  `db:"port"`
+	}](ctx, m.db, m.recovery.SQL)
+	if err != nil {
 		return err
 	}
-	if !rec {
+	if !r.InRecovery {
 		return nil
 	}
 	addr := "a unix socket"
-	if host != nil && port != nil {
-		addr = net.JoinHostPort(*host, strconv.Itoa(int(*port)))
+	if r.Host != nil && r.Port != nil {
+		addr = net.JoinHostPort(*r.Host, strconv.Itoa(int(*r.Port)))
 	}
 	return fmt.Errorf("connected to a standby (in recovery) at %s: claims cannot write there until it is promoted; point --database-url at the primary", addr)
 }

@@ -170,6 +170,7 @@ func (c Config) Validate() error {
 // DB is what Metrics needs from the database; *pgxpool.Pool implements it.
 type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	Ping(ctx context.Context) error
 }
@@ -559,11 +560,7 @@ func (m *Metrics) refresh(ctx context.Context, counts bool) (TableStats, error) 
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
 	defer cancel()
 	var s TableStats
-	var dbNow float64
-	var headSeqs []int64
-	var headCreated []float64
-	var claimableSeq *int64
-	var claimable *float64
+	var row tableStatsRow
 	// The batch opens with the session settings (SessionSettings:
 	// the index plans whatever the statistics say, and the statement
 	// timeout), for the statements' own transaction.
@@ -584,10 +581,9 @@ func (m *Metrics) refresh(ctx context.Context, counts bool) (TableStats, error) 
 	br := m.db.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		var unpublished, dead *int64
-		err = br.QueryRow().Scan(&dbNow, &headSeqs, &headCreated, &claimableSeq, &claimable, &unpublished, &dead)
-		if unpublished != nil && dead != nil {
-			s.Unpublished, s.DeadLetters = *unpublished, *dead
+		row, err = batchOne[tableStatsRow](br)
+		if row.Unpublished != nil && row.DeadLetters != nil {
+			s.Unpublished, s.DeadLetters = *row.Unpublished, *row.DeadLetters
 			m.counts.Store(&[2]int64{s.Unpublished, s.DeadLetters})
 		} else if c := m.counts.Load(); c != nil {
 			s.Unpublished, s.DeadLetters = c[0], c[1]
@@ -614,19 +610,19 @@ func (m *Metrics) refresh(ctx context.Context, counts bool) (TableStats, error) 
 	}
 	// The refresh saw every live row when the head is not full (or, with
 	// the counts, when they say so).
-	complete := len(headSeqs) < headRows
+	complete := len(row.HeadSeqs) < headRows
 	if counts {
-		complete = s.Unpublished <= int64(len(headSeqs))
+		complete = s.Unpublished <= int64(len(row.HeadSeqs))
 	}
-	snap := &oldestSnapshot{dbNow: dbNow, at: time.Now(), complete: complete}
-	for i := range headSeqs {
-		snap.head = append(snap.head, headRow{seq: headSeqs[i], created: headCreated[i]})
+	snap := &oldestSnapshot{dbNow: row.DBNow, at: time.Now(), complete: complete}
+	for i := range row.HeadSeqs {
+		snap.head = append(snap.head, headRow{seq: row.HeadSeqs[i], created: row.HeadCreated[i]})
 	}
 	if len(snap.head) > 0 {
 		snap.lastSeen = snap.head[len(snap.head)-1].created
 	}
-	if claimable != nil && claimableSeq != nil {
-		snap.claimable, snap.claimableSeq = *claimable, *claimableSeq
+	if row.ClaimableCreated != nil && row.ClaimableSeq != nil {
+		snap.claimable, snap.claimableSeq = *row.ClaimableCreated, *row.ClaimableSeq
 	}
 	m.storeOldest(snap)
 	snap = m.oldest.Load()
@@ -810,3 +806,39 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+// queryOne runs a statement that returns one row and reads it into a T by
+// column name (pgx.RowToStructByName: T's fields are tagged
+// `db:"column"`; a column without a field, or a field without a column,
+// is an error). No row is pgx.ErrNoRows, as from QueryRow.
+func queryOne[T any](ctx context.Context, db DB, sql string, args ...any) (T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return pgx.CollectOneRow(rows, pgx.RowToStructByName[T])
+}
+
+// batchOne reads br's next result, one row, into a T by column name, as
+// queryOne does.
+func batchOne[T any](br pgx.BatchResults) (T, error) {
+	rows, err := br.Query()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return pgx.CollectOneRow(rows, pgx.RowToStructByName[T])
+}
+
+// tableStatsRow is the row of TableStats; the counts are NULL from
+// NoCounts.
+type tableStatsRow struct {
+	DBNow            float64   `db:"db_now"`
+	HeadSeqs         []int64   `db:"head_seqs"`
+	HeadCreated      []float64 `db:"head_created"`
+	ClaimableSeq     *int64    `db:"claimable_seq"`
+	ClaimableCreated *float64  `db:"claimable_created"`
+	Unpublished      *int64    `db:"unpublished"`
+	DeadLetters      *int64    `db:"dead_letters"`
+}

@@ -36,6 +36,17 @@ type SnapshotHolder struct {
 	XminAge int64
 }
 
+// snapshotHolderRow is the row of OldestSnapshot.
+type snapshotHolderRow struct {
+	PID             int32   `db:"pid"`
+	ApplicationName string  `db:"application_name"`
+	User            string  `db:"usename"`
+	State           string  `db:"state"`
+	ClientAddr      string  `db:"client_addr"`
+	AgeSeconds      float64 `db:"age_seconds"`
+	XminAge         int64   `db:"xmin_age"`
+}
+
 func (h SnapshotHolder) String() string {
 	if h.PID == 0 {
 		return fmt.Sprintf("a prepared transaction, %s old", h.Age.Round(time.Second))
@@ -67,9 +78,7 @@ func (m *Metrics) snapshotGauge() prometheus.Collector {
 // naming it, at most every 5 minutes. Errors are wrapped as "metrics:
 // snapshot holders: ...".
 func (m *Metrics) OldestSnapshot(ctx context.Context) (*SnapshotHolder, error) {
-	var h SnapshotHolder
-	var age float64
-	err := m.db.QueryRow(ctx, m.snapshotHolders.SQL).Scan(&h.PID, &h.ApplicationName, &h.User, &h.State, &h.ClientAddr, &age, &h.XminAge)
+	row, err := queryOne[snapshotHolderRow](ctx, m.db, m.snapshotHolders.SQL)
 	if isNoRows(err) {
 		m.snap.age.Store(0)
 		return nil, nil
@@ -77,7 +86,8 @@ func (m *Metrics) OldestSnapshot(ctx context.Context) (*SnapshotHolder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: snapshot holders: %w", err)
 	}
-	h.Age = time.Duration(age * float64(time.Second))
+	h := SnapshotHolder{PID: row.PID, ApplicationName: row.ApplicationName, User: row.User, State: row.State,
+		ClientAddr: row.ClientAddr, Age: time.Duration(row.AgeSeconds * float64(time.Second)), XminAge: row.XminAge}
 	m.snap.age.Store(int64(h.Age))
 	if m.cfg.SnapshotWarnAfter > 0 && h.Age > m.cfg.SnapshotWarnAfter && time.Since(m.snap.lastWarn) >= warnEvery {
 		m.snap.lastWarn = time.Now()
@@ -95,14 +105,16 @@ func (m *Metrics) OldestSnapshot(ctx context.Context) (*SnapshotHolder, error) {
 func (m *Metrics) checkSnapshotVisibility(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
 	defer cancel()
-	var role string
-	var sees bool
-	if err := m.db.QueryRow(ctx, m.snapshotVisibility.SQL).Scan(&role, &sees); err != nil {
+	v, err := queryOne[struct {
+		Role         string `db:"role"`
+		ReadAllStats bool   `db:"read_all_stats"`
+	}](ctx, m.db, m.snapshotVisibility.SQL)
+	if err != nil {
 		m.log.Debug("snapshot watch: could not read the role's privileges", zap.Error(err))
 		return
 	}
-	if !sees {
+	if !v.ReadAllStats {
 		m.log.Warn("the held-snapshot watch cannot see other roles' transactions: pg_stat_activity hides their xact_start and backend_xmin from a role without the privileges of pg_read_all_stats, so it watches only this role's own sessions; GRANT pg_read_all_stats TO the relay's role",
-			zap.String("role", role))
+			zap.String("role", v.Role))
 	}
 }

@@ -6,9 +6,9 @@ import (
 	"strconv"
 
 	"github.com/pgoutbox/outbox/internal/rowstate"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
-	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // The gauges' and the checks' SQL lives in sql/*.sql, named queries and
@@ -90,7 +90,7 @@ func (s *statements) tableCheckSQL(seq string) (string, error) {
 // partition; migration 00009), aggregate_id (the configured column), live_o and
 // claimable_o (rowstate.States on alias o), head_rows (headRows),
 // statement_timeout (Config.QueryTimeout in milliseconds, as a string
-// literal), replication_slots (outboxsql.SlotsSQL).
+// literal), replication_slots (sqladmin.SlotsSQL).
 func metricsSlots(cfg Config) map[string]string {
 	st := rowstate.NewStates(cfg.Table, cfg.AggregateColumn)
 	return map[string]string{
@@ -103,7 +103,7 @@ func metricsSlots(cfg Config) map[string]string {
 		"claimable_o":       st.Claimable("o"),
 		"head_rows":         strconv.Itoa(headRows),
 		"statement_timeout": sqlname.Literal(strconv.FormatInt(cfg.QueryTimeout.Milliseconds(), 10)),
-		"replication_slots": outboxsql.SlotsSQL,
+		"replication_slots": sqladmin.SlotsSQL,
 	}
 }
 

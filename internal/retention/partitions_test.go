@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/retention"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -26,7 +27,7 @@ func timePartitionedDB(t *testing.T) *testenv.TestDB {
 	if err := db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := outboxsql.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-6*24*time.Hour), now); err != nil {
+	if _, err := sqladmin.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-6*24*time.Hour), now); err != nil {
 		t.Fatal(err)
 	}
 	return db
@@ -40,12 +41,12 @@ func partitionOf(t *testing.T, db *testenv.TestDB, daysAgo int) string {
 	if err := db.Pool.QueryRow(context.Background(), `SELECT now()`).Scan(&now); err != nil {
 		t.Fatal(err)
 	}
-	return outboxsql.TimePartitionName("outbox", now.UTC().Truncate(24*time.Hour).Add(-time.Duration(daysAgo)*24*time.Hour))
+	return sqladmin.TimePartitionName("outbox", now.UTC().Truncate(24*time.Hour).Add(-time.Duration(daysAgo)*24*time.Hour))
 }
 
 func partitions(t *testing.T, db *testenv.TestDB) []string {
 	t.Helper()
-	ps, err := outboxsql.ListTimePartitions(context.Background(), db.Pool, "outbox")
+	ps, err := sqladmin.ListTimePartitions(context.Background(), db.Pool, "outbox")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,9 +46,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
-	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // Config configures a Cleaner.
@@ -265,7 +265,7 @@ func (c *Cleaner) resolve(ctx context.Context) error {
 // A partition whose lock could not be had in time is left for the next
 // pass; other errors end the pass.
 func (c *Cleaner) dropPartitions(ctx context.Context, p *Pass) error {
-	parts, err := outboxsql.ListTimePartitions(ctx, c.db, c.cfg.Table)
+	parts, err := sqladmin.ListTimePartitions(ctx, c.db, c.cfg.Table)
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func (c *Cleaner) dropPartitions(ctx context.Context, p *Pass) error {
 // them longer than the retention ago (by the database clock).
 func (c *Cleaner) droppable(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, part outboxsql.TimePartition) (bool, error) {
+}, part sqladmin.TimePartition) (bool, error) {
 	var ok bool
 	s, err := onPartition[retentionArgs](c.sql, "Droppable", "partition", part.Name)
 	if err != nil {

@@ -165,15 +165,6 @@ WITH batch AS (
 )
 SELECT max(seq) FROM batch
 
--- name: SetLockTimeout :exec
--- Bounds each wait for a lock in the rest of the transaction (lock_timeout:
--- a literal, partitionLockTimeout) while time partitions are created:
--- ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE on the table and ACCESS
--- EXCLUSIVE on its DEFAULT partition, and a wait behind a long
--- transaction must not queue producers behind it for long. The next round
--- tries again.
-SET LOCAL lock_timeout = /* TEMPLATE: lock_timeout */
-
 -- name: SetTimePartitioning :one
 -- Records a table's time partitioning in <table>_partitioning
 -- (MigrateOptions.TimePartitioned): the interval, @interval_seconds, only
@@ -185,16 +176,6 @@ SET LOCAL lock_timeout = /* TEMPLATE: lock_timeout */
 UPDATE /* TEMPLATE: partitioning */ SET time_partition_interval = coalesce(time_partition_interval, @interval_seconds * interval '1 second'), time_partitions_ahead = CASE WHEN time_partition_interval IS NULL OR time_partition_interval = @interval_seconds * interval '1 second' THEN @ahead ELSE time_partitions_ahead END
 RETURNING extract(epoch FROM time_partition_interval)::bigint
 
--- name: ReadTimePartitioning :one
--- A table's time partitioning as <table>_partitioning records it
--- (migration 00011): the interval in seconds and the partitions kept
--- ahead, NULL when pgoutbox does not keep the table's time partitions.
--- Through to_jsonb: a table from before migration 00011 (or adopted
--- before it) lacks the columns, and a missing column would abort the
--- caller's transaction.
-SELECT extract(epoch FROM (to_jsonb(m)->>'time_partition_interval')::interval)::bigint, (to_jsonb(m)->>'time_partitions_ahead')::int
-FROM /* TEMPLATE: partitioning */ m
-
 -- name: CreateDefaultPartition :exec
 -- Creates the DEFAULT partition of a time-partitioned outbox table
 -- (DefaultPartitionName, in the table's schema), for the rows no time
@@ -202,37 +183,3 @@ FROM /* TEMPLATE: partitioning */ m
 -- (storage: PartitionStorage), which the partitioned table itself has no
 -- storage for.
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: partition */ PARTITION OF /* TEMPLATE: table */ DEFAULT WITH (/* TEMPLATE: storage */)
-
--- name: ListTimePartitions :many
--- The leaf partitions of the table @table (quoted), for
--- ListTimePartitions: each as regclass prints it, whether it is unlogged,
--- whether it is the DEFAULT partition, and its range bounds of created_at
--- read from its partition bound (NULL for DEFAULT, MINVALUE and
--- MAXVALUE); in the order of their bounds, the DEFAULT partition last.
--- None for a plain table, whose tree is itself, at level 0.
-SELECT c.oid::regclass::text, c.relpersistence = 'u', b.bound = 'DEFAULT',
-  (regexp_match(b.bound, '^FOR VALUES FROM \(''([^'']*)''\)'))[1]::timestamptz,
-  (regexp_match(b.bound, ' TO \(''([^'']*)''\)$'))[1]::timestamptz
-FROM pg_partition_tree(@table::regclass) p
-JOIN pg_class c ON c.oid = p.relid
-CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
-WHERE p.isleaf AND p.level > 0
-ORDER BY b.bound = 'DEFAULT', 4 NULLS FIRST, 1
-
--- name: CreateTimePartition :exec
--- Creates a time partition (partition: schema-qualified, quoted) as a
--- table of its own, like the outbox table with its defaults and
--- constraints and with the storage parameters every partition gets
--- (storage: PartitionStorage); AttachTimePartition then attaches
--- it. Created so, and not with CREATE TABLE ... PARTITION OF, which would
--- lock the table ACCESS EXCLUSIVE: attaching locks it in SHARE UPDATE
--- EXCLUSIVE mode only, so producers and relays go on meanwhile.
-CREATE TABLE /* TEMPLATE: partition */ (LIKE /* TEMPLATE: table */ INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH (/* TEMPLATE: storage */)
-
--- name: AttachTimePartition :exec
--- Attaches a time partition created by CreateTimePartition for the
--- rows with created_at in [from, to) (timestamptz literals, UTC):
--- PostgreSQL gives it the table's indexes and row triggers. It takes SHARE
--- UPDATE EXCLUSIVE on the table, ACCESS EXCLUSIVE on its DEFAULT
--- partition (whose rows it checks).
-ALTER TABLE /* TEMPLATE: table */ ATTACH PARTITION /* TEMPLATE: partition */ FOR VALUES FROM (/* TEMPLATE: from */) TO (/* TEMPLATE: to */)

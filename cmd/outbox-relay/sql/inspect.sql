@@ -25,10 +25,12 @@ SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = @tabl
 -- for 'infinity') and whether it is 'infinity' (a dead letter holding
 -- back its aggregate), the database's now(), and the row's state
 -- (state_o: lease.States.State on alias o, the claim's own predicates).
-SELECT o.seq, o.topic, /* TEMPLATE: aggregate_type_o */, o./* TEMPLATE: aggregate_id */::text, o./* TEMPLATE: event_type */::text,
-  CASE WHEN isfinite(o.created_at) THEN o.created_at END, o.published_at, o.attempts, o.last_error,
-  o.dead_lettered_at, o.locked_by, NULLIF(o.locked_until, 'infinity'), coalesce(o.locked_until = 'infinity', false), now(),
-  /* TEMPLATE: state_o */
+SELECT o.seq, o.topic, /* TEMPLATE: aggregate_type_o */ AS aggregate_type, o./* TEMPLATE: aggregate_id */::text AS aggregate_id,
+  o./* TEMPLATE: event_type */::text AS event_type,
+  CASE WHEN isfinite(o.created_at) THEN o.created_at END AS created_at, o.published_at, o.attempts, o.last_error,
+  o.dead_lettered_at, o.locked_by, NULLIF(o.locked_until, 'infinity') AS locked_until,
+  coalesce(o.locked_until = 'infinity', false) AS held_forever, now() AS checked_at,
+  /* TEMPLATE: state_o */ AS state
 FROM /* TEMPLATE: table */ o WHERE o./* TEMPLATE: id */ = CAST(@id::text AS /* TEMPLATE: id_type */)
 
 -- name: Blocker :one
@@ -42,7 +44,8 @@ FROM /* TEMPLATE: table */ o WHERE o./* TEMPLATE: id */ = CAST(@id::text AS /* T
 -- Columns: seq, the ID as text, its state (state_b: rowstate.States.State
 -- on alias b, not p: the held-back check inside it names the table p),
 -- locked_until (NULL for 'infinity'), dead_lettered_at.
-SELECT b.seq, b./* TEMPLATE: id */::text, /* TEMPLATE: state_b */, NULLIF(b.locked_until, 'infinity'), b.dead_lettered_at
+SELECT b.seq, b./* TEMPLATE: id */::text AS event_id, /* TEMPLATE: state_b */ AS state, NULLIF(b.locked_until, 'infinity') AS locked_until,
+  b.dead_lettered_at
 FROM /* TEMPLATE: table */ b
 WHERE b./* TEMPLATE: aggregate_id */ = @aggregate_id AND b.published_at IS NULL AND b.seq < @seq AND b.locked_until > now() AND b.locked_by IS NULL
 ORDER BY b.seq LIMIT 1

@@ -22,16 +22,16 @@ WITH u AS (
   SELECT /* TEMPLATE: state_o */ AS state FROM /* TEMPLATE: table */ o WHERE o.published_at IS NULL
 )
 SELECT
-  now(),
-  (SELECT count(*) FROM u WHERE state <> /* TEMPLATE: dead_lettered */),
-  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: claimable */),
-  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: held */),
-  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: leased */),
-  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: backing_off */),
-  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: dead_lettered */),
-  (SELECT count(*) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL),
-  (SELECT min(published_at) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL),
-  (SELECT max(published_at) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL)
+  now() AS checked_at,
+  (SELECT count(*) FROM u WHERE state <> /* TEMPLATE: dead_lettered */) AS unpublished,
+  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: claimable */) AS claimable,
+  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: held */) AS held,
+  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: leased */) AS leased,
+  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: backing_off */) AS backing_off,
+  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: dead_lettered */) AS dead_letters,
+  (SELECT count(*) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL) AS published,
+  (SELECT min(published_at) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL) AS oldest_published_at,
+  (SELECT max(published_at) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL) AS newest_published_at
 
 -- name: OldestUnpublished :one
 -- The status command's oldest unpublished event: the lowest-seq
@@ -42,8 +42,8 @@ SELECT
 --
 -- A created_at of ±infinity (plain SQL can write it; the relay
 -- dead-letters such a row) reads as NULL: no age.
-SELECT CASE WHEN isfinite(created_at) THEN created_at END, /* TEMPLATE: id */::text,
-  CASE WHEN isfinite(created_at) THEN extract(epoch FROM now() - created_at)::float8 END FROM /* TEMPLATE: table */
+SELECT CASE WHEN isfinite(created_at) THEN created_at END AS created_at, /* TEMPLATE: id */::text AS event_id,
+  CASE WHEN isfinite(created_at) THEN extract(epoch FROM now() - created_at)::float8 END AS age_seconds FROM /* TEMPLATE: table */
 WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY seq LIMIT 1
 
 -- name: RelayLeases :many

@@ -36,10 +36,10 @@ WITH head AS (
   WHERE /* TEMPLATE: claimable_o */
   ORDER BY o.seq LIMIT 1
 )
-SELECT extract(epoch FROM now())::float8,
-  coalesce((SELECT array_agg(seq ORDER BY seq) FROM head), '{}'),
-  coalesce((SELECT array_agg(created ORDER BY seq) FROM head), '{}'),
-  (SELECT seq FROM claimable), (SELECT created FROM claimable),
+SELECT extract(epoch FROM now())::float8 AS db_now,
+  coalesce((SELECT array_agg(seq ORDER BY seq) FROM head), '{}') AS head_seqs,
+  coalesce((SELECT array_agg(created ORDER BY seq) FROM head), '{}') AS head_created,
+  (SELECT seq FROM claimable) AS claimable_seq, (SELECT created FROM claimable) AS claimable_created,
   /* TEMPLATE: counts */
 
 -- name: Counts :fragment
@@ -51,14 +51,14 @@ SELECT extract(epoch FROM now())::float8,
 -- backlog (a scan of the unpublished index): they are read every
 -- Config.Interval, not at the early refreshes a relay asks for while it
 -- publishes a backlog (oldest.go), which read NoCounts instead.
-(SELECT count(*) FROM /* TEMPLATE: table */ o WHERE /* TEMPLATE: live_o */),
-  (SELECT count(*) FROM /* TEMPLATE: table */ WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL)
+(SELECT count(*) FROM /* TEMPLATE: table */ o WHERE /* TEMPLATE: live_o */) AS unpublished,
+  (SELECT count(*) FROM /* TEMPLATE: table */ WHERE dead_lettered_at IS NOT NULL AND published_at IS NULL) AS dead_letters
 
 -- name: NoCounts :fragment
 -- A fragment of TableStats (its last two columns), not a statement:
 -- what an early refresh reads instead of the counts (Counts), whose
 -- scan grows with the backlog. The count gauges keep their last values.
-NULL::bigint, NULL::bigint
+NULL::bigint AS unpublished, NULL::bigint AS dead_letters
 
 -- name: OwnedClaimable :one
 -- The age of the oldest claimable row (lease.States.Claimable, the
@@ -82,7 +82,7 @@ ORDER BY o.seq LIMIT 1
 
 -- name: MaxSeq :one
 -- The table's highest seq, for the fix a sequence behind the table's seqs
--- needs (outboxsql.SequenceBehindError: setval to at least this). One scan
+-- needs (sqladmin.SequenceBehindError: setval to at least this). One scan
 -- of the table, read once per episode, when the table check first finds
 -- the sequence behind.
 SELECT max(seq) FROM /* TEMPLATE: table */

@@ -15,7 +15,7 @@ SELECT coalesce(max(seq), 0) FROM /* TEMPLATE: table */
 -- highest seq (MaxSeq): a sequence restarted below it (a
 -- logical-replication cutover does not carry sequences over) makes new
 -- events sort below published ones.
-SELECT last_value, is_called, (SELECT relpersistence = 'u' FROM pg_class WHERE oid = @sequence::regclass) FROM /* TEMPLATE: sequence */
+SELECT last_value, is_called, (SELECT relpersistence = 'u' FROM pg_class WHERE oid = @sequence::regclass) AS unlogged FROM /* TEMPLATE: sequence */
 
 -- name: SequenceFix :exec
 -- Not run by pgoutbox: the statement SequenceBehindError.Fix gives to run
@@ -31,8 +31,8 @@ SELECT setval(pg_get_serial_sequence(/* TEMPLATE: table_literal */,'seq'), /* TE
 -- server keeps for it, NULL on a standby (where pg_current_wal_lsn()
 -- cannot run) and for a slot without restart_lsn. A slot nobody reads (a
 -- Debezium connector that was removed) keeps WAL until the disk fills.
-SELECT slot_name::text, coalesce(plugin::text, ''), active,
-  CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint END
+SELECT slot_name::text AS name, coalesce(plugin::text, '') AS plugin, active,
+  CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint END AS retained_wal_bytes
 FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() ORDER BY slot_name
 
 -- name: Publications :many
@@ -40,7 +40,7 @@ FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_dat
 -- ones included (pg_publication_tables lists what each publishes), by
 -- their name: whether each is FOR ALL TABLES and whether it publishes UPDATEs
 -- and DELETEs. Catalog lookups only.
-SELECT p.pubname::text, p.puballtables, p.pubupdate, p.pubdelete FROM pg_publication p
+SELECT p.pubname::text AS name, p.puballtables AS all_tables, p.pubupdate AS updates, p.pubdelete AS deletes FROM pg_publication p
 WHERE EXISTS (SELECT 1 FROM pg_publication_tables pt JOIN pg_class c ON c.relname = pt.tablename
   JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = pt.schemaname
   WHERE pt.pubname = p.pubname AND c.oid = @table::regclass)

@@ -1,4 +1,4 @@
-package sql_test
+package sqladmin_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
@@ -20,25 +21,25 @@ func TestUnloggedPartitionIsRefused(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.DB(t)
 	migrateTimePartitioned(t, db, 1)
-	if err := outboxsql.CheckDurability(ctx, db.Pool, "outbox"); err != nil {
+	if err := sqladmin.CheckDurability(ctx, db.Pool, "outbox"); err != nil {
 		t.Fatalf("logged partitions: %v", err)
 	}
-	r, err := outboxsql.Inspect(ctx, db.Pool, "outbox")
+	r, err := sqladmin.Inspect(ctx, db.Pool, "outbox")
 	if err != nil || !r.Partitioned || r.Partitions != 3 || len(r.Problems()) != 0 || r.Sequence == "" {
 		t.Fatalf("inspect: %+v %v, want partitioned, 3 partitions, a sequence, no problem", r, err)
 	}
 	if _, err := db.Pool.Exec(ctx, `CREATE UNLOGGED TABLE outbox_fast PARTITION OF outbox FOR VALUES FROM ('2001-01-01') TO ('2001-01-02')`); err != nil {
 		t.Fatal(err)
 	}
-	err = outboxsql.CheckDurability(ctx, db.Pool, "outbox")
-	var ue *outboxsql.UnloggedError
+	err = sqladmin.CheckDurability(ctx, db.Pool, "outbox")
+	var ue *sqladmin.UnloggedError
 	if !errors.As(err, &ue) || ue.Partition != "outbox_fast" || !strings.Contains(err.Error(), "ALTER TABLE outbox_fast SET LOGGED") {
 		t.Fatalf("unlogged partition: %v, want an *UnloggedError naming outbox_fast", err)
 	}
 	if _, err := outboxsql.Migrate(ctx, db.Pool); !errors.As(err, &ue) {
 		t.Fatalf("migrate: %v, want refused", err)
 	}
-	r, err = outboxsql.Inspect(ctx, db.Pool, "outbox")
+	r, err = sqladmin.Inspect(ctx, db.Pool, "outbox")
 	if err != nil || r.UnloggedPartition != "outbox_fast" || len(r.Problems()) != 1 {
 		t.Fatalf("inspect: %+v %v, want the unlogged partition as a problem", r, err)
 	}
@@ -63,7 +64,7 @@ func TestPrivilegesOfTimePartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := db.Schema + ".outbox"
-	_, missing, err := outboxsql.MissingPrivileges(ctx, pool, table, outboxsql.Needs{TimePartitions: true})
+	_, missing, err := sqladmin.MissingPrivileges(ctx, pool, table, sqladmin.Needs{TimePartitions: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestPrivilegesOfTimePartitions(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0], "MEMBER ROLE ") || !strings.HasPrefix(got[1], "CREATE SCHEMA") {
 		t.Fatalf("role %s lacks %v for time partitions, want membership in the owner and CREATE on the schema (all: %v)", role, got, missing)
 	}
-	if _, missing, err := outboxsql.MissingPrivileges(ctx, db.Pool, "outbox", outboxsql.Needs{TimePartitions: true}); err != nil || len(missing) != 0 {
+	if _, missing, err := sqladmin.MissingPrivileges(ctx, db.Pool, "outbox", sqladmin.Needs{TimePartitions: true}); err != nil || len(missing) != 0 {
 		t.Fatalf("the owner lacks %v (%v), want nothing", missing, err)
 	}
 }

@@ -1,14 +1,12 @@
-package sql
+package sqladmin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
@@ -22,21 +20,14 @@ import (
 // table's UPDATEs while it has no usable replica identity makes every
 // UPDATE fail (SQLSTATE 55000), the relay's claims and marks included; a
 // logical replication slot nobody reads (a Debezium connector that was
-// removed) keeps WAL until the disk fills. Migrate, Adopt and the relay
-// refuse the first and Adopt the third; Inspect reports them all.
-
-// Querier is what the checks need from a database handle; *pgxpool.Pool,
-// *pgx.Conn and pgx.Tx implement it.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
+// removed) keeps WAL until the disk fills. sql.Migrate, sql.Adopt and the
+// relay refuse the first and sql.Adopt the third; Inspect reports them all.
 
 // UnloggedError says that the outbox table, or its seq sequence, is
 // UNLOGGED: PostgreSQL empties an unlogged table after a crash or an
 // immediate shutdown (pg_ctl stop -m immediate, a failover) and does not
 // replicate it, so every event in it, published or not, would be lost.
-// Migrate, Adopt and the relay refuse such a table.
+// sql.Migrate, sql.Adopt and the relay refuse such a table.
 type UnloggedError struct {
 	// Table is the outbox table, as given.
 	Table string
@@ -98,7 +89,7 @@ func (e *SequenceBehindError) Error() string {
 // "cannot update table ... because it does not have a replica identity
 // and publishes updates" — every claim and mark of the relay (every
 // retention DELETE). Typically a FOR ALL TABLES publication left by a
-// Debezium installation, on a table without a primary key. Adopt refuses
+// Debezium installation, on a table without a primary key. sql.Adopt refuses
 // such a table.
 type ReplicaIdentityError struct {
 	// Table is the outbox table, as given.
@@ -131,29 +122,33 @@ func (e *ReplicaIdentityError) Error() string {
 
 // CheckDurability returns an *UnloggedError when table, or its seq
 // sequence, is UNLOGGED; nil when both are logged, when the table does not
-// exist (Migrate creates it logged) and when it has no seq identity. Other
+// exist (sql.Migrate creates it logged) and when it has no seq identity. Other
 // errors are the query's, wrapped as "check table <table>: ...".
 func CheckDurability(ctx context.Context, q Querier, table string) error {
-	var exists bool
-	var unlogged bool
-	var seq *string
-	var seqUnlogged *bool
-	var partition *string
-	err := q.QueryRow(ctx, durabilityStmt.SQL, durabilityStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&exists, &unlogged, &seq, &seqUnlogged, &partition)
+	d, err := queryOne[durability](ctx, q, durabilityStmt.SQL, durabilityStmt.Args(tableArgs{sqlname.Quote(table)})...)
 	if err != nil {
 		return fmt.Errorf("check table %s: %w", table, err)
 	}
 	switch {
-	case !exists:
+	case !d.Exists:
 		return nil
-	case unlogged:
+	case d.Unlogged:
 		return &UnloggedError{Table: table}
-	case partition != nil:
-		return &UnloggedError{Table: table, Partition: *partition}
-	case seq != nil && seqUnlogged != nil && *seqUnlogged:
-		return &UnloggedError{Table: table, Sequence: *seq}
+	case d.Partition != nil:
+		return &UnloggedError{Table: table, Partition: *d.Partition}
+	case d.Sequence != nil && d.SequenceUnlogged != nil && *d.SequenceUnlogged:
+		return &UnloggedError{Table: table, Sequence: *d.Sequence}
 	}
 	return nil
+}
+
+// durability is a row of Durability.
+type durability struct {
+	Exists           bool    `db:"table_exists"`
+	Unlogged         bool    `db:"unlogged"`
+	Sequence         *string `db:"sequence"`
+	SequenceUnlogged *bool   `db:"sequence_unlogged"`
+	Partition        *string `db:"unlogged_partition"`
 }
 
 // SequenceOf returns the sequence of table's seq column as regclass
@@ -168,11 +163,6 @@ func SequenceOf(ctx context.Context, q RowQuerier, table string) (string, error)
 		return "", nil
 	}
 	return *seq, nil
-}
-
-// RowQuerier is the part of Querier that SequenceOf needs.
-type RowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // TableReport is what Inspect found about an outbox table and its
@@ -209,25 +199,25 @@ type TableReport struct {
 
 // Publication is a publication covering the outbox table.
 type Publication struct {
-	Name string `json:"name"`
+	Name string `json:"name" db:"name"`
 	// AllTables is true for a FOR ALL TABLES publication.
-	AllTables bool `json:"all_tables"`
+	AllTables bool `json:"all_tables" db:"all_tables"`
 	// Updates and Deletes say whether it publishes UPDATEs and DELETEs.
-	Updates bool `json:"updates"`
-	Deletes bool `json:"deletes"`
+	Updates bool `json:"updates" db:"updates"`
+	Deletes bool `json:"deletes" db:"deletes"`
 }
 
 // Slot is a logical replication slot of the outbox table's database
 // (pg_replication_slots).
 type Slot struct {
-	Name   string `json:"name"`
-	Plugin string `json:"plugin"`
+	Name   string `json:"name" db:"name"`
+	Plugin string `json:"plugin" db:"plugin"`
 	// Active is true while a client streams from it.
-	Active bool `json:"active"`
+	Active bool `json:"active" db:"active"`
 	// RetainedWALBytes is the WAL the server keeps for it,
 	// pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn); nil on a standby
 	// or when the slot has no restart_lsn (lost).
-	RetainedWALBytes *int64 `json:"retained_wal_bytes"`
+	RetainedWALBytes *int64 `json:"retained_wal_bytes" db:"retained_wal_bytes"`
 }
 
 // Problems returns what is wrong, most serious first: an *UnloggedError,
@@ -278,26 +268,26 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 	wrap := func(err error) error { return fmt.Errorf("inspect table %s: %w", table, err) }
 	r := &TableReport{Table: table, Publications: []Publication{}, Slots: []Slot{}}
 	quoted := sqlname.Quote(table)
-	var seq, part *string
-	if err := q.QueryRow(ctx, inspectTableStmt.SQL, inspectTableStmt.Args(tableArgs{quoted})...).Scan(&r.Unlogged, &seq, &part, &r.Partitioned, &r.Partitions); err != nil {
+	t, err := queryOne[inspectedTable](ctx, q, inspectTableStmt.SQL, inspectTableStmt.Args(tableArgs{quoted})...)
+	if err != nil {
 		return nil, wrap(err)
 	}
-	if part != nil {
-		r.UnloggedPartition = *part
+	r.Unlogged, r.Partitioned, r.Partitions = t.Unlogged, t.Partitioned, t.Partitions
+	if t.UnloggedPartition != nil {
+		r.UnloggedPartition = *t.UnloggedPartition
 	}
-	if seq != nil {
-		r.Sequence = *seq
-		var last int64
-		var called, unlogged bool
+	if t.Sequence != nil {
+		r.Sequence = *t.Sequence
+		var st sequenceState
 		state, err := renderTable[sequenceArgs]("SequenceState", table, "sequence", r.Sequence)
 		if err == nil {
-			err = q.QueryRow(ctx, state.SQL, state.Args(sequenceArgs{r.Sequence})...).Scan(&last, &called, &unlogged)
+			st, err = queryOne[sequenceState](ctx, q, state.SQL, state.Args(sequenceArgs{r.Sequence})...)
 		}
 		if err != nil {
 			return nil, wrap(fmt.Errorf("sequence %s: %w", r.Sequence, err))
 		}
-		r.SequenceNext, r.UnloggedSequence = last, unlogged
-		if called {
+		r.SequenceNext, r.UnloggedSequence = st.LastValue, st.Unlogged
+		if st.IsCalled {
 			r.SequenceNext++
 		}
 		maxSeq, err := renderTable[sqlfile.NoArgs]("MaxSeq", table)
@@ -308,7 +298,6 @@ func Inspect(ctx context.Context, q Querier, table string) (*TableReport, error)
 			return nil, wrap(err)
 		}
 	}
-	var err error
 	if r.ReplicaIdentity, r.Publications, err = publications(ctx, q, table); err != nil {
 		return nil, wrap(err)
 	}
@@ -326,6 +315,22 @@ type sequenceArgs struct {
 	Sequence string `arg:"sequence"`
 }
 
+// inspectedTable is the row of InspectTable.
+type inspectedTable struct {
+	Unlogged          bool    `db:"unlogged"`
+	Sequence          *string `db:"sequence"`
+	UnloggedPartition *string `db:"unlogged_partition"`
+	Partitioned       bool    `db:"partitioned"`
+	Partitions        int     `db:"partitions"`
+}
+
+// sequenceState is the row of SequenceState.
+type sequenceState struct {
+	LastValue int64 `db:"last_value"`
+	IsCalled  bool  `db:"is_called"`
+	Unlogged  bool  `db:"unlogged"`
+}
+
 // publications returns table's replica identity as TableReport names it
 // and the publications that cover it: catalog lookups only.
 func publications(ctx context.Context, q Querier, table string) (string, []Publication, error) {
@@ -338,10 +343,7 @@ func publications(ctx context.Context, q Querier, table string) (string, []Publi
 	if err != nil {
 		return "", nil, err
 	}
-	pubs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Publication, error) {
-		var p Publication
-		return p, row.Scan(&p.Name, &p.AllTables, &p.Updates, &p.Deletes)
-	})
+	pubs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Publication])
 	if err != nil {
 		return "", nil, err
 	}
@@ -379,28 +381,9 @@ func replicationSlots(ctx context.Context, q Querier) ([]Slot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}
-	slots, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Slot, error) {
-		var s Slot
-		return s, row.Scan(&s.Name, &s.Plugin, &s.Active, &s.RetainedWALBytes)
-	})
+	slots, err := pgx.CollectRows(rows, pgx.RowToStructByName[Slot])
 	if err != nil {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}
 	return slots, nil
-}
-
-// checkAdoptable refuses a table Adopt must not prepare: an unlogged one
-// (*UnloggedError) or one whose UPDATEs fail for want of a replica
-// identity (*ReplicaIdentityError). A table that does not exist is left to
-// adopt's own statements, which say so.
-func checkAdoptable(ctx context.Context, q Querier, table string) error {
-	if err := CheckDurability(ctx, q, table); err != nil {
-		return err
-	}
-	err := CheckReplicaIdentity(ctx, q, table)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return nil
-	}
-	return err
 }
