@@ -23,9 +23,9 @@ import (
 // dead-letter it (settle). Delivered rows go to the marker as each chunk
 // is acknowledged.
 
-// ErrUndecodableRow marks a row that cannot become a Kafka record (see
+// errUndecodableRow marks a row that cannot become a Kafka record (see
 // claim.Row.DecodeErr): it is dead-lettered at once, with the reason.
-var ErrUndecodableRow = errors.New("row cannot be published")
+var errUndecodableRow = errors.New("row cannot be published")
 
 // whyUnsent is the reason of rows given back without being tried: the
 // broker was down, or the relay is shutting down.
@@ -317,7 +317,7 @@ func (br *batchRun) nextChunk(hb *holdback, toMessage func(*claim.Row) kafka.Mes
 			continue
 		}
 		if row.DecodeErr != nil {
-			err := fmt.Errorf("%w: %w", ErrUndecodableRow, row.DecodeErr)
+			err := fmt.Errorf("%w: %w", errUndecodableRow, row.DecodeErr)
 			br.fail(hb, *row, produce.Result{Outcome: produce.DeadLetter, Err: err, Reason: "other"})
 			continue
 		}

@@ -29,7 +29,9 @@ type Publisher interface {
 }
 
 // Claimer is what the relay needs from the lease store; *claim.Claimer
-// implements it.
+// (internal/claim) implements it. It names that package's types: it is for
+// the project's own tests (ServiceConfig.WrapClaimer in the fault tests),
+// not for applications.
 type Claimer interface {
 	// Claim also marks published, in the claim's transaction, the rows of
 	// marks (claim.Claimer.Claim).
@@ -73,7 +75,11 @@ type Stats struct {
 	Member string
 }
 
-// Relay moves events from the outbox table to Kafka.
+// Relay is the engine that moves events from the outbox table to Kafka:
+// the claim, publish and mark pipeline (pipeline.go). Applications run it
+// through a Service (NewService) and read its Stats and Health through
+// Service.Relay; New is for the project's own tests, which give it a
+// claimer and a publisher of their choice.
 type Relay struct {
 	cfg     Config
 	lease   lease.Config
