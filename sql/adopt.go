@@ -79,54 +79,18 @@ func AdoptWith(ctx context.Context, pool *pgxpool.Pool, table string, cols Adopt
 }
 
 // AdoptTable prepares an existing outbox table whose producers cannot
-// change — typically a Debezium outbox table (id uuid, aggregatetype,
-// aggregateid, type, payload), as Debezium's Outbox Event Router documents
-// it — for outbox-relay: it adds the relay's bookkeeping columns (seq,
-// headers, topic, created_at, published_at, locked_until, locked_by,
-// claim_token, attempts, last_error, dead_lettered_at; key_partition and
-// payload_size, filled in by an insert trigger), all with defaults
-// so the producers' INSERTs keep working, the same indexes and storage
-// settings as the migrations give the outbox table, and the table's
-// order-guard table (<table>_order_guard). table may be schema-qualified.
-//
-// It also adds the row checks of migration 00008 on the mapped columns, so
-// that producers cannot insert a row the Go writer would refuse: triggers
-// <table>_row_checks (BEFORE INSERT) and <table>_row_checks_on_update
-// (AFTER UPDATE of the checked columns) running the function
-// <table>_check_row, in the table's schema, that
-// refuses a new row with SQLSTATE 23514 (check_violation) naming one of
-// <table>_aggregate_id_check (cols.AggregateID: not empty, at most
-// outbox.MaxAggregateIDBytes = 1024 bytes as octet_length counts them),
-// <table>_event_type_check (cols.EventType: not empty),
-// <table>_headers_check (NULL or a JSON object of strings, no empty or
-// reserved name) or <table>_topic_check (NULL or a legal Kafka topic
-// name), with PostgreSQL's message for a CHECK constraint and a DETAIL
-// giving the rule. The rows already in the table are kept as they are, and
-// the relay's updates (which name none of those columns) never run the
-// checks. The CHECK constraints of those names that an earlier adopt added
-// are dropped: the triggers replace them. The rules are planned on the
-// table's columns before anything is created: a headers column that is not
-// jsonb, or a topic column that is not text, fails adopt with the reason
-// (ALTER the column first), and the table is left as it was. A table name
-// too long for PostgreSQL's 63-byte identifiers is shortened in these
-// names, keeping the suffix, as PostgreSQL shortens the names it chooses;
-// the function's name then also gets a hash of the table's, so that two
-// long table names of one schema do not share it.
-//
-// It refuses, changing nothing, an UNLOGGED table (*UnloggedError: a
-// crash would empty it) and a table whose UPDATEs fail because a
-// publication publishes them and it has no usable replica identity
-// (*ReplicaIdentityError: every claim and mark would fail with SQLSTATE
-// 55000), naming the fix.
-//
-// It is idempotent and serialized by an advisory lock, so it is safe to run
-// twice and from two processes. Adding seq rewrites the table (an identity
-// column is filled for existing rows), under an ACCESS EXCLUSIVE lock: run
-// it at a quiet time on a large table. Creating the aggregate index fails
-// (SQLSTATE 54000) if an existing aggregate ID is too long for a B-tree
-// entry (about 2,700 bytes). Producers must stop deleting their rows right
-// after inserting them (a Debezium habit, since Debezium reads the WAL):
-// the relay reads the table. Errors are wrapped as "adopt <table>: ...".
+// change (typically a Debezium outbox table) for the relay, with cols
+// naming its columns: it adds the relay's bookkeeping columns with
+// defaults (so the producers' INSERTs keep working), the indexes, the
+// order-guard table and the row checks of migration 00008 on the mapped
+// columns (an INSERT trigger raising SQLSTATE 23514, naming the rule).
+// table may be schema-qualified. It is idempotent and serialized by an
+// advisory lock; adding seq rewrites the table under an ACCESS EXCLUSIVE
+// lock. It changes nothing and returns *UnloggedError or
+// *ReplicaIdentityError for a table the relay could not use, or an error
+// for a column of the wrong type. docs/operating.md ("Debezium outbox
+// tables") says what it adds and why. Errors are wrapped as
+// "adopt <table>: ...".
 func AdoptTable(ctx context.Context, pool *pgxpool.Pool, table string, cols AdoptColumns) error {
 	if cols.AggregateID == "" {
 		cols.AggregateID = "aggregate_id"
