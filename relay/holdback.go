@@ -6,52 +6,23 @@ import (
 	"github.com/pgoutbox/outbox/internal/claim"
 )
 
-// The hold-back state: may this claimed row be published now, or must it wait
-// behind an earlier event of its aggregate?
+// holdback says whether a claimed row may be published now or must wait
+// behind an earlier event of its aggregate. The claim keeps per-aggregate
+// order against other relays, backoffs and dead letters; this relay's own
+// leases do not block its claims (the claimer runs ahead of the
+// publisher), so the publisher keeps the rest of the order itself:
 //
-// Invariant (per-aggregate order): an event is published only after every
-// earlier (lower seq) event of its aggregate was published, or dead-lettered.
+//	it holds a row back if an earlier row of its aggregate was leased by
+//	this relay, unresolved, when that row's claim started, and has not
+//	been published since.
 //
-// A claim keeps it by itself against other relays and against events
-// backing off or held as dead letters: it never takes a row while an earlier
-// unpublished row of its aggregate is leased by another relay or is waiting
-// (claim.Claimer's guard). But this relay's own leases do not block its
-// claims, because the claimer runs ahead of the publisher: batch N+1 is
-// claimed while batch N, which may hold earlier events of the same
-// aggregates, is being published. Batches are published in claim order, so
-// that is safe as long as batch N publishes those earlier events. When it
-// does not — an event failed, was held back, was dead-lettered or was left
-// unsent — the batches claimed while it was still leased by this relay may
-// hold later events of its aggregate without it. Hence the rule:
-//
-//	the publisher holds a row back if an earlier row of its aggregate was
-//	leased by this relay, unresolved, when that row's claim started, and has
-//	not been published since.
-//
-// holdback tracks the rows that make that true:
-//
-//   - in the batch being published, rows that failed (fail): the rest of
-//     their aggregate in this batch waits;
-//   - rows given back (a release or a dead-lettering committed: gaveBack),
-//     by the number of the last claim started before the statement
-//     committed: batches of claims up to that number may hold their
-//     aggregates' later events; claims after it find the given-back row
-//     claimable (or blocking, if it backs off or is held) and take rows in
-//     seq order;
-//   - rows that could not be given back (the statement failed: stuck): they
-//     stay leased by this relay, invisible to its claims, until their lease
-//     ends, so batches claimed before then may hold later events.
-//
-// A held row is itself given back (and so holds its own later events back in
-// the batches claimed meanwhile). That chain must end, or the relay claims
-// and releases the same rows forever while the claimer runs ahead on a
-// backlog: after a batch gave rows back, the claimer therefore starts no new
-// claim until every batch it already claimed is settled (claimGate). The
-// claims after that see every given-back row, and the holds by claim number
-// expire with the batches claimed before.
-//
-// A holdback belongs to the publisher goroutine; it is not safe for
-// concurrent use.
+// It tracks rows that failed in the batch being published (fail), rows
+// given back by the number of the last claim started before the statement
+// committed (gaveBack), and rows that could not be given back, until their
+// lease ends (stuck). A held row is given back in turn; the claim gate
+// (gate.go) ends that chain. docs/internals.md ("Per-aggregate order")
+// says why each part is needed. It belongs to the publisher goroutine and
+// is not safe for concurrent use.
 type holdback struct {
 	// byClaim holds back, per aggregate, rows after seq in batches of claims
 	// numbered up to no (rows given back).
