@@ -42,7 +42,7 @@ tidy-check:
 # starts its own three-broker cluster and runs beside the other packages,
 # its faults scaled by OUTBOX_FAULTS_REAL_SCALE (default 0.5; 1 for the
 # full durations). See scripts/test-run.sh.
-COMPAT_PKGS ?= ./kafka/... ./cmd/outbox-relay/...
+COMPAT_PKGS ?= ./internal/produce/... ./cmd/outbox-relay/...
 test: vet tidy-check
 	./scripts/with-postgres.sh ./scripts/with-kafka.sh $(MAKE) --no-print-directory test-run
 
