@@ -241,6 +241,9 @@ func keepTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string, e
 		case ctx.Err() != nil:
 			return
 		case err != nil:
+			if len(created) > 0 {
+				log.Info("created time partitions", zap.Strings("partitions", created))
+			}
 			if !failing {
 				log.Warn("could not create the coming time partitions; retrying", zap.Error(err), zap.Duration("retry_in", every))
 			}

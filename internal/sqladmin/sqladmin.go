@@ -68,17 +68,19 @@ var fragments = map[string]string{
 
 // The statements rendered once (see above).
 var (
-	durabilityStmt      = mustRender[tableArgs]("Durability", fragments)
-	sequenceOfStmt      = mustRender[tableArgs]("SequenceOf", fragments)
-	inspectTableStmt    = mustRender[tableArgs]("InspectTable", fragments)
-	replicaIdentityStmt = mustRender[tableArgs]("ReplicaIdentity", nil)
-	publicationsStmt    = mustRender[tableArgs]("Publications", nil)
-	nowStmt             = mustRender[sqlfile.NoArgs]("Now", nil)
-	tableSchemaStmt     = mustRender[tableArgs]("TableSchema", nil)
-	childPartitionsStmt = mustRender[tableArgs]("ChildPartitions", nil)
-	listPartitionsStmt  = mustRender[tableArgs]("ListTimePartitions", nil)
-	privilegesStmt      = mustRender[privilegeArgs]("MissingPrivileges", fragments)
-	setLockTimeoutStmt  = mustRender[sqlfile.NoArgs]("SetLockTimeout", map[string]string{
+	durabilityStmt       = mustRender[tableArgs]("Durability", fragments)
+	sequenceOfStmt       = mustRender[tableArgs]("SequenceOf", fragments)
+	inspectTableStmt     = mustRender[tableArgs]("InspectTable", fragments)
+	replicaIdentityStmt  = mustRender[tableArgs]("ReplicaIdentity", nil)
+	publicationsStmt     = mustRender[tableArgs]("Publications", nil)
+	nowStmt              = mustRender[sqlfile.NoArgs]("Now", nil)
+	tableSchemaStmt      = mustRender[tableArgs]("TableSchema", nil)
+	childPartitionsStmt  = mustRender[tableArgs]("ChildPartitions", nil)
+	listPartitionsStmt   = mustRender[tableArgs]("ListTimePartitions", nil)
+	defaultPartitionStmt = mustRender[tableArgs]("DefaultPartition", nil)
+	tableColumnsStmt     = mustRender[tableArgs]("TableColumns", nil)
+	privilegesStmt       = mustRender[privilegeArgs]("MissingPrivileges", fragments)
+	setLockTimeoutStmt   = mustRender[sqlfile.NoArgs]("SetLockTimeout", map[string]string{
 		"lock_timeout": sqlname.Literal(partitionLockTimeout),
 	})
 )
