@@ -105,6 +105,23 @@ func (o *observeFlags) validate(table string) error {
 	return nil
 }
 
+// checkTable refuses the flags that do not fit the table and cannot get
+// better by waiting (exit 2): --retention-drop-partitions on a table that
+// is not partitioned, whose every retention pass would fail.
+func (o *observeFlags) checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	if !o.dropPartitions || o.retention < 0 {
+		return nil
+	}
+	partitioned, err := sqladmin.IsPartitioned(ctx, pool, table)
+	if err != nil {
+		return fmt.Errorf("check outbox table %q: %w", table, err)
+	}
+	if !partitioned {
+		return usagef("--retention-drop-partitions: table %s is not partitioned: the flag drops whole partitions of a time-partitioned table (outbox-relay migrate --time-partitioned creates one; a plain table cannot be converted); leave the flag out, and retention deletes published rows in batches", table)
+	}
+	return nil
+}
+
 // observer runs the metrics server and the retention cleaner beside the
 // relay.
 type observer struct {

@@ -79,6 +79,7 @@ var (
 	listPartitionsStmt   = mustRender[tableArgs]("ListTimePartitions", nil)
 	defaultPartitionStmt = mustRender[tableArgs]("DefaultPartition", nil)
 	tableColumnsStmt     = mustRender[tableArgs]("TableColumns", nil)
+	isPartitionedStmt    = mustRender[tableArgs]("IsPartitioned", nil)
 	privilegesStmt       = mustRender[privilegeArgs]("MissingPrivileges", fragments)
 	setLockTimeoutStmt   = mustRender[sqlfile.NoArgs]("SetLockTimeout", map[string]string{
 		"lock_timeout": sqlname.Literal(partitionLockTimeout),
@@ -152,4 +153,12 @@ func TableSchema(ctx context.Context, q RowQuerier, table string) (string, error
 	var schema string
 	err := q.QueryRow(ctx, tableSchemaStmt.SQL, tableSchemaStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&schema)
 	return schema, err
+}
+
+// IsPartitioned reports whether table is partitioned (a time-partitioned
+// outbox table, or one its owner partitioned).
+func IsPartitioned(ctx context.Context, q RowQuerier, table string) (bool, error) {
+	var p bool
+	err := q.QueryRow(ctx, isPartitionedStmt.SQL, isPartitionedStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&p)
+	return p, err
 }
