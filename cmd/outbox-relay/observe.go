@@ -207,7 +207,7 @@ func (ob *observer) attach(svc *relay.Service) error {
 	ob.wg.Add(1)
 	go func() {
 		defer ob.wg.Done()
-		keepTimePartitions(ob.ctx, ob.pool, ob.table, timePartitionsEvery, ob.log)
+		keepTimePartitions(ob.ctx, ob.pool, ob.table, timePartitionsEvery, ob.log, ob.m.SetTimePartitions)
 	}()
 	rcfg, ok := ob.flags.retentionConfig(ob.table)
 	if !ok {
@@ -246,14 +246,18 @@ const timePartitionsEvery = 10 * time.Minute
 // does not keep (a plain table; a partitioned table without
 // migrate --time-partitioned) costs one query a round. A failure (the
 // role does not own the table, a lock not free within 5s) is logged, at
-// warn level, once until a round succeeds again.
-func keepTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string, every time.Duration, log *zap.Logger) {
+// warn level, once until a round succeeds again. report is told each
+// round's outcome (the metrics' "partitions" readiness check).
+func keepTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string, every time.Duration, log *zap.Logger, report func(error)) {
 	log = log.Named("partitions")
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failing := false
 	for {
 		created, err := sqladmin.EnsureTimePartitions(ctx, pool, table)
+		if ctx.Err() == nil {
+			report(err)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -85,6 +85,17 @@ func DefaultPartitionName(table string) string {
 	return parts[len(parts)-1] + "_default"
 }
 
+// DefaultPartition returns table's DEFAULT partition as regclass prints
+// it, "" when it has none (a plain table has none).
+func DefaultPartition(ctx context.Context, q RowQuerier, table string) (string, error) {
+	var def string
+	err := q.QueryRow(ctx, defaultPartitionStmt.SQL, defaultPartitionStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&def)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return def, err
+}
+
 // EnsureTimePartitions creates the partitions of table that its
 // TimePartitioning asks for and that are missing: the one holding the
 // database's now() and the Ahead after it. On a table without
@@ -266,8 +277,9 @@ func createTimePartitions(ctx context.Context, tx pgx.Tx, table string, tp TimeP
 	if err := rows.Err(); err != nil {
 		return nil, wrap(err)
 	}
-	var def, columns string
-	if err := tx.QueryRow(ctx, defaultPartitionStmt.SQL, defaultPartitionStmt.Args(tableArgs{t})...).Scan(&def); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var columns string
+	def, err := DefaultPartition(ctx, tx, table)
+	if err != nil {
 		return nil, wrap(err)
 	}
 	if err := tx.QueryRow(ctx, tableColumnsStmt.SQL, tableColumnsStmt.Args(tableArgs{t})...).Scan(&columns); err != nil {
