@@ -33,6 +33,10 @@ func GrantScript(role, table, writerRole string) string {
 	b.WriteString("-- Ownership of key partitions: the members' heartbeat, who owns which partition, the generation:\n")
 	b.WriteString(mustFill("GrantRelays", slots) + "\n")
 	b.WriteString(mustFill("GrantKeyPartitions", slots) + "\n")
+	b.WriteString("-- A time-partitioned table (migrate --time-partitioned; nothing on a plain table): creating its coming partitions and\n")
+	b.WriteString("-- dropping old ones (--retention-drop-partitions) need membership in the owner roles of the table and its partitions and\n")
+	b.WriteString("-- CREATE on its schema; a superuser owner is refused, saying why and the fix:\n")
+	b.WriteString(mustFill("GrantTimePartitions", slots) + "\n")
 	b.WriteString("-- The held-snapshot watch sees other roles' transactions (needs a superuser, or ADMIN OPTION on pg_read_all_stats):\n")
 	b.WriteString(mustFill("GrantReadAllStats", slots) + "\n")
 	if writerRole != "" {

@@ -212,22 +212,33 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (
 	if err := backfillKeyPartitions(ctx, pool, opts.Table, "aggregate_id"); err != nil {
 		return res, err
 	}
-	if opts.TimePartitioned {
-		if err := setTimePartitioning(ctx, pool, opts); err != nil {
-			return res, err
+	// The time partitioning given and the partitions it asks for, in one
+	// transaction: a partition that cannot be created leaves the table's
+	// time partitioning as it was, not asking for partitions that do not
+	// exist.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if opts.TimePartitioned {
+			if err := setTimePartitioning(ctx, tx, opts); err != nil {
+				return err
+			}
 		}
-	}
-	if _, err := sqladmin.EnsureTimePartitions(ctx, pool, opts.Table); err != nil {
-		return res, fmt.Errorf("migrate: %w", err)
-	}
-	return res, nil
+		if _, err := sqladmin.EnsureTimePartitionsTx(ctx, tx, opts.Table); err != nil {
+			if opts.TimePartitioned {
+				return fmt.Errorf("migrate: %w; the table's time partitioning is left as it was (--time-partitions-ahead not changed, no partition created)", err)
+			}
+			return fmt.Errorf("migrate: %w; no partition was created", err)
+		}
+		return nil
+	})
+	return res, err
 }
 
 // setTimePartitioning records opts' time partitioning in the table's
 // <table>_partitioning (the interval only if none is recorded; a
-// different one is an error) and creates its DEFAULT partition. The table
+// different one is an error) and creates its DEFAULT partition, in tx
+// (pool). The table
 // must be partitioned by range of created_at.
-func setTimePartitioning(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) error {
+func setTimePartitioning(ctx context.Context, pool pgx.Tx, opts MigrateOptions) error {
 	t := sqlname.Quote(opts.Table)
 	var byCreatedAt bool
 	if err := pool.QueryRow(ctx, byCreatedAtStmt.SQL, byCreatedAtStmt.Args(tableArgs{t})...).Scan(&byCreatedAt); err != nil {

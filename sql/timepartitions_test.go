@@ -125,3 +125,90 @@ FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid WHERE h.inhparent = 'ou
 		t.Fatalf("EnsureTimePartitions on a plain table: %v %v, want nothing", created, err)
 	}
 }
+
+// The issue's case: a row whose created_at falls in a partition not yet
+// created sits in the DEFAULT partition; a later migrate with more
+// partitions ahead creates them all, that one included, and moves the row
+// into it with every column as it was (a leased row keeps its lease);
+// the stored ahead is the new one.
+func TestMigrateMovesDefaultRowsIntoNewPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	opts := outboxsql.MigrateOptions{TimePartitioned: true, TimePartitionInterval: time.Hour, TimePartitionsAhead: 1}
+	if _, err := outboxsql.MigrateWith(ctx, db.Pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	const cols = `seq, id, aggregate_id, created_at, locked_until, locked_by, claim_token, attempts, key_partition`
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, created_at) VALUES (gen_random_uuid(), 'a', 't', now() + interval '3 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	// Leased, as a relay's claim leaves it.
+	var before string
+	err := db.Pool.QueryRow(ctx, `UPDATE outbox SET locked_until = now() + interval '10 minutes', locked_by = 'relay-1', claim_token = gen_random_uuid(), attempts = 1
+RETURNING row(`+cols+`)::text`).Scan(&before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT created_at FROM outbox`).Scan(&created); err != nil {
+		t.Fatal(err)
+	}
+	opts.TimePartitionsAhead = 5
+	if _, err := outboxsql.MigrateWith(ctx, db.Pool, opts); err != nil {
+		t.Fatalf("migrate --time-partitions-ahead 5 with a row of a coming partition in DEFAULT: %v", err)
+	}
+	want := sqladmin.TimePartitionName("outbox", created.UTC().Truncate(time.Hour))
+	var after, part string
+	if err := db.Pool.QueryRow(ctx, `SELECT row(`+cols+`)::text, tableoid::regclass::text FROM outbox`).Scan(&after, &part); err != nil {
+		t.Fatal(err)
+	}
+	if part != want || after != before {
+		t.Fatalf("row %s in %s, want %s in %s", after, part, before, want)
+	}
+	if got := partitionNames(t, db, "outbox"); len(got) != 7 { // the current hour, 5 ahead, DEFAULT
+		t.Fatalf("partitions %v, want 6 and DEFAULT", got)
+	}
+	if tp, err := sqladmin.ReadTimePartitioning(ctx, db.Pool, "outbox"); err != nil || tp.Ahead != 5 {
+		t.Fatalf("time partitioning %+v %v, want 5 ahead", tp, err)
+	}
+}
+
+// A partition that cannot be created (here a table of its name, not a
+// partition, is in the way) fails migrate with an error naming it, and
+// migrate changes nothing: no partition is created, the stored ahead is
+// the old one. The relays' EnsureTimePartitions creates the others and
+// names that one.
+func TestMigrateChangesNothingItCouldNotApply(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	opts := outboxsql.MigrateOptions{TimePartitioned: true, TimePartitionInterval: time.Hour, TimePartitionsAhead: 1}
+	if _, err := outboxsql.MigrateWith(ctx, db.Pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	blocked := sqladmin.TimePartitionName("outbox", now.UTC().Truncate(time.Hour).Add(3*time.Hour))
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE `+blocked+` (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	before := partitionNames(t, db, "outbox")
+	opts.TimePartitionsAhead = 5
+	_, err := outboxsql.MigrateWith(ctx, db.Pool, opts)
+	if err == nil || !strings.Contains(err.Error(), blocked) {
+		t.Fatalf("migrate with partition %s blocked: %v, want an error naming it", blocked, err)
+	}
+	if got := partitionNames(t, db, "outbox"); strings.Join(got, " ") != strings.Join(before, " ") {
+		t.Fatalf("partitions %v after a failed migrate, want %v", got, before)
+	}
+	if tp, err := sqladmin.ReadTimePartitioning(ctx, db.Pool, "outbox"); err != nil || tp.Ahead != 1 {
+		t.Fatalf("time partitioning %+v %v after a failed migrate, want 1 ahead still", tp, err)
+	}
+	created, err := sqladmin.CreateTimePartitions(ctx, db.Pool, "outbox", now, now.Add(5*time.Hour+time.Second))
+	if err == nil || !strings.Contains(err.Error(), blocked) || len(created) != 3 {
+		t.Fatalf("CreateTimePartitions: created %v, %v; want the 3 others created and %s named", created, err, blocked)
+	}
+}

@@ -144,3 +144,21 @@ func execSQL(ctx context.Context, dsn, sql string) error {
 	_, err = c.Exec(ctx, sql)
 	return err
 }
+
+// --retention-drop-partitions on a plain table cannot get better by
+// waiting (issue 29: the relay used to start, warn once and fail every
+// retention pass): run refuses it at start, exit 2, naming the flag and
+// the table.
+func TestRetentionDropPartitionsOnAPlainTableIsRefused(t *testing.T) {
+	t.Parallel()
+	// A relay that starts anyway stops here (exit 0) and fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	code, _, stderr := runMain(t, ctx, "run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", "t", "--metrics-addr", "",
+		"--startup-wait", "10s", "--retention-drop-partitions")
+	if code != exitUsage || !strings.Contains(stderr, "--retention-drop-partitions") || !strings.Contains(stderr, "table outbox is not partitioned") {
+		t.Fatalf("run --retention-drop-partitions on a plain table: exit %d, stderr %q; want exit 2 naming the flag and the table", code, stderr)
+	}
+}

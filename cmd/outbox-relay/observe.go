@@ -105,6 +105,23 @@ func (o *observeFlags) validate(table string) error {
 	return nil
 }
 
+// checkTable refuses the flags that do not fit the table and cannot get
+// better by waiting (exit 2): --retention-drop-partitions on a table that
+// is not partitioned, whose every retention pass would fail.
+func (o *observeFlags) checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	if !o.dropPartitions || o.retention < 0 {
+		return nil
+	}
+	partitioned, err := sqladmin.IsPartitioned(ctx, pool, table)
+	if err != nil {
+		return fmt.Errorf("check outbox table %q: %w", table, err)
+	}
+	if !partitioned {
+		return usagef("--retention-drop-partitions: table %s is not partitioned: the flag drops whole partitions of a time-partitioned table (outbox-relay migrate --time-partitioned creates one; a plain table cannot be converted); leave the flag out, and retention deletes published rows in batches", table)
+	}
+	return nil
+}
+
 // observer runs the metrics server and the retention cleaner beside the
 // relay.
 type observer struct {
@@ -190,7 +207,7 @@ func (ob *observer) attach(svc *relay.Service) error {
 	ob.wg.Add(1)
 	go func() {
 		defer ob.wg.Done()
-		keepTimePartitions(ob.ctx, ob.pool, ob.table, timePartitionsEvery, ob.log)
+		keepTimePartitions(ob.ctx, ob.pool, ob.table, timePartitionsEvery, ob.log, ob.m.SetTimePartitions)
 	}()
 	rcfg, ok := ob.flags.retentionConfig(ob.table)
 	if !ok {
@@ -229,18 +246,25 @@ const timePartitionsEvery = 10 * time.Minute
 // does not keep (a plain table; a partitioned table without
 // migrate --time-partitioned) costs one query a round. A failure (the
 // role does not own the table, a lock not free within 5s) is logged, at
-// warn level, once until a round succeeds again.
-func keepTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string, every time.Duration, log *zap.Logger) {
+// warn level, once until a round succeeds again. report is told each
+// round's outcome (the metrics' "partitions" readiness check).
+func keepTimePartitions(ctx context.Context, pool *pgxpool.Pool, table string, every time.Duration, log *zap.Logger, report func(error)) {
 	log = log.Named("partitions")
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failing := false
 	for {
 		created, err := sqladmin.EnsureTimePartitions(ctx, pool, table)
+		if ctx.Err() == nil {
+			report(err)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
+			if len(created) > 0 {
+				log.Info("created time partitions", zap.Strings("partitions", created))
+			}
 			if !failing {
 				log.Warn("could not create the coming time partitions; retrying", zap.Error(err), zap.Duration("retry_in", every))
 			}

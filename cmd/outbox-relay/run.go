@@ -503,7 +503,10 @@ func (f *runFlags) databaseReady(ctx, startCtx context.Context, log *zap.Logger,
 	if err := checkTable(ctx, pool, f.table, f.lease.Columns); err != nil {
 		return err
 	}
-	return checkRunnable(ctx, pool, f.table)
+	if err := checkRunnable(ctx, pool, f.table); err != nil {
+		return err
+	}
+	return f.observe.checkTable(ctx, pool, f.table)
 }
 
 // kafkaReady waits (within startCtx) until the brokers answer, then

@@ -39,6 +39,10 @@ type tableCheck struct {
 	seq      string
 	sql      string
 	resolved bool
+	// def is the table's DEFAULT partition (as regclass prints it), ""
+	// when it has none; defaultRows the rows in it at the last check.
+	def         string
+	defaultRows atomic.Int64
 	// published is the highest seq this relay has published (Published).
 	published atomic.Int64
 	// problem is the check's verdict: nil while the table is fine.
@@ -114,11 +118,15 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 		if err != nil {
 			return nil, err
 		}
-		sql, err := m.tableCheckSQL(seq)
+		def, err := sqladmin.DefaultPartition(ctx, m.db, m.cfg.Table)
 		if err != nil {
 			return nil, err
 		}
-		c.seq, c.sql, c.resolved = seq, sql, true
+		sql, err := m.tableCheckSQL(seq, def)
+		if err != nil {
+			return nil, err
+		}
+		c.seq, c.def, c.sql, c.resolved = seq, def, sql, true
 	}
 	// What this relay has published before the statement runs: every seq
 	// in it was handed out before the statement reads the sequence. One
@@ -145,6 +153,11 @@ func (m *Metrics) checkTable(ctx context.Context) (*checkProblem, error) {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}
 	c.slots.Store(&ss)
+	if row.DefaultRows != nil {
+		c.defaultRows.Store(*row.DefaultRows)
+	} else {
+		c.defaultRows.Store(0)
+	}
 	switch {
 	case row.Unlogged:
 		return &checkProblem{"unlogged", &outboxsql.UnloggedError{Table: m.cfg.Table}}, nil
@@ -236,5 +249,6 @@ type tableCheckRow struct {
 	UnloggedPartition *string `db:"unlogged_partition"`
 	MaxUnpublished    *int64  `db:"max_unpublished"`
 	LastPublished     *int64  `db:"last_published"`
+	DefaultRows       *int64  `db:"default_rows"`
 	Slots             []byte  `db:"slots"`
 }

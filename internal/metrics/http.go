@@ -32,7 +32,8 @@ type Readiness struct {
 	// Ready is true when every check passed.
 	Ready bool `json:"ready"`
 	// Failed names the checks that failed ("database", "table",
-	// "listener", "broker", "relay", "backlog", "stopping"), in that order; empty when
+	// "partitions", "listener", "broker", "relay", "backlog", "stopping"),
+	// in that order; empty when
 	// Ready.
 	Failed []string `json:"failed"`
 	// Checks maps each check's name to its outcome.
@@ -62,6 +63,11 @@ type Readiness struct {
 //     found nothing wrong: the outbox table and its seq sequence are
 //     logged (an UNLOGGED table is emptied by a crash), and the sequence
 //     hands out seqs above the table's; the detail names the fix;
+//   - "partitions": on a time-partitioned table, the relay's last round
+//     of creating its coming time partitions created each
+//     (SetTimePartitions), and the last table check found no row in its
+//     DEFAULT partition (outbox_default_partition_rows); the detail names
+//     the table, the partitions or the rows, and what to do;
 //   - "listener": listening, or poll-only when Components.Listener is nil;
 //     otherwise the state, and the reason when the listener gives one
 //     (ListenerReasoner: a deaf listener behind a transaction pooler, a
@@ -113,6 +119,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 		set("database", ping(m.checkDatabase), "ok")
 	}()
 	set("table", m.tableProblem(), "ok")
+	set("partitions", m.partitionsProblem(), "ok")
 	if comps == nil || comps.Relay == nil {
 		detail := "starting: waiting for the database and the broker"
 		if st := m.starting.Load(); st != nil {
@@ -167,7 +174,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 	}
 	wg.Wait()
 	r := Readiness{Ready: true, Checks: checks, CheckedAt: time.Now().UTC(), Failed: []string{}}
-	for _, name := range []string{"database", "table", "listener", "broker", "relay", "backlog", "stopping"} {
+	for _, name := range []string{"database", "table", "partitions", "listener", "broker", "relay", "backlog", "stopping"} {
 		if c, ok := checks[name]; ok && !c.OK {
 			r.Ready = false
 			r.Failed = append(r.Failed, name)

@@ -254,6 +254,7 @@ type Metrics struct {
 	starting    atomic.Pointer[string]
 	snap        snapshotWatch
 	tcheck      tableCheck
+	tparts      timePartitions
 	tableChecks prometheus.Counter
 	// oldest is the last refresh's view of the oldest events, from which
 	// the age gauges are computed at scrape time.
@@ -404,6 +405,7 @@ func New(cfg Config, db DB, logger *zap.Logger) (*Metrics, error) {
 	m.reg.MustRegister(m.tableChecks, slotCollector{m})
 	m.reg.MustRegister(m.publishErrors, m.claimDur, m.batchSize, m.markDur, m.takeovers, m.leaseLost, m.markErrors)
 	m.reg.MustRegister(m.snapshotGauge())
+	m.reg.MustRegister(m.partitionGauges()...)
 	m.kafka = newKafkaMetrics(m.reg)
 	m.reg.MustRegister(oldestAge, oldestClaimableAge, ownedClaimableAge, oldestCreated, m.unpublished, m.deadLetters, m.refreshErrors, m.lastRefresh, m.published, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

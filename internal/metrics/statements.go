@@ -62,10 +62,11 @@ type (
 
 // tableCheckSQL renders the table check's statement (TableCheck) for
 // the table's seq sequence seq (quoted, as regclass prints it; "" when it
-// has none). The check looks the sequence up at its first run (and again
-// after a failure), not when New renders the other statements, so it
-// renders this one then.
-func (s *statements) tableCheckSQL(seq string) (string, error) {
+// has none) and its DEFAULT partition def (the same; "" when it has
+// none). The check looks both up at its first run (and again after a
+// failure), not when New renders the other statements, so it renders
+// this one then.
+func (s *statements) tableCheckSQL(seq, def string) (string, error) {
 	frag := "NoSequenceColumns"
 	var extra []string
 	if seq != "" {
@@ -76,7 +77,15 @@ func (s *statements) tableCheckSQL(seq string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("metrics: render the table check: %w", err)
 	}
-	st, err := sqlfile.Render[sqlfile.NoArgs](queries, "TableCheck", sqlfile.With(s.slots, "sequence_columns", cols))
+	rows := "NoDefaultRows"
+	if def != "" {
+		rows = "DefaultRows"
+	}
+	defRows, err := queries.Fill(rows, sqlfile.With(s.slots, "default", def))
+	if err != nil {
+		return "", fmt.Errorf("metrics: render the table check: %w", err)
+	}
+	st, err := sqlfile.Render[sqlfile.NoArgs](queries, "TableCheck", sqlfile.With(s.slots, "sequence_columns", cols, "default_rows", defRows))
 	if err != nil {
 		return "", fmt.Errorf("metrics: render the table check: %w", err)
 	}

@@ -37,7 +37,7 @@ func TestStatementsRender(t *testing.T) {
 			}
 		}
 		for _, seq := range []string{"outbox_seq_seq", `app."Out""box_seq_seq`} {
-			sql, err := st.tableCheckSQL(seq)
+			sql, err := st.tableCheckSQL(seq, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,14 +46,19 @@ func TestStatementsRender(t *testing.T) {
 				t.Errorf("%s: the table check names not the sequence %s: %s", cfg.Table, seq, sql)
 			}
 		}
-		sql, err := st.tableCheckSQL("")
+		sql, err := st.tableCheckSQL("", "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		check("tableCheckSQL()", sql)
+		sql, err = st.tableCheckSQL("", `app."Out""box_default"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("tableCheckSQL(default)", sql)
 	}
 	slots := metricsSlots(Config{}.WithDefaults())
-	for _, k := range []string{"counts", "sequence_columns", "sequence", "sequence_literal"} {
+	for _, k := range []string{"counts", "sequence_columns", "sequence", "sequence_literal", "default", "default_rows"} {
 		slots[k] = "x"
 	}
 	qs := queries.Queries()

@@ -45,7 +45,7 @@ func TestQueriesRender(t *testing.T) {
 	for k, v := range fragments {
 		slots[k] = v
 	}
-	for _, k := range []string{"from", "lock", "lock_timeout", "max_seq", "partition", "sequence", "storage", "table_literal", "to"} {
+	for _, k := range []string{"columns", "default", "from", "lock", "lock_timeout", "max_seq", "partition", "sequence", "storage", "table_literal", "to"} {
 		slots[k] = "x"
 	}
 	for _, q := range qs {

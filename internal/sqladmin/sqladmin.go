@@ -68,17 +68,20 @@ var fragments = map[string]string{
 
 // The statements rendered once (see above).
 var (
-	durabilityStmt      = mustRender[tableArgs]("Durability", fragments)
-	sequenceOfStmt      = mustRender[tableArgs]("SequenceOf", fragments)
-	inspectTableStmt    = mustRender[tableArgs]("InspectTable", fragments)
-	replicaIdentityStmt = mustRender[tableArgs]("ReplicaIdentity", nil)
-	publicationsStmt    = mustRender[tableArgs]("Publications", nil)
-	nowStmt             = mustRender[sqlfile.NoArgs]("Now", nil)
-	tableSchemaStmt     = mustRender[tableArgs]("TableSchema", nil)
-	childPartitionsStmt = mustRender[tableArgs]("ChildPartitions", nil)
-	listPartitionsStmt  = mustRender[tableArgs]("ListTimePartitions", nil)
-	privilegesStmt      = mustRender[privilegeArgs]("MissingPrivileges", fragments)
-	setLockTimeoutStmt  = mustRender[sqlfile.NoArgs]("SetLockTimeout", map[string]string{
+	durabilityStmt       = mustRender[tableArgs]("Durability", fragments)
+	sequenceOfStmt       = mustRender[tableArgs]("SequenceOf", fragments)
+	inspectTableStmt     = mustRender[tableArgs]("InspectTable", fragments)
+	replicaIdentityStmt  = mustRender[tableArgs]("ReplicaIdentity", nil)
+	publicationsStmt     = mustRender[tableArgs]("Publications", nil)
+	nowStmt              = mustRender[sqlfile.NoArgs]("Now", nil)
+	tableSchemaStmt      = mustRender[tableArgs]("TableSchema", nil)
+	childPartitionsStmt  = mustRender[tableArgs]("ChildPartitions", nil)
+	listPartitionsStmt   = mustRender[tableArgs]("ListTimePartitions", nil)
+	defaultPartitionStmt = mustRender[tableArgs]("DefaultPartition", nil)
+	tableColumnsStmt     = mustRender[tableArgs]("TableColumns", nil)
+	isPartitionedStmt    = mustRender[tableArgs]("IsPartitioned", nil)
+	privilegesStmt       = mustRender[privilegeArgs]("MissingPrivileges", fragments)
+	setLockTimeoutStmt   = mustRender[sqlfile.NoArgs]("SetLockTimeout", map[string]string{
 		"lock_timeout": sqlname.Literal(partitionLockTimeout),
 	})
 )
@@ -150,4 +153,12 @@ func TableSchema(ctx context.Context, q RowQuerier, table string) (string, error
 	var schema string
 	err := q.QueryRow(ctx, tableSchemaStmt.SQL, tableSchemaStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&schema)
 	return schema, err
+}
+
+// IsPartitioned reports whether table is partitioned (a time-partitioned
+// outbox table, or one its owner partitioned).
+func IsPartitioned(ctx context.Context, q RowQuerier, table string) (bool, error) {
+	var p bool
+	err := q.QueryRow(ctx, isPartitionedStmt.SQL, isPartitionedStmt.Args(tableArgs{sqlname.Quote(table)})...).Scan(&p)
+	return p, err
 }

@@ -49,3 +49,32 @@ BEGIN
 /* TEMPLATE: sequence_grant */
 END
 $grant$;
+
+-- name: GrantTimePartitions :exec
+-- A statement of the grants script (GrantScript), not run by pgoutbox:
+-- on a partitioned table (table_literal; nothing on a plain one), what
+-- creating its time partitions and dropping old ones needs (ATTACH
+-- PARTITION and DROP TABLE are the owner's): membership in the role that
+-- owns the table, and in the owner of each of its partitions, and CREATE
+-- on its schema, for the role (role_literal). A superuser owner is
+-- refused with the reason and the fix: a member of a superuser role can
+-- SET ROLE to it and so become a superuser itself.
+DO $grant$
+DECLARE
+  o record;
+BEGIN
+  IF (SELECT relkind FROM pg_class WHERE oid = /* TEMPLATE: table_literal */::regclass) <> 'p' THEN
+    RETURN;
+  END IF;
+  FOR o IN SELECT DISTINCT r.rolname, r.rolsuper FROM pg_partition_tree(/* TEMPLATE: table_literal */::regclass) pt
+      JOIN pg_class c ON c.oid = pt.relid JOIN pg_roles r ON r.oid = c.relowner
+      WHERE quote_ident(r.rolname) <> /* TEMPLATE: role_literal */ ORDER BY 1 LOOP
+    IF o.rolsuper THEN
+      RAISE EXCEPTION 'outbox table % is time-partitioned and it (or a partition of it) is owned by %, a superuser: creating and dropping its partitions needs membership in the owner role, and a member of a superuser role can SET ROLE to it and become a superuser, so this script does not grant it. Give the table and each of its partitions an owner role of its own, e.g. CREATE ROLE outbox_owner NOLOGIN; ALTER TABLE % OWNER TO outbox_owner; (the same for each partition), then run the script again',
+        /* TEMPLATE: table_literal */, quote_ident(o.rolname), /* TEMPLATE: table_literal */;
+    END IF;
+    EXECUTE format('GRANT %I TO %s', o.rolname, /* TEMPLATE: role_literal */);
+  END LOOP;
+  EXECUTE format('GRANT CREATE ON SCHEMA %s TO %s', (SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = /* TEMPLATE: table_literal */::regclass), /* TEMPLATE: role_literal */);
+END
+$grant$;

@@ -12,7 +12,9 @@
 -- (a partition of its own may be UNLOGGED; pg_partition_tree of a plain
 -- table is the table alone, at level 0, so NULL there); the highest
 -- unpublished seq and the seq of the row published last (one probe of a
--- partial index each); and the database's logical replication slots with
+-- partial index each); the rows in the DEFAULT partition of a
+-- partitioned table (DefaultRows, NULL from NoDefaultRows); and the
+-- database's logical replication slots with
 -- the WAL each keeps (the replication_slots slot: sqladmin.SlotsSQL), as
 -- JSON.
 SELECT (SELECT relpersistence = 'u' FROM pg_class WHERE oid = /* TEMPLATE: table_literal */::regclass) AS unlogged, /* TEMPLATE: sequence_columns */,
@@ -20,6 +22,7 @@ SELECT (SELECT relpersistence = 'u' FROM pg_class WHERE oid = /* TEMPLATE: table
      WHERE pt.level > 0 AND u.relpersistence = 'u') AS unlogged_partition,
   (SELECT o.seq FROM /* TEMPLATE: table */ o WHERE o.published_at IS NULL ORDER BY o.seq DESC LIMIT 1) AS max_unpublished,
   (SELECT o.seq FROM /* TEMPLATE: table */ o WHERE o.published_at IS NOT NULL ORDER BY o.published_at DESC LIMIT 1) AS last_published,
+  /* TEMPLATE: default_rows */,
   (SELECT coalesce(json_agg(json_build_object('name', s.name, 'plugin', s.plugin, 'active', s.active, 'retained_wal_bytes', s.retained)), '[]')
      FROM (/* TEMPLATE: replication_slots */) s (name, plugin, active, retained)) AS slots
 
@@ -68,3 +71,16 @@ SELECT current_user::text AS role, pg_has_role('pg_read_all_stats', 'USAGE') AS 
 -- The "database" readiness check: whether the server is in recovery (a
 -- standby, where claims cannot write), and its address for the message.
 SELECT pg_is_in_recovery() AS in_recovery, host(inet_server_addr()) AS host, inet_server_port() AS port
+
+-- name: DefaultRows :fragment
+-- A fragment of TableCheck (one of its columns), not a statement: the
+-- rows in the table's DEFAULT partition (default: as regclass prints it),
+-- which the check looks up at its first run: rows no time partition
+-- covers (outbox_default_partition_rows). Normally none, so the count is
+-- cheap; rows there are what the readiness check "partitions" reports.
+(SELECT count(*) FROM /* TEMPLATE: default */) AS default_rows
+
+-- name: NoDefaultRows :fragment
+-- A fragment of TableCheck, not a statement: DefaultRows's column for a
+-- table without a DEFAULT partition (a plain table).
+NULL::bigint AS default_rows

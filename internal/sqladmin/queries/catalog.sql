@@ -107,3 +107,8 @@ FROM (SELECT to_regclass(@table) AS oid) c, (SELECT to_regclass(@guard) AS oid) 
 -- around the database's now(), which created_at defaults to, not the
 -- process's.
 SELECT now()
+
+-- name: IsPartitioned :one
+-- Whether the table @table (quoted) is partitioned: outbox-relay run
+-- refuses --retention-drop-partitions on a table that is not.
+SELECT relkind = 'p' FROM pg_class WHERE oid = @table::regclass

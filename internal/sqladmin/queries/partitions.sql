@@ -61,3 +61,47 @@ CREATE TABLE /* TEMPLATE: partition */ (LIKE /* TEMPLATE: table */ INCLUDING DEF
 -- UPDATE EXCLUSIVE on the table, ACCESS EXCLUSIVE on its DEFAULT
 -- partition (whose rows it checks).
 ALTER TABLE /* TEMPLATE: table */ ATTACH PARTITION /* TEMPLATE: partition */ FOR VALUES FROM (/* TEMPLATE: from */) TO (/* TEMPLATE: to */)
+
+-- name: DefaultPartition :one
+-- The DEFAULT partition of the partitioned table @table (quoted), as
+-- regclass prints it; no row when it has none. CreateTimePartitions moves
+-- the rows of a new partition's range out of it.
+SELECT d.oid::regclass::text FROM pg_partitioned_table pt JOIN pg_class d ON d.oid = pt.partdefid WHERE pt.partrelid = @table::regclass
+
+-- name: TableColumns :one
+-- The columns of the table @table (quoted), quoted, comma-separated, in
+-- their order: MoveFromDefault names them, so that it copies every column
+-- whatever each partition's own column order.
+SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute WHERE attrelid = @table::regclass AND attnum > 0 AND NOT attisdropped
+
+-- name: DefaultHasRowsIn :one
+-- Whether the DEFAULT partition (default: as regclass prints it) holds
+-- rows whose created_at is in [from, to) (timestamptz literals, UTC): the
+-- range of a time partition about to be attached, which ATTACH PARTITION
+-- would refuse while they are there.
+SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: default */ WHERE created_at >= /* TEMPLATE: from */ AND created_at < /* TEMPLATE: to */)
+
+-- name: LockForMove :exec
+-- Before rows move from the DEFAULT partition into a new time partition:
+-- locks the outbox table (and so each of its partitions) against every
+-- writer, claim and mark until the partition is attached and the
+-- transaction commits. A statement that waits for this lock reads the
+-- table's partitions once it has it, and so finds a moved row in its new
+-- partition; one that had found its partitions before (with a weaker lock
+-- on the table only) could look for the row in the DEFAULT partition
+-- alone and miss it (a lease's mark would then be lost). Plain reads (the
+-- gauges, status) go on.
+LOCK TABLE /* TEMPLATE: table */ IN EXCLUSIVE MODE
+
+-- name: MoveFromDefault :execrows
+-- Moves the rows of the DEFAULT partition (default) whose created_at is in
+-- [from, to) into the new time partition (partition: schema-qualified,
+-- quoted), a table of its own not yet attached: every column (columns:
+-- TableColumns) as it was, seq, lease (locked_until, locked_by,
+-- claim_token) and attempts included. The new table has no triggers
+-- yet, so nothing recomputes a column; an identity column is a plain
+-- column there, so seq keeps its value.
+WITH moved AS (
+  DELETE FROM /* TEMPLATE: default */ WHERE created_at >= /* TEMPLATE: from */ AND created_at < /* TEMPLATE: to */
+  RETURNING /* TEMPLATE: columns */)
+INSERT INTO /* TEMPLATE: partition */ (/* TEMPLATE: columns */) SELECT /* TEMPLATE: columns */ FROM moved
