@@ -65,9 +65,9 @@ type Readiness struct {
 //     hands out seqs above the table's; the detail names the fix;
 //   - "partitions": on a time-partitioned table, the relay's last round
 //     of creating its coming time partitions created each
-//     (SetTimePartitions), and the last table check found no row in its
-//     DEFAULT partition (outbox_default_partition_rows); the detail names
-//     the table, the partitions or the rows, and what to do;
+//     (SetTimePartitions); the detail names the table, the partitions and
+//     what to do (rows in the DEFAULT partition are a gauge and an alert,
+//     not a readiness failure: they are still published);
 //   - "listener": listening, or poll-only when Components.Listener is nil;
 //     otherwise the state, and the reason when the listener gives one
 //     (ListenerReasoner: a deaf listener behind a transaction pooler, a

@@ -37,8 +37,10 @@ func (m *Metrics) SetTimePartitions(err error) {
 }
 
 // partitionsProblem returns the "partitions" readiness check's error: nil
-// while every time partition was created and the DEFAULT partition holds
-// no row (always on a plain table).
+// while every time partition was created (always on a plain table). Rows
+// in the DEFAULT partition do not fail it: they are still published, and
+// rows older than every partition stay there until retention deletes
+// them; outbox_default_partition_rows and an alert report them.
 func (m *Metrics) partitionsProblem() error {
 	if p := m.tparts.failed.Load(); p != nil {
 		var pe *sqladmin.PartitionsError
@@ -47,10 +49,6 @@ func (m *Metrics) partitionsProblem() error {
 			what = fmt.Sprintf("time partitions %v", pe.Names())
 		}
 		return fmt.Errorf("table %s: %s could not be created: %v; new rows of their ranges land in the DEFAULT partition meanwhile. The relays retry every 10m: grant what is missing (outbox-relay grants --role ... --table %s prints it), or end the long transaction that holds the table's lock", m.cfg.Table, what, *p, m.cfg.Table)
-	}
-	if n := m.tcheck.defaultRows.Load(); n > 0 {
-		return fmt.Errorf("table %s: %d rows are in its DEFAULT partition %s: no time partition covers their created_at, so --retention-drop-partitions cannot drop them (retention deletes them row by row once published). The relays move the rows of a coming partition's range into it when they create it (the current interval and --time-partitions-ahead after it, every 10m); to move rows further ahead now, raise it: outbox-relay migrate --time-partitioned --time-partitions-ahead N. Rows older than every partition stay until retention deletes them (or delete the published ones: DELETE FROM %s WHERE published_at IS NOT NULL)",
-			m.cfg.Table, n, m.tcheck.def, m.tcheck.def)
 	}
 	return nil
 }
@@ -61,7 +59,7 @@ func (m *Metrics) partitionGauges() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "outbox_default_partition_rows",
-			Help: "Rows in the DEFAULT partition of a time-partitioned outbox table (no time partition covers their created_at), at the last table check (every --metrics-interval); 0 on a plain table. The readiness check \"partitions\" fails meanwhile.",
+			Help: "Rows in the DEFAULT partition of a time-partitioned outbox table (no time partition covers their created_at; --retention-drop-partitions cannot drop them), at the last table check (every --metrics-interval), counted up to 100000; 0 on a plain table.",
 		}, func() float64 { return float64(m.tcheck.defaultRows.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "outbox_time_partitions_failing",

@@ -13,13 +13,13 @@ import (
 	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
-// On a time-partitioned table, rows in the DEFAULT partition and a
-// partition that could not be created fail the "partitions" readiness
-// check, naming the table and what to do, and show in
-// outbox_default_partition_rows and outbox_time_partitions_failing
-// (issue 29: every new row landed in DEFAULT without a word but a log
-// line). Once the row is moved into its partition and a round succeeds,
-// the check passes and the gauges are 0.
+// On a time-partitioned table, a partition that could not be created
+// fails the "partitions" readiness check, naming it and what to do, and
+// sets outbox_time_partitions_failing; rows in the DEFAULT partition show
+// in outbox_default_partition_rows without failing readiness (they are
+// still published). Issue 29: every new row landed in DEFAULT without a
+// word but a log line. Once the row is moved into its partition and a
+// round succeeds, the check passes and the gauges are 0.
 func TestReadinessSaysRowsLandInTheDefaultPartition(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -47,8 +47,8 @@ func TestReadinessSaysRowsLandInTheDefaultPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, rows, _ := state()
-	if c.OK || rows != 1 || !strings.Contains(c.Detail, "table outbox: 1 rows are in its DEFAULT partition outbox_default") || !strings.Contains(c.Detail, "--time-partitions-ahead") {
-		t.Fatalf("a row in DEFAULT: %+v, gauge %v; want the check failing, naming the table, the partition and what to do", c, rows)
+	if !c.OK || rows != 1 {
+		t.Fatalf("a row in DEFAULT: %+v, gauge %v; want the gauge at 1 and the check passing", c, rows)
 	}
 	m.SetTimePartitions(&sqladmin.PartitionsError{Table: "outbox", Failed: []sqladmin.PartitionFailure{{Name: "outbox_p20261203_2300", Err: errors.New("permission denied")}}})
 	c, _, failing := state()
