@@ -159,7 +159,7 @@ type claimQueue struct {
 	// resume.
 	quiet, holds bool
 	final        int64
-	limit        int // the claim's row limit (lease.Config.BatchSize or rowCap)
+	limit        int  // the claim's row limit (lease.Config.BatchSize or rowCap)
 	declared     bool // the claim declares the presence (presence.go)
 }
 

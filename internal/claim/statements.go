@@ -113,8 +113,8 @@ type (
 		Token uuid.UUID `arg:"token"`
 	}
 	extendArgs struct {
-		Seqs    []int64   `arg:"seqs"`
-		Token   uuid.UUID `arg:"token"`
+		Seqs    []int64    `arg:"seqs"`
+		Token   uuid.UUID  `arg:"token"`
 		LeaseMS int64      `arg:"lease_ms"`
 		Member  string     `arg:"member"`
 		Started *time.Time `arg:"started"`
