@@ -3,11 +3,13 @@ package faults
 import (
 	"context"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pgoutbox/outbox/internal/faultkit"
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -55,10 +57,15 @@ func maxLatency(t *testing.T, pool *pgxpool.Pool) time.Duration {
 // aggregate's events in order.
 func TestProcStaticRestart(t *testing.T) {
 	t.Parallel()
-	for _, sig := range []string{"sigkill", "sigstop"} {
+	for _, sig := range []string{"sigkill", "sigkill-mid-publish", "sigstop"} {
 		t.Run(sig, func(t *testing.T) {
 			db := testenv.MigratedDB(t)
-			k := testenv.Kafka(t)
+			var k *testenv.TestKafka
+			if sig == "sigkill-mid-publish" {
+				k = testenv.KafkaFake(t)
+			} else {
+				k = testenv.Kafka(t)
+			}
 			topic := k.Topic(t, 6)
 			const id = "pod-0"
 			old := startRelayProc(t, db.ConnString, k.Brokers, topic, "--relay-id", id, "--batch-size", "500")
@@ -66,10 +73,33 @@ func TestProcStaticRestart(t *testing.T) {
 			first := memberStarted(t, db.Pool, id)
 			load := faultkit.StartLoad(t, db.Pool, writer(t, db.Pool), "agg", 1000, 5, 10*time.Millisecond)
 			testenv.Eventually(t, 30*time.Second, func() bool { return faultkit.Published(t, db.Pool) >= 1000 }, "nothing published before the fault")
+			// The old process declared its presence (its session's lock).
+			testenv.Eventually(t, 30*time.Second, func() bool {
+				var n int
+				_ = db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_order_guard WHERE key LIKE 'presence:pod-0/%' AND until > now()").Scan(&n)
+				return n == 1
+			}, "the old process never declared its presence")
+			if sig == "sigkill-mid-publish" {
+				// Hold the old process's next produce request, so that it
+				// is killed with rows leased (and maybe sent): the new one
+				// must end those leases at once, not wait 30 s.
+				release, held := make(chan struct{}), make(chan struct{})
+				var once sync.Once
+				k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+					k.Cluster.DropControl()
+					once.Do(func() { close(held) })
+					k.Cluster.SleepControl(func() { <-release })
+					return nil, nil, false
+				})
+				<-held
+				t.Cleanup(func() { closeOnce(release) })
+				old.Kill()
+				closeOnce(release)
+			}
 			stopped := time.Now()
 			if sig == "sigkill" {
 				old.Kill()
-			} else {
+			} else if sig == "sigstop" {
 				if err := old.Signal(syscall.SIGSTOP); err != nil {
 					t.Fatal(err)
 				}
@@ -102,7 +132,10 @@ func TestProcStaticRestart(t *testing.T) {
 			t.Logf("%s + restart after 3 s (stopped %s before the new process): max latency %s (goal %s); %d events, %d duplicates; published by %v; new process:\n%s",
 				sig, restarted.Sub(stopped).Round(time.Millisecond), lat.Round(time.Millisecond), staticMaxLatency, rep.Committed, rep.Duplicates,
 				publishedBy(t, db.Pool), grepLines(next.Stderr(), "took the relay ID"))
-			if sig == "sigkill" && lat > staticMaxLatency {
+			if took := grepLines(next.Stderr(), "took the relay ID"); sig == "sigkill-mid-publish" && (took == "" || strings.Contains(took, `"leases_ended": 0`)) {
+				t.Errorf("the new process ended none of the killed one's leases: %q", took)
+			}
+			if strings.HasPrefix(sig, "sigkill") && lat > staticMaxLatency {
 				t.Errorf("max latency %s after a SIGKILL and a restart 3 s later, want at most %s", lat.Round(time.Millisecond), staticMaxLatency)
 			}
 			if sig == "sigstop" {
@@ -118,6 +151,15 @@ func TestProcStaticRestart(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// closeOnce closes ch unless it is closed.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
 	}
 }
 
