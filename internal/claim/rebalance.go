@@ -38,7 +38,7 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		// A static member's first join takes its row over from an earlier
 		// incarnation (TakeOver), once the claims of that one in progress
 		// are done (LockMember).
-		b.exec(st.lockMember.SQL, st.lockMember.Args(lockMemberArgs{TimeoutMS: takeoverWait.Milliseconds(), Key: o.memberKey}), "rebalance: take over", nil)
+		b.exec(st.lockMember.SQL, st.lockMember.Args(lockMemberArgs{TimeoutMS: takeoverWait.Milliseconds(), Key: o.memberKey, Member: o.member}), "rebalance: take over", nil)
 		a := takeOverArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Incarnation: o.incarnation, TableKey: c.cfg.Table}
 		b.add(c.rows.takeOver.SQL, c.rows.takeOver.Args(a), readJoin(func(rows pgx.Rows) error {
 			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[takeOverRow])
@@ -205,7 +205,8 @@ type joinRow struct {
 // takeoverWait is how long a static member's first join waits for the
 // claims in progress of an earlier incarnation (LockMember); one paused in
 // the middle of sending a claim keeps it waiting, and the join fails and
-// is tried again at the next claim.
+// is tried again at the next claim, until that incarnation's membership
+// ends (then LockMember takes no lock).
 const takeoverWait = 2 * time.Second
 
 // takeOverRow is the TakeOver statement's result (sql/membership.sql).

@@ -153,6 +153,7 @@ type (
 	lockMemberArgs struct {
 		TimeoutMS int64  `arg:"timeout_ms"`
 		Key       string `arg:"key"`
+		Member    string `arg:"member"`
 	}
 	keyArgs struct {
 		Key string `arg:"key"`

@@ -85,7 +85,13 @@ WHERE EXISTS (SELECT 1 FROM released) OR EXISTS (SELECT 1 FROM gone)
 -- of member @key in progress (each holds this lock shared,
 -- MemberShared) and keeps any new one waiting until the takeover commits,
 -- so that the takeover's next statement sees every lease they gave.
+-- Only while the member's row @member is live: once its until has
+-- passed, no lease an earlier incarnation gave or gives (claims and
+-- extensions lease until then at the latest) is still running, and a
+-- process paused in the middle of sending a claim, which holds the lock,
+-- cannot keep the takeover waiting any longer.
 SELECT set_config('lock_timeout', (@timeout_ms::bigint)::text, true), pg_advisory_xact_lock(hashtextextended(@key::text, 0))
+FROM /* TEMPLATE: relays */ r WHERE r.member = @member AND r.until > now()
 
 -- name: MemberShared :exec
 -- Queued first in every claim and extension of a static member (key @key):
