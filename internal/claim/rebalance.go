@@ -15,49 +15,12 @@ import (
 // held, before a claim.
 func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 	o, st := c.own, c.st
-	var joined joinRow
+	var j joinResult
 	var members, owners []string
 	var legacy string
 	var b steps
-	var took *takeOverRow
-	var rejoined *rejoinRow
-	readJoin := func(read func(pgx.Rows) error) func(pgx.BatchResults) error {
-		return func(br pgx.BatchResults) error {
-			rows, err := br.Query()
-			if err == nil {
-				err = read(rows)
-			}
-			if IsMissingTable(err) {
-				return fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
-			}
-			return wrapErr("rebalance", err)
-		}
-	}
-	switch started := o.started.Load(); {
-	case o.static && started == nil:
-		// A static member's first join takes its row over from an earlier
-		// incarnation (TakeOver), once the claims of that one in progress
-		// are done (LockMember).
-		b.exec(st.lockMember.SQL, st.lockMember.Args(lockMemberArgs{TimeoutMS: takeoverWait.Milliseconds(), Key: o.memberKey, Member: o.member}), "rebalance: take over", nil)
-		a := takeOverArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Incarnation: o.incarnation, TableKey: c.cfg.Table}
-		b.add(c.rows.takeOver.SQL, c.rows.takeOver.Args(a), readJoin(func(rows pgx.Rows) error {
-			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[takeOverRow])
-			took, joined = &r, r.joinRow
-			return err
-		}))
-	case o.static:
-		a := rejoinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Started: started}
-		b.add(st.rejoin.SQL, st.rejoin.Args(a), readJoin(func(rows pgx.Rows) error {
-			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[rejoinRow])
-			rejoined, joined = &r, r.joinRow
-			return err
-		}))
-	default:
-		b.add(st.join.SQL, st.join.Args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), readJoin(func(rows pgx.Rows) (err error) {
-			joined, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[joinRow])
-			return err
-		}))
-	}
+	c.queueJoin(&b, &j)
+	joined := &j.joinRow
 	b.add(st.members.SQL, nil, func(br pgx.BatchResults) (err error) {
 		members, err = collectStrings(br)
 		return wrapErr("rebalance: members", err)
@@ -75,38 +38,15 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("rebalance: %w", ErrNotMigrated)
 	}
 	o.partitions, o.members, o.legacy, o.renewed, o.joined, o.expired = partitions, len(members), legacy, now, true, false
-	if rejoined != nil && rejoined.StartedAt == nil {
-		// A later process with this relay ID took the row over: its
-		// partitions are that one's now.
-		o.replaced = true
-		o.owned = map[int]bool{}
-		clear(o.releasing)
-		o.setClaimMask()
-		o.since = now
+	blocked, replaced := o.applyStaticJoin(&j, now)
+	if replaced {
 		o.generation, o.seenGen = gen, gen
 		return nil
 	}
-	switch {
-	case took != nil:
-		o.started.Store(took.StartedAt)
-		o.takeoverEnded += took.Ended
-		if took.BlockedMS != nil {
-			// Leases an earlier incarnation may still publish under: the
-			// claims run the order guard until they end, and the
-			// partitions stay here as long (see the end).
-			blocked := now.Add(time.Duration(*took.BlockedMS)*time.Millisecond + time.Second)
-			o.takeoverBlocked = time.Now().Add(time.Duration(*took.BlockedMS) * time.Millisecond)
-			o.oldKeys["takeover"] = blocked
-			defer func() {
-				for p := range o.owned {
-					if blocked.After(o.busyUntil[p]) {
-						o.busyUntil[p] = blocked
-					}
-				}
-			}()
-		}
-	case rejoined != nil:
-		o.started.Store(rejoined.StartedAt)
+	if !blocked.IsZero() {
+		// After the partitions owned are known (below): they stay here as
+		// long as an earlier incarnation's leases may run.
+		defer o.keepBusy(blocked)
 	}
 	plan := ownership.PlanRebalance(o.member, members, owners, func(p int) bool { return o.idle(p, now) })
 	owned := plan.Owned
@@ -200,6 +140,98 @@ type joinRow struct {
 	Partitions int   `db:"partitions"`
 	Generation int64 `db:"generation"`
 	Backfilled bool  `db:"backfilled"`
+}
+
+// joinResult is what a rebalance's join statement returns: Join's row,
+// and for a static member TakeOver's (its first join) or Rejoin's.
+type joinResult struct {
+	joinRow
+	took     *takeOverRow
+	rejoined *rejoinRow
+}
+
+// queueJoin queues the member's join: Join, or for a static member
+// LockMember and TakeOver at its first join and Rejoin after, read into j.
+func (c *Claimer) queueJoin(b *steps, j *joinResult) {
+	o, st := c.own, c.st
+	readJoin := func(read func(pgx.Rows) error) func(pgx.BatchResults) error {
+		return func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err == nil {
+				err = read(rows)
+			}
+			if IsMissingTable(err) {
+				return fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
+			}
+			return wrapErr("rebalance", err)
+		}
+	}
+	switch started := o.started.Load(); {
+	case o.static && started == nil:
+		// A static member's first join takes its row over from an earlier
+		// incarnation (TakeOver), once the claims of that one in progress
+		// are done (LockMember).
+		b.exec(st.lockMember.SQL, st.lockMember.Args(lockMemberArgs{TimeoutMS: takeoverWait.Milliseconds(), Key: o.memberKey, Member: o.member}), "rebalance: take over", nil)
+		a := takeOverArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Incarnation: o.incarnation, TableKey: c.cfg.Table}
+		b.add(c.rows.takeOver.SQL, c.rows.takeOver.Args(a), readJoin(func(rows pgx.Rows) error {
+			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[takeOverRow])
+			j.took, j.joinRow = &r, r.joinRow
+			return err
+		}))
+	case o.static:
+		a := rejoinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Started: started}
+		b.add(st.rejoin.SQL, st.rejoin.Args(a), readJoin(func(rows pgx.Rows) error {
+			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[rejoinRow])
+			j.rejoined, j.joinRow = &r, r.joinRow
+			return err
+		}))
+	default:
+		b.add(st.join.SQL, st.join.Args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), readJoin(func(rows pgx.Rows) (err error) {
+			j.joinRow, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[joinRow])
+			return err
+		}))
+	}
+}
+
+// applyStaticJoin applies a static member's join at now: replaced when a
+// later incarnation holds the row (the member then owns and claims nothing
+// more); blocked, if not zero, is until when an earlier incarnation's
+// leases kept by a takeover may run (local clock): the claims run the
+// order guard against them until then.
+func (o *owner) applyStaticJoin(j *joinResult, now time.Time) (blocked time.Time, replaced bool) {
+	switch {
+	case j.rejoined != nil && j.rejoined.StartedAt == nil:
+		// A later process with this relay ID took the row over: its
+		// partitions are that one's now.
+		o.replaced = true
+		o.owned = map[int]bool{}
+		clear(o.releasing)
+		o.setClaimMask()
+		o.since = now
+		return time.Time{}, true
+	case j.rejoined != nil:
+		o.started.Store(j.rejoined.StartedAt)
+	case j.took != nil:
+		o.started.Store(j.took.StartedAt)
+		o.takeoverEnded += j.took.Ended
+		if j.took.BlockedMS != nil {
+			left := time.Duration(*j.took.BlockedMS) * time.Millisecond
+			blocked = now.Add(left + time.Second)
+			o.takeoverBlocked = time.Now().Add(left)
+			o.oldKeys["takeover"] = blocked
+		}
+	}
+	return blocked, false
+}
+
+// keepBusy keeps every partition owned busy until at least until, so that
+// none is given back while leases it cannot see the end of may run.
+func (o *owner) keepBusy(until time.Time) {
+	for p := range o.owned {
+		if until.After(o.busyUntil[p]) {
+			o.busyUntil[p] = until
+		}
+	}
 }
 
 // takeoverWait is how long a static member's first join waits for the
