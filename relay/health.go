@@ -97,6 +97,8 @@ type progress struct {
 func (p *progress) ownership(now time.Time, o claim.Ownership) {
 	var why string
 	switch {
+	case o.Replaced:
+		why = fmt.Sprintf("a later process started with this relay ID (%s) took its membership and key partitions over: this one claims nothing more; stop it (two processes must not share a --relay-id)", o.Member)
 	case o.Legacy != "":
 		why = fmt.Sprintf("a relay of an older version, without key partitions, holds leases on the table (locked_by %s): this relay claims nothing until it stops; stop or upgrade it", o.Legacy)
 	case o.Owned == 0 && o.Partitions > 0 && o.Members > 1:

@@ -178,6 +178,16 @@ func (r *Relay) recordOwnership(o claim.Ownership) {
 			zap.Int64("handovers_total", o.TakenOver), zap.String("member", o.Member))
 		r.lastOwned, r.lastMembers = o.Owned, o.Members
 	}
+	if o.Replaced && !r.replacedLogged {
+		r.log.Error("a later process with this relay ID took its membership over: this one claims nothing more; stop it (two processes must not share a --relay-id)",
+			zap.String("member", o.Member))
+		r.replacedLogged = true
+	}
+	if (o.TakeoverEnded > 0 || !o.TakeoverBlocked.IsZero()) && !r.takeoverLogged {
+		r.log.Info("took the relay ID's membership over from an earlier process", zap.String("member", o.Member),
+			zap.Int64("leases_ended", o.TakeoverEnded), zap.Time("earlier_leases_kept_until", o.TakeoverBlocked))
+		r.takeoverLogged = true
+	}
 	r.ownedShare = 0
 	if o.Partitions > 0 && o.Owned > 0 {
 		r.ownedShare = float64(o.Owned) / float64(o.Partitions)

@@ -111,6 +111,9 @@ type Relay struct {
 	// lastOwned and lastMembers are what the claimer owned at the last
 	// claim (recordOwnership); claimer goroutine only.
 	lastOwned, lastMembers int
+	// replacedLogged and takeoverLogged: the static-membership log lines
+	// (recordOwnership) were written. Claimer goroutine only.
+	replacedLogged, takeoverLogged bool
 	// ownedShare is the part of the key partitions the claimer owned at
 	// the last claim (0 until it owns some): the claim schedule's busy
 	// threshold is the table's rate (busy). Claimer goroutine only.

@@ -134,6 +134,10 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 		}
 		configureListener(cc)
 		connect := func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }
+		// A static member (RelayID set) keeps a session of its own on the
+		// same direct connection string, whose end tells a later process
+		// with its relay ID that this one is gone (claim.SetPresence).
+		claimer.SetPresence(connect)
 		if s.listener, err = listen.New(cfg.Notify, connect, pool, logger); err != nil {
 			_ = pub.Close()
 			return nil, err

@@ -57,6 +57,7 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 		}
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
+	c.pres.start(c)
 	now := time.Now()
 	if c.own.rebalanceDue(now, c.cfg.Lease) {
 		// Partitions acquired bring rows below any resume point.
@@ -83,7 +84,7 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 func (c *Claimer) newHolder(now time.Time) {
 	c.own.lostClaim(c.holder.Load(), now.Add(c.cfg.Lease+time.Second))
 	c.own.holders++
-	c.holder.Store(c.own.member + "." + strconv.Itoa(c.own.holders))
+	c.holder.Store(c.own.incarnation + "." + strconv.Itoa(c.own.holders))
 	c.lastBeat = time.Time{}
 	c.fl.resume.reset()
 }
@@ -98,6 +99,9 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	}
 	if q.beat {
 		c.lastBeat = began
+		if q.declared {
+			c.pres.declared.Store(true)
+		}
 	}
 	batch := q.batch
 	batch.Claimed = time.Now()
@@ -155,7 +159,8 @@ type claimQueue struct {
 	// resume.
 	quiet, holds bool
 	final        int64
-	limit        int // the claim's row limit (lease.Config.BatchSize or rowCap)
+	limit        int  // the claim's row limit (lease.Config.BatchSize or rowCap)
+	declared     bool // the claim declares the presence (presence.go)
 }
 
 // queueClaim queues one claim's statements: the plan settings (and the
@@ -173,7 +178,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	q.floor = c.fl.resume.from(c.fl.at)
 	defer func() { c.fl.scanFrom = q.floor }()
 	st, rows := c.st, c.rows
-	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2
+	q.beat = c.lastBeat.IsZero() || began.Sub(c.lastBeat) >= c.cfg.Lease/2 || c.pres.due()
 	if q.beat {
 		// A claim that registers the relay commits synchronously (plan.SQL).
 		q.steps.exec(st.plan.SQL, nil, "claim batch", nil)
@@ -210,9 +215,21 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	if c.rowCap > 0 {
 		q.limit = min(q.limit, c.rowCap)
 	}
-	if c.own.legacy == "" {
+	if c.own.legacy == "" && !c.own.replaced {
 		a.BatchSize, a.ForceGuard = q.limit, len(guardKeys) > 0
 		a.Owned, a.OwnsAny = c.own.claimMask, c.own.claimsAny
+	}
+	if c.own.static {
+		a.Started = c.own.started.Load()
+		if !c.own.replaced {
+			// A takeover (LockMember) waits for this claim, and this claim
+			// for a takeover in progress: it then finds its row taken.
+			q.steps.exec(st.memberShared.SQL, st.memberShared.Args(keyArgs{Key: c.own.memberKey}), "claim batch: member lock", nil)
+		}
+	}
+	if q.beat && c.pres.declaring() {
+		q.declared = true
+		q.steps.exec(st.declare.SQL, st.declare.Args(declareArgs{Incarnation: c.own.incarnation, LeaseMS: c.cfg.Lease.Milliseconds()}), "claim batch: presence", nil)
 	}
 	q.steps.scan(st.holds.SQL, nil, "claim batch: holds", &q.holds)
 	q.steps.add(rows.claim.SQL, rows.claim.Args(a), func(br pgx.BatchResults) (err error) {

@@ -151,12 +151,15 @@ type Claimer struct {
 	stuckUntil time.Time
 	// settled are the calls of Settled not applied yet (applySettled).
 	settled settleQueue
+	// pres is a static member's presence (presence.go); nil without one.
+	pres *presence
 }
 
 // New returns a Claimer on pool. It returns cfg's validation error, or an
 // error rendering its statements (a defect of the package, which its
 // tests catch).
 func New(pool *pgxpool.Pool, cfg lease.Config) (*Claimer, error) {
+	static := cfg.RelayID != ""
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -166,8 +169,18 @@ func New(pool *pgxpool.Pool, cfg lease.Config) (*Claimer, error) {
 		return nil, err
 	}
 	c := &Claimer{cfg: cfg, pool: pool, st: st, rows: st.plainRows, fl: floor{final: -1}}
-	c.own = newOwner(cfg.RelayID + "/" + config.RandomHex(4))
-	c.holder.Store(c.own.member)
+	inc := cfg.RelayID + "/" + config.RandomHex(4)
+	if static {
+		// Static membership: the member is the relay ID, the same in
+		// every incarnation (so it owns the same partitions), and
+		// locked_by names the incarnation (owner.go).
+		c.own = newOwner(cfg.RelayID)
+		c.own.static, c.own.memberKey = true, "pgoutbox member "+cfg.Table+" "+cfg.RelayID
+	} else {
+		c.own = newOwner(inc)
+	}
+	c.own.incarnation = inc
+	c.holder.Store(inc)
 	return c, nil
 }
 
@@ -232,6 +245,13 @@ func (c *Claimer) Close(ctx context.Context) error {
 	c.lastBeat = time.Time{} // a later claim registers again
 	if err := c.leave(ctx); err != nil {
 		return fmt.Errorf("close claimer: %w", err)
+	}
+	if c.pres != nil {
+		c.pres.stop()
+		q := c.st.undeclare
+		if _, err := c.pool.Exec(ctx, q.SQL, q.Args(incarnationArgs{Incarnation: c.own.incarnation})...); err != nil {
+			return fmt.Errorf("close claimer: %w", err)
+		}
 	}
 	q := c.st.unregister
 	if _, err := c.pool.Exec(ctx, q.SQL, q.Args(holderArgs{Holder: c.holder.Load()})...); err != nil {

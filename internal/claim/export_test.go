@@ -13,3 +13,13 @@ func LastAdvance(c *Claimer) time.Time {
 	defer c.mu.Unlock()
 	return c.fl.lastAdvance
 }
+
+// KillPresence ends c's presence session as a process's death would: the
+// lock is freed by the server and the declaration stays behind.
+func KillPresence(c *Claimer) {
+	c.pres.declared.Store(false) // no Undeclare on the way out
+	c.pres.stop()
+}
+
+// PresenceDeclared reports whether c's last beat declared its presence.
+func PresenceDeclared(c *Claimer) bool { return c.pres != nil && c.pres.declared.Load() }

@@ -34,6 +34,19 @@ func (h *hook) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQuer
 }
 func (h *hook) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// TraceBatchStart does the same for a statement sent in a batch (a static
+// member's move is one, after its member lock).
+func (h *hook) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	for _, q := range d.Batch.QueuedQueries {
+		if strings.Contains(q.SQL, h.marker) && h.armed.CompareAndSwap(true, false) {
+			h.fn()
+		}
+	}
+	return ctx
+}
+func (h *hook) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (h *hook) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
 // A relay's move sets its generation to the one the move bumped to only
 // when nothing else changed ownership since the rebalance read the owners:
 // here relay b gives back partitions assigned to a between a's owners read

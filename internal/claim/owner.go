@@ -3,6 +3,7 @@ package claim
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,6 +75,22 @@ type Ownership struct {
 	Legacy string
 	// Since is when Owned last changed.
 	Since time.Time
+	// Static says the member is its relay ID (lease.Config.RelayID set):
+	// a later process with the same relay ID takes its row and
+	// partitions over at once (TakeOver in sql/membership.sql).
+	Static bool
+	// Replaced says a later process with the same relay ID took this
+	// one's membership over: this Claimer claims nothing any more, for
+	// good (restart the process if that is what you want).
+	Replaced bool
+	// TakeoverBlocked is until when rows an earlier incarnation of this
+	// relay ID leased stay leased (it may be paused, not dead, and
+	// publish them still): their aggregates' later events wait until then.
+	// Zero when no takeover kept any.
+	TakeoverBlocked time.Time
+	// TakeoverEnded counts the leases of earlier incarnations whose
+	// process was gone that the takeover ended.
+	TakeoverEnded int64
 }
 
 // owner is a Claimer's ownership state; guarded by Claimer.mu.
@@ -107,6 +124,20 @@ type owner struct {
 	// oldKeys are the order-guard keys of this Claimer's earlier holders
 	// (after a failed claim) with when their leases end at the latest.
 	oldKeys map[string]time.Time
+
+	// Static membership (lease.Config.RelayID set): member is the relay
+	// ID, incarnation this process's holder prefix (member/<8 hex>),
+	// started the started_at of its row (nil before it joined: its first
+	// join is a takeover; read without Claimer.mu by Extend), replaced set
+	// once a later incarnation took the row over. memberKey names the
+	// advisory lock its claims hold shared.
+	static          bool
+	incarnation     string
+	memberKey       string
+	started         atomic.Pointer[time.Time]
+	replaced        bool
+	takeoverBlocked time.Time
+	takeoverEnded   int64
 }
 
 func newOwner(member string) *owner {
@@ -115,8 +146,9 @@ func newOwner(member string) *owner {
 }
 
 // Member is this Claimer's member name in <table>_relays: Config.RelayID
-// and a suffix of its own; it is also the holder in locked_by until a claim
-// fails (Holder).
+// and a suffix of its own, which is also the holder in locked_by until a
+// claim fails (Holder); or, for a static member (Config.RelayID set),
+// Config.RelayID alone, with a holder of its own (Holder).
 func (c *Claimer) Member() string { return c.own.member }
 
 // Ownership returns what the Claimer owns now.
@@ -125,7 +157,8 @@ func (c *Claimer) Ownership() Ownership {
 	defer c.mu.Unlock()
 	o := c.own
 	return Ownership{Member: o.member, Partitions: o.partitions, Owned: len(o.owned), Releasing: len(o.releasing),
-		Members: o.members, Acquired: o.acquired, Released: o.released, TakenOver: o.takenOver, Legacy: o.legacy, Since: o.since}
+		Members: o.members, Acquired: o.acquired, Released: o.released, TakenOver: o.takenOver, Legacy: o.legacy, Since: o.since,
+		Static: o.static, Replaced: o.replaced, TakeoverBlocked: o.takeoverBlocked, TakeoverEnded: o.takeoverEnded}
 }
 
 // Settled tells the Claimer that the relay is done with the batch of
@@ -280,6 +313,8 @@ func (o *owner) setClaimMask() {
 // rebalanceDue reports whether the next claim should rebalance first.
 func (o *owner) rebalanceDue(now time.Time, lease time.Duration) bool {
 	switch {
+	case o.replaced:
+		return false
 	case !o.joined, o.seenGen != o.generation, o.expired, now.Sub(o.renewed) >= lease/renewEvery:
 		return true
 	}

@@ -15,20 +15,12 @@ import (
 // held, before a claim.
 func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 	o, st := c.own, c.st
-	var joined joinRow
+	var j joinResult
 	var members, owners []string
 	var legacy string
 	var b steps
-	b.add(st.join.SQL, st.join.Args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), func(br pgx.BatchResults) error {
-		rows, err := br.Query()
-		if err == nil {
-			joined, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[joinRow])
-		}
-		if IsMissingTable(err) {
-			return fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
-		}
-		return wrapErr("rebalance", err)
-	})
+	c.queueJoin(&b, &j)
+	joined := &j.joinRow
 	b.add(st.members.SQL, nil, func(br pgx.BatchResults) (err error) {
 		members, err = collectStrings(br)
 		return wrapErr("rebalance: members", err)
@@ -46,6 +38,16 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("rebalance: %w", ErrNotMigrated)
 	}
 	o.partitions, o.members, o.legacy, o.renewed, o.joined, o.expired = partitions, len(members), legacy, now, true, false
+	blocked, replaced := o.applyStaticJoin(&j, now)
+	if replaced {
+		o.generation, o.seenGen = gen, gen
+		return nil
+	}
+	if !blocked.IsZero() {
+		// After the partitions owned are known (below): they stay here as
+		// long as an earlier incarnation's leases may run.
+		defer o.keepBusy(blocked)
+	}
 	plan := ownership.PlanRebalance(o.member, members, owners, func(p int) bool { return o.idle(p, now) })
 	owned := plan.Owned
 	if len(plan.Acquire)+len(plan.Release) > 0 {
@@ -82,11 +84,22 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 // changed since *gen was read. Called with c.mu held.
 func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string, gen *int64) error {
 	o, q := c.own, c.st.move
-	a := moveArgs{Member: o.member, Acquire: toInt32(plan.Acquire), Release: toInt32(plan.Release)}
-	rows, err := c.pool.Query(ctx, q.SQL, q.Args(a)...)
+	a := moveArgs{Member: o.member, Acquire: toInt32(plan.Acquire), Release: toInt32(plan.Release), Started: o.started.Load()}
 	var moved moveRow
-	if err == nil {
-		moved, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[moveRow])
+	read := func(rows pgx.Rows, err error) error {
+		if err == nil {
+			moved, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[moveRow])
+		}
+		return err
+	}
+	var err error
+	if o.static {
+		var b steps
+		c.memberShared(&b)
+		b.add(q.SQL, q.Args(a), func(br pgx.BatchResults) error { return read(br.Query()) })
+		err = b.send(ctx, c.pool, "commit")
+	} else {
+		err = read(c.pool.Query(ctx, q.SQL, q.Args(a)...))
 	}
 	if err != nil {
 		// The database may have given this relay partitions all the
@@ -127,6 +140,129 @@ type joinRow struct {
 	Partitions int   `db:"partitions"`
 	Generation int64 `db:"generation"`
 	Backfilled bool  `db:"backfilled"`
+}
+
+// joinResult is what a rebalance's join statement returns: Join's row,
+// and for a static member TakeOver's (its first join) or Rejoin's.
+type joinResult struct {
+	joinRow
+	took     *takeOverRow
+	rejoined *rejoinRow
+}
+
+// queueJoin queues the member's join: Join, or for a static member
+// LockMember and TakeOver at its first join and Rejoin after, read into j.
+func (c *Claimer) queueJoin(b *steps, j *joinResult) {
+	o, st := c.own, c.st
+	readJoin := func(read func(pgx.Rows) error) func(pgx.BatchResults) error {
+		return func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err == nil {
+				err = read(rows)
+			}
+			if IsMissingTable(err) {
+				return fmt.Errorf("rebalance: %w: %w", ErrNotMigrated, err)
+			}
+			return wrapErr("rebalance", err)
+		}
+	}
+	switch started := o.started.Load(); {
+	case o.static && started == nil:
+		// A static member's first join takes its row over from an earlier
+		// incarnation (TakeOver), once the claims of that one in progress
+		// are done (LockMember).
+		b.exec(st.lockMember.SQL, st.lockMember.Args(lockMemberArgs{TimeoutMS: takeoverWait.Milliseconds(), Key: o.memberKey, Member: o.member}), "rebalance: take over", nil)
+		a := takeOverArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Incarnation: o.incarnation, TableKey: c.cfg.Table}
+		b.add(c.rows.takeOver.SQL, c.rows.takeOver.Args(a), readJoin(func(rows pgx.Rows) error {
+			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[takeOverRow])
+			j.took, j.joinRow = &r, r.joinRow
+			return err
+		}))
+	case o.static:
+		a := rejoinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Started: started}
+		b.add(st.rejoin.SQL, st.rejoin.Args(a), readJoin(func(rows pgx.Rows) error {
+			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[rejoinRow])
+			j.rejoined, j.joinRow = &r, r.joinRow
+			return err
+		}))
+	default:
+		b.add(st.join.SQL, st.join.Args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), readJoin(func(rows pgx.Rows) (err error) {
+			j.joinRow, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[joinRow])
+			return err
+		}))
+	}
+}
+
+// applyStaticJoin applies a static member's join at now: replaced when a
+// later incarnation holds the row (the member then owns and claims nothing
+// more); blocked, if not zero, is until when an earlier incarnation's
+// leases kept by a takeover may run (local clock): the claims run the
+// order guard against them until then.
+func (o *owner) applyStaticJoin(j *joinResult, now time.Time) (blocked time.Time, replaced bool) {
+	switch {
+	case j.rejoined != nil && j.rejoined.StartedAt == nil:
+		// A later process with this relay ID took the row over: its
+		// partitions are that one's now.
+		o.replaced = true
+		o.owned = map[int]bool{}
+		clear(o.releasing)
+		o.setClaimMask()
+		o.since = now
+		return time.Time{}, true
+	case j.rejoined != nil:
+		o.started.Store(j.rejoined.StartedAt)
+	case j.took != nil:
+		o.started.Store(j.took.StartedAt)
+		o.takeoverEnded += j.took.Ended
+		if j.took.BlockedMS != nil {
+			left := time.Duration(*j.took.BlockedMS) * time.Millisecond
+			blocked = now.Add(left + time.Second)
+			o.takeoverBlocked = time.Now().Add(left)
+			o.oldKeys["takeover"] = blocked
+		}
+	}
+	return blocked, false
+}
+
+// keepBusy keeps every partition owned busy until at least until, so that
+// none is given back while leases it cannot see the end of may run.
+func (o *owner) keepBusy(until time.Time) {
+	for p := range o.owned {
+		if until.After(o.busyUntil[p]) {
+			o.busyUntil[p] = until
+		}
+	}
+}
+
+// takeoverWait is how long a static member's first join waits for the
+// claims in progress of an earlier incarnation (LockMember); one paused in
+// the middle of sending a claim keeps it waiting, and the join fails and
+// is tried again at the next claim, until that incarnation's membership
+// ends (then LockMember takes no lock).
+const takeoverWait = 2 * time.Second
+
+// takeOverRow is the TakeOver statement's result (sql/membership.sql).
+type takeOverRow struct {
+	joinRow
+	StartedAt *time.Time `db:"started_at"`
+	BlockedMS *int64     `db:"blocked_ms"`
+	Ended     int64      `db:"ended"`
+}
+
+// rejoinRow is the Rejoin statement's result: StartedAt nil when a later
+// incarnation holds the row.
+type rejoinRow struct {
+	joinRow
+	StartedAt *time.Time `db:"started_at"`
+}
+
+// memberShared queues, for a static member, the shared member lock that
+// serializes its statements with a later incarnation's takeover
+// (MemberShared).
+func (c *Claimer) memberShared(b *steps) {
+	if c.own.static {
+		b.exec(c.st.memberShared.SQL, c.st.memberShared.Args(keyArgs{Key: c.own.memberKey}), "member lock", nil)
+	}
 }
 
 // moveRow is the Move statement's result: the partitions acquired and
@@ -196,8 +332,25 @@ func (c *Claimer) leave(ctx context.Context) error {
 	if keep == nil {
 		keep = []int32{}
 	}
+	if o.replaced {
+		// The row and the partitions are a later incarnation's.
+		o.owned = map[int]bool{}
+		o.setClaimMask()
+		o.joined = false
+		return nil
+	}
 	q := c.st.leave
-	if _, err := c.pool.Exec(ctx, q.SQL, q.Args(leaveArgs{Member: o.member, Keep: keep, Gone: len(keep) == 0})...); err != nil {
+	a := leaveArgs{Member: o.member, Keep: keep, Gone: len(keep) == 0, Started: o.started.Load()}
+	var err error
+	if o.static {
+		var b steps
+		c.memberShared(&b)
+		b.exec(q.SQL, q.Args(a), "", nil)
+		err = b.send(ctx, c.pool, "commit")
+	} else {
+		_, err = c.pool.Exec(ctx, q.SQL, q.Args(a)...)
+	}
+	if err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
 	o.released += int64(len(o.owned) - len(keep))

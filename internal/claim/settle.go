@@ -173,7 +173,14 @@ func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]
 	var b steps
 	b.exec(c.st.asyncCommit.SQL, nil, "extend lease", nil)
 	q := c.rows.extend
-	b.add(q.SQL, q.Args(extendArgs{Seqs: seqs, Token: token, LeaseMS: c.cfg.Lease.Milliseconds(), Member: c.own.member}), func(br pgx.BatchResults) error {
+	a := extendArgs{Seqs: seqs, Token: token, LeaseMS: c.cfg.Lease.Milliseconds(), Member: c.own.member}
+	if c.own.static {
+		// As a claim (queueClaim): serialized with a takeover, and only
+		// while the member's row is this incarnation's.
+		b.exec(c.st.memberShared.SQL, c.st.memberShared.Args(keyArgs{Key: c.own.memberKey}), "extend lease: member lock", nil)
+		a.Started = c.own.started.Load()
+	}
+	b.add(q.SQL, q.Args(a), func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return fmt.Errorf("extend lease: %w", err)

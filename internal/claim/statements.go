@@ -3,6 +3,7 @@ package claim
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -38,6 +39,12 @@ type statements struct {
 	legacy      sqlfile.Stmt[sqlfile.NoArgs]
 	move        sqlfile.Stmt[moveArgs]
 	leave       sqlfile.Stmt[leaveArgs]
+	// Static membership (a RelayID set): see TakeOver in sql/membership.sql.
+	lockMember   sqlfile.Stmt[lockMemberArgs]
+	memberShared sqlfile.Stmt[keyArgs]
+	rejoin       sqlfile.Stmt[rejoinArgs]
+	declare      sqlfile.Stmt[declareArgs]
+	undeclare    sqlfile.Stmt[incarnationArgs]
 
 	plainRows, partitionedRows *rowStatements
 }
@@ -49,6 +56,8 @@ type rowStatements struct {
 	extend  sqlfile.Stmt[extendArgs]
 	release sqlfile.Stmt[releaseArgs]
 	dead    sqlfile.Stmt[deadArgs]
+	// takeOver is a static member's first join (sql/membership.sql).
+	takeOver sqlfile.Stmt[takeOverArgs]
 }
 
 // The arguments of the statements, by name: each field's position is its
@@ -96,16 +105,19 @@ type (
 		Generation int64  `arg:"generation"`
 		ForceGuard bool   `arg:"force_guard"`
 		MaxBytes   int32  `arg:"max_bytes"`
+		// Started is a static member's incarnation (nil: not static).
+		Started *time.Time `arg:"started"`
 	}
 	settleArgs struct {
 		Seqs  []int64   `arg:"seqs"`
 		Token uuid.UUID `arg:"token"`
 	}
 	extendArgs struct {
-		Seqs    []int64   `arg:"seqs"`
-		Token   uuid.UUID `arg:"token"`
-		LeaseMS int64     `arg:"lease_ms"`
-		Member  string    `arg:"member"`
+		Seqs    []int64    `arg:"seqs"`
+		Token   uuid.UUID  `arg:"token"`
+		LeaseMS int64      `arg:"lease_ms"`
+		Member  string     `arg:"member"`
+		Started *time.Time `arg:"started"`
 	}
 	releaseArgs struct {
 		Seqs       []int64   `arg:"seqs"`
@@ -127,14 +139,44 @@ type (
 		LeaseMS int64  `arg:"lease_ms"`
 	}
 	moveArgs struct {
-		Member  string  `arg:"member"`
-		Acquire []int32 `arg:"acquire"`
-		Release []int32 `arg:"release"`
+		Member  string     `arg:"member"`
+		Acquire []int32    `arg:"acquire"`
+		Release []int32    `arg:"release"`
+		Started *time.Time `arg:"started"`
 	}
 	leaveArgs struct {
-		Member string  `arg:"member"`
-		Keep   []int32 `arg:"keep"`
-		Gone   bool    `arg:"gone"`
+		Member  string     `arg:"member"`
+		Keep    []int32    `arg:"keep"`
+		Gone    bool       `arg:"gone"`
+		Started *time.Time `arg:"started"`
+	}
+	lockMemberArgs struct {
+		TimeoutMS int64  `arg:"timeout_ms"`
+		Key       string `arg:"key"`
+		Member    string `arg:"member"`
+	}
+	keyArgs struct {
+		Key string `arg:"key"`
+	}
+	rejoinArgs struct {
+		Member  string     `arg:"member"`
+		RelayID string     `arg:"relay_id"`
+		LeaseMS int64      `arg:"lease_ms"`
+		Started *time.Time `arg:"started"`
+	}
+	declareArgs struct {
+		Incarnation string `arg:"incarnation"`
+		LeaseMS     int64  `arg:"lease_ms"`
+	}
+	incarnationArgs struct {
+		Incarnation string `arg:"incarnation"`
+	}
+	takeOverArgs struct {
+		Member      string `arg:"member"`
+		RelayID     string `arg:"relay_id"`
+		LeaseMS     int64  `arg:"lease_ms"`
+		Incarnation string `arg:"incarnation"`
+		TableKey    string `arg:"table_key"`
 	}
 )
 
@@ -212,6 +254,11 @@ func newStatements(cfg lease.Config) (*statements, error) {
 	sqlfile.Into(&r, &st.legacy, "Legacy")
 	sqlfile.Into(&r, &st.move, "Move")
 	sqlfile.Into(&r, &st.leave, "Leave")
+	sqlfile.Into(&r, &st.lockMember, "LockMember")
+	sqlfile.Into(&r, &st.memberShared, "MemberShared")
+	sqlfile.Into(&r, &st.rejoin, "Rejoin")
+	sqlfile.Into(&r, &st.declare, "Declare")
+	sqlfile.Into(&r, &st.undeclare, "Undeclare")
 	st.plainRows = newRowStatements(&r, cfg, false)
 	st.partitionedRows = newRowStatements(&r, cfg, true)
 	if r.Err != nil {
@@ -229,7 +276,8 @@ func newRowStatements(r *sqlfile.Renderer, cfg lease.Config, partitioned bool) *
 	addr := sqlname.NewRowAddress(cfg.Table, cfg.Columns.ID, partitioned)
 	match := func(a, cte string) string { return strings.TrimPrefix(addr.Match(a, cte), "\n") }
 	s := sqlfile.With(r.Slots, "row_address", addr.Select(""), "row_address_o", addr.Select("o"),
-		"match_candidates", match("o", "candidates"), "match_settled", match("", "settled"), "match_settled_o", match("o", "settled"))
+		"match_candidates", match("o", "candidates"), "match_settled", match("", "settled"), "match_settled_o", match("o", "settled"),
+		"match_held", match("o", "held"))
 	rr := sqlfile.Renderer{Set: queries, Slots: s}
 	rs := &rowStatements{}
 	sqlfile.Into(&rr, &rs.claim, "Claim")
@@ -237,6 +285,7 @@ func newRowStatements(r *sqlfile.Renderer, cfg lease.Config, partitioned bool) *
 	sqlfile.Into(&rr, &rs.extend, "Extend")
 	sqlfile.Into(&rr, &rs.release, "Release")
 	sqlfile.Into(&rr, &rs.dead, "DeadLetter")
+	sqlfile.Into(&rr, &rs.takeOver, "TakeOver")
 	if rr.Err != nil && r.Err == nil {
 		r.Err = rr.Err
 	}

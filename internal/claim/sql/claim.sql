@@ -98,8 +98,11 @@ WITH lo AS MATERIALIZED (
   FROM (SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence(/* TEMPLATE: table_literal */, 'seq')::regclass), 0) AS last) s
 ), me AS MATERIALIZED (
   -- The member must be live, and its lease on a row ends no later than its
-  -- membership.
+  -- membership. A static member (@started not NULL) must also be the
+  -- incarnation that started then: a later one took its row over
+  -- (TakeOver).
   SELECT r.until FROM /* TEMPLATE: relays */ r WHERE r.member = @member AND r.until > now()
+    AND (@started::timestamptz IS NULL OR r.started_at = @started::timestamptz)
 ), owned AS MATERIALIZED (
   -- Ownership: @owned is a mask indexed by partition, true for the
   -- partitions this relay claims from (those it owns, less those it is

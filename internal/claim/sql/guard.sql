@@ -36,7 +36,20 @@ WHERE key = 'holds'
 -- name: Sweep :exec
 -- Removes the order-guard registrations of relays long gone (Beat).
 -- A claim sends it as rarely as it registers its own.
-DELETE FROM /* TEMPLATE: guard */ WHERE key LIKE 'relay:%' AND until < now() - interval '1 hour'
+DELETE FROM /* TEMPLATE: guard */ WHERE (key LIKE 'relay:%' OR key LIKE 'presence:%') AND until < now() - interval '1 hour'
+
+-- name: Declare :exec
+-- A static member's presence (TakeOver): while its session holding the
+-- advisory lock of incarnation @incarnation lives, a later incarnation
+-- keeps its leases; once nobody holds the lock, the later one ends them.
+-- Written with each Beat, for as long as the Beat's entry.
+INSERT INTO /* TEMPLATE: guard */ (key, until)
+VALUES ('presence:' || @incarnation, now() + 3 * @lease_ms * interval '1 millisecond')
+ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until
+
+-- name: Undeclare :exec
+-- Removes a presence (Declare): its session was lost, or the relay leaves.
+DELETE FROM /* TEMPLATE: guard */ WHERE key = 'presence:' || @incarnation
 
 -- name: Unregister :exec
 -- On Claimer.Close: removes the holder's order-guard registration
@@ -52,7 +65,8 @@ AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: table */ WHERE locked_by = @holder AN
 -- is no member.
 SELECT coalesce((SELECT substr(g.key, 7) FROM /* TEMPLATE: guard */ g
   WHERE g.key LIKE 'relay:%' AND g.until > now()
-    AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: relays */ r WHERE g.key = 'relay:' || r.member OR g.key LIKE 'relay:' || r.member || '.%')
+    AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: relays */ r WHERE g.key = 'relay:' || r.member OR g.key LIKE 'relay:' || r.member || '.%'
+      OR left(g.key, length(r.member) + 7) = 'relay:' || r.member || '/')
     AND EXISTS (SELECT 1 FROM /* TEMPLATE: table */ o WHERE o.published_at IS NULL AND o.locked_by = substr(g.key, 7) AND o.locked_until > now())
   LIMIT 1), '')
 

@@ -34,11 +34,13 @@ UPDATE /* TEMPLATE: table */ SET published_at = now(), locked_until = NULL, last
 -- Renews the lease of rows still held by claim token @token to
 -- @lease_ms milliseconds from now, and returns the seqs it renewed with
 -- the lease each got. An extension, like a claim, never outlives the
--- membership of the relay (@member), and only rows of partitions it still
--- owns are extended. The rows are found and updated as by Mark (see
+-- membership of the relay (@member; a static member's incarnation
+-- @started, see Claim), and only rows of partitions it still owns are
+-- extended. The rows are found and updated as by Mark (see
 -- there why so).
 WITH me AS MATERIALIZED (
   SELECT r.until FROM /* TEMPLATE: relays */ r WHERE r.member = @member AND r.until > now()
+    AND (@started::timestamptz IS NULL OR r.started_at = @started::timestamptz)
 ), settled AS (
   SELECT /* TEMPLATE: row_address_o */ FROM /* TEMPLATE: table */ o
   WHERE o.seq = ANY(@seqs::bigint[]) AND o.claim_token = @token::uuid AND o.published_at IS NULL
