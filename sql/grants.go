@@ -27,23 +27,23 @@ func GrantScript(role, table, writerRole string) string {
 	b.WriteString("-- The table's schema, and its seq sequence, whose last value the claim floor reads:\n")
 	writeLookups(&b, slots, true)
 	b.WriteString("-- Claims and marks (SELECT, UPDATE); retention deletes published rows (DELETE; --retention, on by default):\n")
-	b.WriteString(mustFill("GrantRelayTable", slots) + "\n")
+	b.WriteString(queries.MustFill("GrantRelayTable", slots) + "\n")
 	b.WriteString("-- The claims' order guard:\n")
-	b.WriteString(mustFill("GrantOrderGuard", slots) + "\n")
+	b.WriteString(queries.MustFill("GrantOrderGuard", slots) + "\n")
 	b.WriteString("-- Ownership of key partitions: the members' heartbeat, who owns which partition, the generation:\n")
-	b.WriteString(mustFill("GrantRelays", slots) + "\n")
-	b.WriteString(mustFill("GrantKeyPartitions", slots) + "\n")
+	b.WriteString(queries.MustFill("GrantRelays", slots) + "\n")
+	b.WriteString(queries.MustFill("GrantKeyPartitions", slots) + "\n")
 	b.WriteString("-- A time-partitioned table (migrate --time-partitioned; nothing on a plain table): creating its coming partitions and\n")
 	b.WriteString("-- dropping old ones (--retention-drop-partitions) need membership in the owner roles of the table and its partitions and\n")
 	b.WriteString("-- CREATE on its schema; a superuser owner is refused, saying why and the fix:\n")
-	b.WriteString(mustFill("GrantTimePartitions", slots) + "\n")
+	b.WriteString(queries.MustFill("GrantTimePartitions", slots) + "\n")
 	b.WriteString("-- The held-snapshot watch sees other roles' transactions (needs a superuser, or ADMIN OPTION on pg_read_all_stats):\n")
-	b.WriteString(mustFill("GrantReadAllStats", slots) + "\n")
+	b.WriteString(queries.MustFill("GrantReadAllStats", slots) + "\n")
 	if writerRole != "" {
 		w := sqlfile.With(slots, "role", sqlname.Column(writerRole), "role_literal", sqlname.Literal(sqlname.Column(writerRole)))
 		fmt.Fprintf(&b, "\n-- Writers of role %s (outbox.Add or a plain INSERT): INSERT only; the seq identity needs no privilege on its sequence.\n", writerRole)
 		writeLookups(&b, w, false)
-		b.WriteString(mustFill("GrantWriter", w) + "\n")
+		b.WriteString(queries.MustFill("GrantWriter", w) + "\n")
 	}
 	return b.String()
 }
@@ -54,7 +54,7 @@ func GrantScript(role, table, writerRole string) string {
 func writeLookups(b *strings.Builder, slots map[string]string, sequence bool) {
 	seq := ""
 	if sequence {
-		seq = mustFill("GrantSequence", slots)
+		seq = queries.MustFill("GrantSequence", slots)
 	}
-	b.WriteString(mustFill("GrantLookups", sqlfile.With(slots, "sequence_grant", seq)) + "\n")
+	b.WriteString(queries.MustFill("GrantLookups", sqlfile.With(slots, "sequence_grant", seq)) + "\n")
 }

@@ -63,16 +63,6 @@ func mustRender[A any](name string, slots map[string]string) sqlfile.Stmt[A] {
 	return sqlfile.MustRender[A](queries, name, slots)
 }
 
-// mustFill is mustRender for a fragment, or a statement that pgoutbox
-// does not run (GrantScript's): the query name with its slots filled.
-func mustFill(name string, slots map[string]string) string {
-	s, err := queries.Fill(name, slots)
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
-
 // tableSlots returns the slots naming table (optionally schema-qualified)
 // and the objects beside it, quoted: table, table_literal (the quoted name
 // as a string literal, for regclass), guard (the order guard),

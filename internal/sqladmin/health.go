@@ -71,7 +71,7 @@ type SequenceBehindError struct {
 // SELECT setval(pg_get_serial_sequence('<table>','seq'), <MaxSeq>)
 // (SequenceFix).
 func (e *SequenceBehindError) Fix() string {
-	return mustFill("SequenceFix", map[string]string{
+	return queries.MustFill("SequenceFix", map[string]string{
 		"table_literal": sqlname.Literal(sqlname.Readable(e.Table)),
 		"max_seq":       strconv.FormatInt(e.MaxSeq, 10),
 	})

@@ -62,8 +62,8 @@ type tableArgs struct {
 // unlogged_partition (UnloggedPartition: the first unlogged partition of
 // the table c).
 var fragments = map[string]string{
-	"seq_of":             mustFill("SeqOf", nil),
-	"unlogged_partition": mustFill("UnloggedPartition", nil),
+	"seq_of":             queries.MustFill("SeqOf", nil),
+	"unlogged_partition": queries.MustFill("UnloggedPartition", nil),
 }
 
 // The statements rendered once (see above).
@@ -101,16 +101,6 @@ type privilegeArgs struct {
 // error is a bug of this package.
 func mustRender[A any](name string, slots map[string]string) sqlfile.Stmt[A] {
 	return sqlfile.MustRender[A](queries, name, slots)
-}
-
-// mustFill is mustRender for a fragment, or a statement that pgoutbox
-// does not run (SequenceFix): the query name with its slots filled.
-func mustFill(name string, slots map[string]string) string {
-	s, err := queries.Fill(name, slots)
-	if err != nil {
-		panic(err)
-	}
-	return s
 }
 
 // tableSlots returns the slots naming table (optionally schema-qualified)

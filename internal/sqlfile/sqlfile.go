@@ -224,6 +224,17 @@ func (s *Set) Fill(name string, slots map[string]string) (string, error) {
 	return text, nil
 }
 
+// MustFill is Fill for fragments filled once when their package is
+// initialized, from files embedded in the binary: one that does not fill
+// is a bug of the package, which its tests catch, so it panics.
+func (s *Set) MustFill(name string, slots map[string]string) string {
+	text, err := s.Fill(name, slots)
+	if err != nil {
+		panic(err)
+	}
+	return text
+}
+
 // Render renders the statement name of s with slots, A's fields as its
 // arguments. A fragment is no statement: rendering one is an error.
 func Render[A any](s *Set, name string, slots map[string]string) (Stmt[A], error) {
