@@ -44,8 +44,15 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	if !blocked.IsZero() {
-		// After the partitions owned are known (below): they stay here as
-		// long as an earlier incarnation's leases may run.
+		// Every partition the member owns may hold leases the earlier
+		// incarnation still runs: none is given back before they end,
+		// though this incarnation has claimed nothing from it yet; and
+		// the partitions owned after the plan stay as long.
+		for p, who := range owners {
+			if who == o.member && blocked.After(o.busyUntil[p]) {
+				o.busyUntil[p] = blocked
+			}
+		}
 		defer o.keepBusy(blocked)
 	}
 	plan := ownership.PlanRebalance(o.member, members, owners, func(p int) bool { return o.idle(p, now) })
