@@ -200,8 +200,10 @@ func orderViolations(aggs int, began, commitAt []time.Time, part []int32, off []
 // Deployed runs the deployed scenario and hands every run to add as it
 // completes: at each rate a writers-only baseline (plain-SQL writers), then
 // 1 and cfg.Relays relay processes (notify-proc with their defaults, each
-// its own --relay-id) in cfg.Rounds interleaved rounds; the idle runs (1
-// and cfg.Relays, interleaved); the rolling-restart run. It returns ctx's
+// its own --relay-id) in cfg.Rounds interleaved rounds, and after the runs
+// at cfg.RestartRate the rolling-restart run (at the end if that rate is
+// not among cfg.Rates); then the idle runs (1 and cfg.Relays,
+// interleaved). It returns ctx's
 // error only; a failed run is handed to add with its error.
 func (e *Env) Deployed(ctx context.Context, cfg DeployedConfig, add func(Run, error)) error {
 	if err := cfg.validate(); err != nil {
@@ -222,6 +224,27 @@ func (e *Env) Deployed(ctx context.Context, cfg DeployedConfig, add func(Run, er
 		if r.Cost != nil && base != nil {
 			r.Cost.Attribute(base, baseLabel)
 		}
+		add(r, err)
+	}
+	// restart is the rolling-restart run; it runs right after the runs at
+	// its rate (if among Rates), so that the one-relay p99 it is judged
+	// against was measured minutes, not a whole scenario, before.
+	restart := func() {
+		if ctx.Err() != nil {
+			return
+		}
+		lc := cfg.Latency
+		lc.Mode, lc.Scenario, lc.Relay, lc.Relays = ModeNotifyProc, ScenarioDeployedRestart, cfg.Relay, cfg.Relays
+		lc.Writer, lc.Rate, lc.Aggregates, lc.CheckOrder = WriterPlainSQL, cfg.RestartRate, cfg.Aggregates, true
+		lc.Writers = writersFor(cfg.RestartRate, max(lc.Writers, 8))
+		lc.RollingRestart = cfg.RestartInterval
+		lc.Duration = time.Duration(cfg.Relays+1) * cfg.RestartInterval
+		lc.NoCost, lc.IdleWindow = true, 0 // replaced processes' CPU time is not tracked
+		r, err := e.Latency(ctx, lc)
+		if r.Scenario == "" {
+			r = Run{Scenario: ScenarioDeployedRestart, Mode: ModeNotifyProc, Latency: &Latency{Rate: cfg.RestartRate}}
+		}
+		r.LatencyRelays = cfg.Relays
 		add(r, err)
 	}
 	for _, rate := range cfg.Rates {
@@ -248,6 +271,9 @@ func (e *Env) Deployed(ctx context.Context, cfg DeployedConfig, add func(Run, er
 				latency(rate, n, round+1, base, baseLabel)
 			}
 		}
+		if cfg.RestartRate == rate {
+			restart()
+		}
 	}
 	if cfg.IdleWindow > 0 {
 		for round := range cfg.Rounds {
@@ -260,23 +286,8 @@ func (e *Env) Deployed(ctx context.Context, cfg DeployedConfig, add func(Run, er
 			}
 		}
 	}
-	if cfg.RestartRate > 0 {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		lc := cfg.Latency
-		lc.Mode, lc.Scenario, lc.Relay, lc.Relays = ModeNotifyProc, ScenarioDeployedRestart, cfg.Relay, cfg.Relays
-		lc.Writer, lc.Rate, lc.Aggregates, lc.CheckOrder = WriterPlainSQL, cfg.RestartRate, cfg.Aggregates, true
-		lc.Writers = writersFor(cfg.RestartRate, max(lc.Writers, 8))
-		lc.RollingRestart = cfg.RestartInterval
-		lc.Duration = time.Duration(cfg.Relays+1) * cfg.RestartInterval
-		lc.NoCost, lc.IdleWindow = true, 0 // replaced processes' CPU time is not tracked
-		r, err := e.Latency(ctx, lc)
-		if r.Scenario == "" {
-			r = Run{Scenario: ScenarioDeployedRestart, Mode: ModeNotifyProc, Latency: &Latency{Rate: cfg.RestartRate}}
-		}
-		r.LatencyRelays = cfg.Relays
-		add(r, err)
+	if cfg.RestartRate > 0 && !slices.Contains(cfg.Rates, cfg.RestartRate) {
+		restart()
 	}
 	return ctx.Err()
 }
