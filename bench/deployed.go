@@ -612,7 +612,7 @@ func compareRelays(name string, rate float64, kind string, target float64, unit 
 func writeDeployed(w io.Writer, runs []*Run, checks []DeployedCheck) {
 	if len(runs) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "deployed (plain-SQL writers, relay processes)\trate/s\trelays\tround\tachieved/s\tcount\tlost\tdup\torder viol.\tp50 ms\tp99 ms\tmax ms\tlag p99 ms\tDB CPU ms/ev\trelays' DB CPU ms/ev\trelay procs CPU ms/ev\ttotal CPU ms/ev\trelay xacts/ev\tidle DB CPU s/s\tidle relay CPU s/s\t")
+		fmt.Fprintln(tw, "deployed (plain-SQL writers, relay processes)\trate/s\trelays\tround\tachieved/s\tcount\tlost\tdup\torder viol.\tp50 ms\tp99 ms\tmax ms\tlag p99 ms\tDB CPU ms/ev\trelays' DB CPU ms/ev\trelay procs CPU ms/ev\ttotal CPU ms/ev\trelay xacts/ev\tclaims/s\tempty claims/s\tidle DB CPU s/s\tidle relay CPU s/s\t")
 		var restarts []string
 		for _, r := range runs {
 			rate, ach, count, lat := "idle", "-", "-", "-\t-\t-\t-"
@@ -625,6 +625,13 @@ func writeDeployed(w io.Writer, runs []*Run, checks []DeployedCheck) {
 				ov = fmt.Sprint(*r.OrderViolations)
 			}
 			dbcpu, relDB, relProc, total, xacts, idleDB, idleRelay := "-", "-", "-", "-", "-", "-", "-"
+			claims, empty := fmt.Sprintf("%.1f", r.ClaimsPerS), fmt.Sprintf("%.1f", r.EmptyClaimsPerS)
+			switch r.Scenario {
+			case ScenarioDeployedIdle:
+				claims, empty = fmt.Sprintf("%.1f", r.IdleClaimsPerS), "-"
+			case ScenarioDeployedRestart:
+				claims, empty = "-", "-" // the replaced processes' counters are gone
+			}
 			if c := r.Cost; c != nil {
 				dbcpu, relDB, relProc, xacts = optF(c.DBCPUMSPerEvent, "%.3f"), optF(c.RelayDBCPUMSPerEvent, "%.3f"), optF(c.RelayCPUMSPerEvent, "%.3f"), optF(c.RelayXactsPerEvent, "%.2f")
 				if v, ok := totalCPUPerEvent(r); ok {
@@ -648,9 +655,9 @@ func writeDeployed(w io.Writer, runs []*Run, checks []DeployedCheck) {
 			if r.Round > 0 {
 				round = fmt.Sprint(r.Round)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 				r.Scenario, rate, max(r.LatencyRelays, 1), round, ach, count, r.Lost, r.Duplicates, ov, lat,
-				dbcpu, relDB, relProc, total, xacts, idleDB, idleRelay, errNote(r))
+				dbcpu, relDB, relProc, total, xacts, claims, empty, idleDB, idleRelay, errNote(r))
 		}
 		tw.Flush()
 		for _, x := range restarts {
