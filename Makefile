@@ -174,7 +174,7 @@ bench-real:
 		--json bench/results/latest-real.json $(BENCH_FLAGS)
 
 # The shape users deploy against the lab's (issue 29, goals 1 and 2),
-# about 6 minutes on kfake: plain-SQL writers (INSERT and pg_notify in
+# about 5 minutes on kfake: plain-SQL writers (INSERT and pg_notify in
 # every transaction, one event each, 200 aggregates) at 500 and 1,000
 # events/s with 1 and 3 relay processes (their defaults, each its own
 # --relay-id), two rounds interleaved (1 3, 3 1), 10 s each, after a
