@@ -12,7 +12,7 @@ PKGS          ?= ./...
 # the library's unless PKGS names packages.
 BENCH_PKGS    ?= $(if $(filter ./...,$(PKGS)),./...,)
 
-.PHONY: all build test vet tidy-check run bench bench-real soak image helm check-deploy
+.PHONY: all build test vet tidy-check run bench bench-real bench-deployed soak image helm check-deploy
 
 all: build
 
@@ -172,6 +172,32 @@ bench-real:
 		--scenario latency --mode notify-proc,floor --rate 1000,500,200 \
 		--duration 20s --baseline-duration 10s --grace 10s --idle-window 1s \
 		--json bench/results/latest-real.json $(BENCH_FLAGS)
+
+# The shape users deploy against the lab's (issue 29, goals 1 and 2),
+# about 5 minutes on kfake: plain-SQL writers (INSERT and pg_notify in
+# every transaction, one event each, 200 aggregates) at 500 and 1,000
+# events/s with 1 and 3 relay processes (their defaults, each its own
+# --relay-id), two rounds interleaved (1 3, 3 1), 10 s each, after a
+# writers-only baseline per rate; after the 500/s runs, 3 relays at 500/s
+# restarted one by one (SIGTERM, a replacement with the same --relay-id,
+# 8 s apart); 1 and 3 idle relays (database CPU per second over 30 s: a
+# 1-relay idle window is a few 10 ms clock ticks of database CPU). Prints the 3/1 ratios
+# (the relays' DB CPU per event, total CPU per event, p50 difference, p99,
+# idle DB CPU) and the rolling restart (p99 against one relay's, max,
+# lost, order) with the goals as PASS/FAIL and the spread over the rounds.
+# Writes bench/results/deployed.json (BENCH_DEPLOYED_JSON). More rounds:
+# make bench-deployed BENCH_FLAGS='--latency-rounds 4'; on a real broker:
+# BENCH_FLAGS='--kafka 4.4.0'.
+BENCH_DEPLOYED_JSON ?= bench/results/deployed.json
+.PHONY: bench-deployed
+bench-deployed:
+	$(GO) build -o bin/ ./cmd/outbox-relay
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
+	./bin/outbox-bench --relay-bin bin/outbox-relay --partitions 6 \
+		--scenario deployed --deployed-rates 500,1000 --deployed-relays 3 --deployed-aggregates 200 \
+		--latency-rounds 2 --duration 10s --baseline-duration 6s --grace 5s \
+		--deployed-idle 30s --restart-rate 500 --restart-interval 8s \
+		--json $(BENCH_DEPLOYED_JSON) $(BENCH_FLAGS)
 
 # An A/B of two relay builds in one run (issue 28: make bench and
 # bench-real before and after, interleaved, no figure worse by more than

@@ -24,6 +24,10 @@ const ConsumerFetchMaxWait = 10 * time.Millisecond
 type tracker struct {
 	index map[uuid.UUID]int
 	recv  []time.Time
+	// part and off are the partition and offset of each event's first
+	// reception (off -1: not received), for order checks.
+	part []int32
+	off  []int64
 
 	distinct   atomic.Int64
 	duplicates atomic.Int64
@@ -45,11 +49,14 @@ func startTracker(ctx context.Context, brokers []string, topic string, ids []uui
 	t := &tracker{
 		index: make(map[uuid.UUID]int, len(ids)),
 		recv:  make([]time.Time, len(ids)),
+		part:  make([]int32, len(ids)),
+		off:   make([]int64, len(ids)),
 		done:  make(chan struct{}),
 		log:   log.Named("consumer"),
 	}
 	for i, id := range ids {
 		t.index[id] = i
+		t.off[i] = -1
 	}
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
@@ -100,6 +107,7 @@ func (t *tracker) run(ctx context.Context) {
 				return
 			}
 			t.recv[i] = now
+			t.part[i], t.off[i] = r.Partition, r.Offset
 			t.lastRecv.Store(now.UnixNano())
 			t.firstRecv.CompareAndSwap(0, now.UnixNano())
 			t.distinct.Add(1)

@@ -28,6 +28,12 @@
 //     transactions/s, relay and database CPU per 10 s), then drains one
 //     transaction of 100,000 events, and again after a second of idling.
 //   - backlog: one relay process drains a preloaded million-row backlog.
+//   - deployed: the shape users deploy (issue 29): plain-SQL writers
+//     (INSERT and pg_notify in every transaction) with 1 and 3 relay
+//     processes, each its own --relay-id, interleaved in rounds, at 500
+//     and 1,000 events/s and idle, and 3 relays restarted one by one under
+//     load; EvaluateDeployed judges the 3/1 ratios and the rolling restart
+//     against the issue's goals.
 //
 // What a run costs (Cost): the CPU time of the PostgreSQL cluster's
 // processes (from /proc, when the server runs on this machine), of the

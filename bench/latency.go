@@ -94,7 +94,38 @@ type LatencyConfig struct {
 	// partitions; the measurement starts once their ownership settled
 	// (owners.Owners.Settled). Defaults to 1.
 	Relays int
+	// Writer is the writers' kind: WriterGo ("" too: outbox.Writer.Add
+	// with the run's wake-up mode) or WriterPlainSQL (the README's
+	// plain-SQL example: an INSERT into the outbox table and
+	// SELECT pg_notify(channel, '') in every transaction, as a service
+	// in another language writes; the wake-up settings do not apply).
+	Writer string
+	// CheckOrder counts order violations (Latency.OrderViolations): two
+	// events of one aggregate, the second's transaction begun after the
+	// first's COMMIT returned, received in the other order (or on
+	// different partitions). Defaults to false.
+	CheckOrder bool
+	// RollingRestart, if positive, restarts the relay processes one by
+	// one during the send phase, RollingRestart apart (the first
+	// RollingRestart after the start): SIGTERM, wait for the exit, start
+	// a replacement with the same --relay-id (Relay.RelayID) and wait
+	// until it is ready (Latency.Restarts). Needs a relay-process mode,
+	// Relays > 1 and a Duration of at least Relays x RollingRestart.
+	RollingRestart time.Duration
+	// Round is the run's round (Latency.Round), set by interleaved
+	// scenarios; 0: none.
+	Round int
 }
+
+// Writer kinds (LatencyConfig.Writer).
+const (
+	// WriterGo is outbox.Writer.Add in the writers' transactions.
+	WriterGo = "go"
+	// WriterPlainSQL is the README's plain-SQL example: INSERT INTO
+	// outbox (id, aggregate_id, event_type, payload) and
+	// SELECT pg_notify(channel, '') in every transaction.
+	WriterPlainSQL = "plain-sql"
+)
 
 func (c *LatencyConfig) validate() error {
 	switch c.Mode {
@@ -163,6 +194,26 @@ func (c *LatencyConfig) validate() error {
 	case c.Rate*c.Duration.Seconds() > 50e6:
 		return fmt.Errorf("bench: LatencyConfig.Duration: %s at %v events/s is over 50 million events", c.Duration, c.Rate)
 	}
+	switch c.Writer {
+	case "", WriterGo:
+	case WriterPlainSQL:
+		if c.Mode == ModeFloor || c.WakeupMode != "" || c.Mode == ModeNotifyEveryTx {
+			return fmt.Errorf("bench: LatencyConfig.Writer: %s writers need a database and notify in every transaction themselves (mode %s, wake-up %q)", c.Writer, c.Mode, c.WakeupMode)
+		}
+	default:
+		return fmt.Errorf("bench: LatencyConfig.Writer: %q is not %s or %s", c.Writer, WriterGo, WriterPlainSQL)
+	}
+	if c.RollingRestart < 0 {
+		return fmt.Errorf("bench: LatencyConfig.RollingRestart: must not be negative, got %s", c.RollingRestart)
+	}
+	if c.RollingRestart > 0 {
+		switch {
+		case !procMode(c.Mode) || c.Relays < 2:
+			return fmt.Errorf("bench: LatencyConfig.RollingRestart: needs several relay processes (mode notify-proc, notify-proc-b or notify-every-tx, Relays > 1), got mode %s with %d", c.Mode, c.Relays)
+		case c.Duration < time.Duration(c.Relays)*c.RollingRestart:
+			return fmt.Errorf("bench: LatencyConfig.Duration: %s is shorter than %d restarts %s apart", c.Duration, c.Relays, c.RollingRestart)
+		}
+	}
 	if c.WakeupMode != "" || c.Listen {
 		if c.Mode != ModeWritersOnly {
 			return fmt.Errorf("bench: LatencyConfig.WakeupMode and Listen are for mode %s, not %s", ModeWritersOnly, c.Mode)
@@ -229,6 +280,9 @@ func (c *LatencyConfig) writerWakeup() (outbox.WakeupMode, bool) {
 
 // wakeupName names the run's writers' wake-up.
 func (c *LatencyConfig) wakeupName() string {
+	if c.Writer == WriterPlainSQL {
+		return WriterPlainSQL
+	}
 	m, after := c.writerWakeup()
 	if after {
 		return wakeAfterCommit
@@ -287,6 +341,34 @@ func (s *dbSender) send(ctx context.Context, evs []outbox.Event) error {
 		return s.wake.wake(ctx, s.db.Pool)
 	}
 	return nil
+}
+
+// sqlSender is the plain-SQL writer (WriterPlainSQL): each transaction
+// inserts its events with a plain INSERT and calls pg_notify on the
+// relay's channel, as the README's example for other languages does.
+type sqlSender struct {
+	db      *runDB
+	channel string
+}
+
+const plainSQLInsert = `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4::jsonb)`
+
+func (s *sqlSender) send(ctx context.Context, evs []outbox.Event) error {
+	tx, err := s.db.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		if _, err := tx.Exec(ctx, plainSQLInsert, ev.ID, ev.AggregateID, ev.Type, string(ev.Payload)); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", s.channel); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 type kafkaSender struct{ pub *produce.Publisher }
@@ -351,6 +433,10 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	if cfg.Mode == ModeWritersOnly {
 		run.WritersWakeup = cfg.wakeupName()
 	}
+	if cfg.Writer == WriterPlainSQL {
+		run.WriterKind = WriterPlainSQL
+	}
+	run.Round = cfg.Round
 
 	var topic string
 	if cfg.Mode != ModeWritersOnly {
@@ -390,6 +476,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			ds.wake = newAfterCommitWaker(channel)
 		}
 		snd = ds
+		if cfg.Writer == WriterPlainSQL {
+			snd = &sqlSender{db: db, channel: channel}
+		}
 		if cfg.Listen {
 			l, err := startNotifyCounter(ctx, db, channel)
 			if err != nil {
@@ -474,6 +563,10 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 
 	commitAt := make([]time.Time, n)
+	var beganAt []time.Time
+	if cfg.CheckOrder {
+		beganAt = make([]time.Time, n)
+	}
 	var next, committed, txErrors atomic.Int64
 	type writerHists struct{ lag, commit *hdrhistogram.Histogram }
 	hists := make([]writerHists, cfg.Writers)
@@ -500,6 +593,16 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			min(next.Load()*int64(k), int64(n)), n, committed.Load(), received, txErrors.Load())
 	})
 	defer e.Progress.End()
+	var restartErr error
+	restartDone := make(chan struct{})
+	if g, ok := rel.(relayGroup); ok && cfg.RollingRestart > 0 {
+		go func() {
+			defer close(restartDone)
+			run.Restarts, restartErr = e.rollingRestart(ctx, g, start, cfg, db, topic, db.Schema, log)
+		}()
+	} else {
+		close(restartDone)
+	}
 	var wg sync.WaitGroup
 	for w := range cfg.Writers {
 		hists[w] = writerHists{NewHistogram(), NewHistogram()}
@@ -540,6 +643,9 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 				}
 				for j := lo; j < hi; j++ {
 					commitAt[j] = ref
+					if beganAt != nil {
+						beganAt[j] = began
+					}
 				}
 				committed.Add(int64(hi - lo))
 			}
@@ -547,6 +653,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	}
 	wg.Wait()
 	sendEnd := time.Now()
+	<-restartDone
 	var floorErr error
 	if floor != nil {
 		var fs Summary
@@ -629,7 +736,7 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	if sendSpan > 0 {
 		run.AchievedRate = float64(run.Committed) / sendSpan
 	}
-	if span := measured.Sub(start).Seconds(); rel != nil && span > 0 {
+	if span := measured.Sub(start).Seconds(); rel != nil && span > 0 && cfg.RollingRestart == 0 {
 		run.ClaimsPerS = float64(during.Claims) / span
 		run.EmptyClaimsPerS = float64(during.EmptyClaims) / span
 		run.WakeNotify, run.WakePoll, run.WakeWindow, run.WakeBacklog = during.WakeNotify, during.WakePoll, during.WakeWindow, during.WakeBacklog
@@ -638,11 +745,18 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 		run.CDF = CDF(lat, 200)
 		run.hist = lat
 	}
+	if cfg.CheckOrder && tr != nil {
+		v := orderViolations(cfg.Aggregates, beganAt, commitAt, tr.part[:n], tr.off[:n])
+		run.OrderViolations = &v
+	}
 	if run.Lost > 0 {
 		log.Warn("events lost", zap.Int64("lost", run.Lost), zap.Duration("grace", cfg.Grace))
 	}
 	if costErr == nil {
 		costErr = floorErr
+	}
+	if costErr == nil {
+		costErr = restartErr
 	}
 	return run, costErr
 }

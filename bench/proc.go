@@ -103,6 +103,9 @@ func relayArgs(brokers []string, topic, channel, metricsAddr string, cfg RelayCo
 	if cfg.Mode == ModePoll {
 		args = append(args, "--no-notify")
 	}
+	if cfg.RelayID != "" {
+		args = append(args, "--relay-id", cfg.RelayID)
+	}
 	return args
 }
 

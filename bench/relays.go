@@ -56,6 +56,19 @@ type RelayConfig struct {
 	// Defaults to false: the process gets the same settings as the
 	// in-process relay, retention off.
 	ProcDefaults bool
+	// RelayID is a relay process's --relay-id (its member name, as a
+	// pod's name); startRelays gives relay i of several RelayID-<i>.
+	// Defaults to "": the relay's default (<hostname>-<random>).
+	RelayID string
+}
+
+// memberID is the --relay-id of relay i of a group started with cfg
+// (startRelays): cfg.RelayID-<i>, "" without a RelayID.
+func (c RelayConfig) memberID(i int) string {
+	if c.RelayID == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s-%d", c.RelayID, i)
 }
 
 func (c *RelayConfig) validate() error {
@@ -201,11 +214,14 @@ func relayExited(rel runningRelay) error {
 // relayGroup.
 func (e *Env) startRelays(ctx context.Context, db *runDB, topic, channel string, cfg RelayConfig, n int, log *zap.Logger) (runningRelay, error) {
 	if n <= 1 {
+		cfg.RelayID = cfg.memberID(0)
 		return e.startRelay(ctx, db, topic, channel, cfg, log)
 	}
 	var g relayGroup
 	for i := range n {
-		r, err := e.startRelay(ctx, db, topic, channel, cfg, log.Named(fmt.Sprint(i)))
+		rc := cfg
+		rc.RelayID = cfg.memberID(i)
+		r, err := e.startRelay(ctx, db, topic, channel, rc, log.Named(fmt.Sprint(i)))
 		if err != nil {
 			g.Stop()
 			return nil, err

@@ -82,6 +82,10 @@ type Report struct {
 	RelayBin  *RelayBinary `json:"relay_bin,omitempty"`
 	RelayBinB *RelayBinary `json:"relay_bin_b,omitempty"`
 	AB        []ABRow      `json:"ab,omitempty"`
+	// Deployed is the deployed scenario's verdicts (EvaluateDeployed):
+	// 3 relays against 1, idle, and the rolling restart, each with its
+	// goal.
+	Deployed []DeployedCheck `json:"deployed,omitempty"`
 }
 
 // Run is one measurement. Scenario and Mode are always set; exactly one of
@@ -138,6 +142,22 @@ type Latency struct {
 	// WritersWakeup is the writers' wake-up mode of a writers-only
 	// (baseline) run.
 	WritersWakeup string `json:"writers_wakeup,omitempty"`
+	// WriterKind is "plain-sql" when the writers were plain SQL with a
+	// pg_notify in every transaction (LatencyConfig.Writer); omitted for
+	// outbox.Writer.
+	WriterKind string `json:"writer_kind,omitempty"`
+	// Round is the run's round in an interleaved scenario (deployed:
+	// the 1-relay and 3-relay runs of one round form a pair); omitted
+	// outside one.
+	Round int `json:"round,omitempty"`
+	// OrderViolations (LatencyConfig.CheckOrder) counts pairs of events
+	// of one aggregate, the second's transaction begun after the first's
+	// COMMIT returned, that were received in the other order or on
+	// different partitions (first receptions); omitted when not checked.
+	OrderViolations *int64 `json:"order_violations,omitempty"`
+	// Restarts are the relay restarts of a rolling-restart run
+	// (LatencyConfig.RollingRestart), in order.
+	Restarts []Restart `json:"restarts,omitempty"`
 	// Rate is the target arrival rate, events/s.
 	Rate float64 `json:"rate"`
 	// WriterCount is the number of writer goroutines (one connection each).

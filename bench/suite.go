@@ -128,6 +128,13 @@ type SuiteConfig struct {
 	// rate and writer wake-up mode, each lasting Latency.Duration (and
 	// MinEvents). Defaults to DefaultNotifyCostRates (10, 1000, 10000).
 	NotifyCostRates []float64
+	// Deployed is the template of the deployed scenario
+	// (ScenarioDeployed): 1 against several relay processes, plain-SQL
+	// writers, idle, and a rolling restart. Its Latency template, Rounds
+	// (unless set), BaselineDuration (unless set), NoCost and Relay come
+	// from the suite's Latency, LatencyRounds, BaselineDuration, NoCost
+	// and relay settings (ProcFlags, else the product's defaults).
+	Deployed DeployedConfig
 	// Scale is the template of the scale scenario (ScenarioScale): drains
 	// and bursts with 1, 2 and 3 relay processes at several aggregate
 	// counts; its Relay gets the suite's relay settings with ProcFlags,
@@ -189,7 +196,7 @@ func (c *SuiteConfig) setDefaults() {
 }
 
 // allScenarios is every scenario in the order RunSuite runs them.
-var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDrain, ScenarioBacklog, ScenarioLargePayloads, ScenarioScale, ScenarioWriters, ScenarioNotifyCost, ScenarioSweep, ScenarioBrokerDown}
+var allScenarios = []string{ScenarioBurst, ScenarioLatency, ScenarioDeployed, ScenarioDrain, ScenarioBacklog, ScenarioLargePayloads, ScenarioScale, ScenarioWriters, ScenarioNotifyCost, ScenarioSweep, ScenarioBrokerDown}
 
 // Validate applies defaults and returns an error naming the first invalid
 // field.
@@ -197,7 +204,7 @@ func (c *SuiteConfig) Validate() error {
 	c.setDefaults()
 	for _, s := range c.Scenarios {
 		if !slices.Contains(allScenarios, s) {
-			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, drain, writers, notify-cost, sweep, broker-down, burst, backlog, large-payloads or scale", s)
+			return fmt.Errorf("bench: SuiteConfig.Scenarios: %q is not latency, deployed, drain, writers, notify-cost, sweep, broker-down, burst, backlog, large-payloads or scale", s)
 		}
 	}
 	if m, after, err := parseWakeup(c.WritersWakeup); err != nil || (m == outbox.WakeupNone && !after) {
@@ -233,6 +240,12 @@ func (c *SuiteConfig) Validate() error {
 	if slices.Contains(c.Scenarios, ScenarioScale) {
 		sc := c.Scale
 		if err := sc.validate(); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(c.Scenarios, ScenarioDeployed) {
+		dc := c.Deployed
+		if err := dc.validate(); err != nil {
 			return err
 		}
 	}
@@ -286,14 +299,14 @@ func (c *SuiteConfig) Validate() error {
 
 // NeedsRelayBin reports whether cfg runs a relay process of Env.RelayBin
 // (mode notify-proc-b runs Env.RelayBinB instead; see NeedsRelayBinB):
-// the burst, backlog, large-payloads and scale scenarios, latency or drain
+// the burst, deployed, backlog, large-payloads and scale scenarios, latency or drain
 // with the notify-proc mode, latency with notify-every-tx, or broker-down
 // when the bench can take the broker down (brokerControl: kfake or a real
 // broker it started; with external brokers broker-down is skipped).
 func (c *SuiteConfig) NeedsRelayBin(brokerControl bool) bool {
 	has := func(s string) bool { return slices.Contains(c.Scenarios, s) }
 	proc := slices.Contains(c.Modes, ModeNotifyProc)
-	return has(ScenarioBurst) || has(ScenarioBacklog) || has(ScenarioLargePayloads) || has(ScenarioScale) || (brokerControl && has(ScenarioBrokerDown)) ||
+	return has(ScenarioBurst) || has(ScenarioDeployed) || has(ScenarioBacklog) || has(ScenarioLargePayloads) || has(ScenarioScale) || (brokerControl && has(ScenarioBrokerDown)) ||
 		(proc && (has(ScenarioLatency) || has(ScenarioDrain))) || (slices.Contains(c.Modes, ModeNotifyEveryTx) && has(ScenarioLatency))
 }
 
@@ -328,6 +341,7 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		rep.Runs = append(rep.Runs, r)
 		rep.Goals = EvaluateGoals(rep.Runs)
 		rep.AB = CompareAB(rep.Runs)
+		rep.Deployed = EvaluateDeployed(rep.Runs)
 		if onRun != nil {
 			onRun(r)
 		}
@@ -435,6 +449,22 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 					lc.Writers = writersFor(rate, cfg.Latency.Writers)
 					latency(lc)
 				}
+			}
+		case ScenarioDeployed:
+			dc := cfg.Deployed
+			lt := cfg.Latency
+			dc.Latency = LatencyConfig{Duration: lt.Duration, Grace: lt.Grace, PayloadBytes: lt.PayloadBytes,
+				FloorProbeRate: lt.FloorProbeRate, Warmup: lt.Warmup, Writers: lt.Writers}
+			if dc.Rounds == 0 {
+				dc.Rounds = cfg.LatencyRounds
+			}
+			if dc.BaselineDuration == 0 {
+				dc.BaselineDuration = cfg.BaselineDuration
+			}
+			dc.NoCost = cfg.NoCost
+			dc.Relay = relayCfg(ModeNotifyProc, cfg.FallbackPoll, lease0)
+			if err := e.Deployed(ctx, dc, add); err != nil {
+				return err
 			}
 		case ScenarioDrain:
 			// poll drains exactly like notify (a full claim is followed by

@@ -81,15 +81,17 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	writeRelayBins(w, r)
 	fmt.Fprintln(w)
-	var lat, drain, writers, down, bursts, costs, notify, scale []*Run
+	var lat, drain, writers, down, bursts, costs, notify, scale, deployed []*Run
 	for i := range r.Runs {
 		run := &r.Runs[i]
-		if run.Cost != nil && run.Scenario != ScenarioNotifyCost {
+		if run.Cost != nil && run.Scenario != ScenarioNotifyCost && run.Scenario != ScenarioDeployedIdle {
 			costs = append(costs, run)
 		}
 		switch {
 		case run.Scenario == ScenarioNotifyCost:
 			notify = append(notify, run)
+		case run.Scenario == ScenarioDeployed || run.Scenario == ScenarioDeployedIdle || run.Scenario == ScenarioDeployedRestart:
+			deployed = append(deployed, run)
 		case run.Scale != nil && run.Drain != nil:
 			scale = append(scale, run)
 		case run.BrokerDown != nil:
@@ -190,6 +192,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	writeAB(w, CompareAB(r.Runs))
+	writeDeployed(w, deployed, EvaluateDeployed(r.Runs))
 	writeGoals(w, r.Goals)
 }
 

@@ -50,6 +50,19 @@ Scenarios (--scenario, comma-separated; run in this order):
            from pg_stat_database, WAL) and the relay process (CPU), with
            the relay's share against a writers-only baseline at the same
            load
+  deployed the shape users deploy (issue 29): plain-SQL writers (INSERT
+           and pg_notify in every transaction, one event each, over
+           --deployed-aggregates aggregates) at each of --deployed-rates
+           with 1 and --deployed-relays relay processes (their defaults,
+           each its own --relay-id), --latency-rounds rounds interleaved
+           (A B, B A, ...), after a writers-only baseline per rate; then
+           1 and N idle relays (--deployed-idle: database CPU per second);
+           then N relays at --restart-rate restarted one by one
+           (SIGTERM, replacement with the same --relay-id,
+           --restart-interval apart). Prints the N/1 ratios (relays' DB
+           CPU per event, total CPU per event, p50 difference, p99, idle
+           DB CPU) and the rolling restart (p99, max, lost, order) with
+           the goals, PASS or FAIL, and the spread over the rounds
   drain    preload --events rows, start 1 and 2 relays, events/s until the
            consumer has all; plus sql-ceiling (claim+mark loop, no Kafka)
   backlog  preload --backlog-events rows (INSERT ... SELECT), one relay
@@ -224,7 +237,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.kafkaWarmup, "kafka-warmup", bench.DefaultKafkaWarmup, "how long to warm a real broker up (produce and consume) before the first run; negative: not at all")
 	fs.Float64Var(&o.floorRate, "floor-probe-rate", bench.DefaultFloorProbeRate, "latency: records/s of the broker's floor probe in every run (one record per Publish call to a topic of its own); 0: off")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of each run's topic")
-	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,drain,writers,notify-cost,sweep,broker-down,burst,backlog,large-payloads,scale")
+	fs.Var(strs(&s.Scenarios), "scenario", "scenarios: latency,deployed,drain,writers,notify-cost,sweep,broker-down,burst,backlog,large-payloads,scale")
 	fs.Var(strs(&s.Modes), "mode", "modes: notify,poll,naive,floor,notify-proc,notify-proc-b,notify-every-tx (notify-proc: the relay as a process, latency and drain; notify-proc-b: the same with --relay-bin-b's binary; notify-every-tx: that process with --claim-window off, writers notifying in every transaction, latency only)")
 	fs.Var(durations(&s.PollIntervals), "poll-interval", "poll intervals of the poll and naive modes (one run each) and of the sweep, e.g. 50ms,100ms,500ms")
 	fs.Var(durations(&s.PollIntervals), "poll-intervals", "alias of --poll-interval")
@@ -273,6 +286,12 @@ func register(fs *flag.FlagSet, o *options) {
 		s.Scale.Partitions = int32(n)
 		return nil
 	})
+	fs.Var(floats(&s.Deployed.Rates), "deployed-rates", "deployed: rates, events/s, of the 1 vs N relays runs (default 500,1000)")
+	fs.IntVar(&s.Deployed.Relays, "deployed-relays", 3, "deployed: the relay count compared with one relay")
+	fs.IntVar(&s.Deployed.Aggregates, "deployed-aggregates", 200, "deployed: distinct aggregate IDs of the plain-SQL writers' events")
+	fs.DurationVar(&s.Deployed.IdleWindow, "deployed-idle", 10*time.Second, "deployed: how long each idle run (1 and N relays) measures the database's CPU; negative: no idle runs")
+	fs.Float64Var(&s.Deployed.RestartRate, "restart-rate", 500, "deployed: the rolling-restart run's rate, events/s; negative: no rolling restart")
+	fs.DurationVar(&s.Deployed.RestartInterval, "restart-interval", 8*time.Second, "deployed: time between two relay restarts of the rolling-restart run (which lasts (N+1) x this)")
 	fs.Var(ints(&s.Connections), "connections", "writers: connection counts, e.g. 16,32,64")
 	fs.DurationVar(&s.Writers.Duration, "writers-duration", 0, "writers: how long each run writes (0: --duration)")
 	fs.DurationVar(&s.BrokerDown.Outage, "outage", 20*time.Second, "broker-down: how long the broker refuses connections (writers go on at --rate)")
@@ -555,6 +574,7 @@ func flagError(err error) string {
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
 		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",
 		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates", "SuiteConfig.WritersWakeup": "--writers-wakeup", "WritersConfig.WakeupMode": "--writers-wakeup",
+		"DeployedConfig.Rates": "--deployed-rates", "DeployedConfig.Relays": "--deployed-relays", "DeployedConfig.Aggregates": "--deployed-aggregates",
 		"ScaleConfig.Relays": "--scale-relays", "ScaleConfig.Aggregates": "--scale-aggregates", "ScaleConfig.Events": "--scale-events", "ScaleConfig.Rounds": "--scale-rounds",
 		"BurstConfig.Events": "--burst-events", "BurstConfig.IdleSettle": "--idle-settle", "SuiteConfig.Backlog.Events": "--backlog-events",
 		"SuiteConfig.LargePayloads.Events": "--large-events", "SuiteConfig.LargePayloads.PayloadBytes": "--large-payload-bytes",
