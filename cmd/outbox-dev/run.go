@@ -274,7 +274,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		onKill.set(func() { _ = pg.Stop() })
 		defer func() {
-			onKill.set(nil)
+			// A second signal meanwhile calls pg.Stop too, which waits
+			// for this one: the hook stays set until the cluster is gone.
+			defer onKill.set(nil)
 			if err := pg.Stop(); err != nil {
 				log.Error("stop throwaway PostgreSQL", zap.Error(err))
 				out.printf("could not remove the throwaway PostgreSQL cluster in %s: %v\n", pg.Dir(), err)
