@@ -154,10 +154,12 @@ bench:
 
 # The latency scenario on a real Apache Kafka 4.4.0 broker (internal/kafkatemp:
 # java and mvn; G1 and the full JIT as in production, warmed up for 10 s before
-# the first run, stopped at the end), about 4 minutes: 6 partitions, 200
+# the first run, stopped at the end), about 6 minutes: 6 partitions, 200
 # aggregates, writers committing one event per transaction, 1,000, 500 and 200
 # events/s in that order, modes notify-proc (the relay process, its defaults)
-# and floor, each run with the broker's own floor and CPU per event beside the
+# with both writer kinds interleaved (go: outbox.Add, debounced wake-ups;
+# plain-sql: the README's INSERT and pg_notify in every transaction) and
+# floor, each run with the broker's own floor and CPU per event beside the
 # relay's, and the goal at 500/s: relay p50 <= floor p50 + 2 ms, p99 <= 3 x
 # floor p99. 500/s is not the first run: the broker burns about half again the
 # CPU in the first run after its warm-up, whatever that run's rate
@@ -169,7 +171,7 @@ bench-real:
 	$(GO) build -o bin/ ./cmd/outbox-relay
 	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
 	./bin/outbox-bench --relay-bin bin/outbox-relay --kafka 4.4.0 --partitions 6 --aggregates 200 --events-per-tx 1 \
-		--scenario latency --mode notify-proc,floor --rate 1000,500,200 \
+		--scenario latency --mode notify-proc,floor --latency-writers go,plain-sql --rate 1000,500,200 \
 		--duration 20s --baseline-duration 10s --grace 10s --idle-window 1s \
 		--json bench/results/latest-real.json $(BENCH_FLAGS)
 

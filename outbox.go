@@ -178,7 +178,9 @@ const (
 	// every millisecond or so for relay.Config.ClaimWindow (25ms).
 	WakeupDebounced WakeupMode = iota
 	// WakeupEveryTx notifies in every transaction that adds events: lowest
-	// latency at low rates, lowest writer throughput at high rates.
+	// latency at low rates, lowest writer throughput at high rates. The
+	// payload names the events' key partitions ("kp:3,17"), so that of
+	// several relays only those that own them wake.
 	WakeupEveryTx
 	// WakeupNone never notifies; the relay finds the events by polling
 	// (--poll-interval).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,8 +199,76 @@ func TestWakeupIsDeliveredOnlyOnCommit(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err = listen.WaitForNotification(wctx); err != nil || n.Payload != "" || n.Channel != ch {
-		t.Fatalf("notification after commit = %+v, %v; want an empty payload on channel %s", n, err, ch)
+	want := fmt.Sprintf("kp:%d", outbox.KeyPartition(ev.AggregateID, 256))
+	if n, err = listen.WaitForNotification(wctx); err != nil || n.Payload != want || n.Channel != ch {
+		t.Fatalf("notification after commit = %+v, %v; want payload %q (the event's key partition) on channel %s", n, err, want, ch)
+	}
+}
+
+// With WakeupEveryTx the payload names the key partitions of the
+// transaction's events, each once, so that of several relays only their
+// owners wake; past config.MaxKeyPartitionsNamed (64) partitions it is
+// empty, which wakes every relay.
+func TestEveryTxWakeupNamesTheKeyPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	listen, err := pgx.Connect(ctx, db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(ctx)
+	ch := db.Schema
+	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	w, err := outbox.NewWriter(outbox.WriterConfig{Wakeup: outbox.WakeupEveryTx, Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := func(aggs ...string) []outbox.Event {
+		var evs []outbox.Event
+		for _, a := range aggs {
+			evs = append(evs, outbox.Event{AggregateID: a, Type: "t", Payload: json.RawMessage(`{}`)})
+		}
+		return evs
+	}
+	few := []string{"a", "b", "a", "c", "b"}
+	var many []string
+	for i := range 300 {
+		many = append(many, fmt.Sprint("agg-", i))
+	}
+	for _, aggs := range [][]string{few, many} {
+		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return w.Add(ctx, tx, events(aggs...)...) }); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := listen.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ""
+		if len(aggs) == len(few) {
+			seen := map[int]bool{}
+			for _, a := range aggs {
+				seen[outbox.KeyPartition(a, 256)] = true
+			}
+			var ps []string
+			for p := range seen {
+				ps = append(ps, fmt.Sprint(p))
+			}
+			got := strings.Split(strings.TrimPrefix(n.Payload, "kp:"), ",")
+			slices.Sort(ps)
+			slices.Sort(got)
+			if !strings.HasPrefix(n.Payload, "kp:") || !slices.Equal(got, ps) {
+				t.Fatalf("payload %q for aggregates %v, want kp: and the partitions %v", n.Payload, aggs, ps)
+			}
+			continue
+		}
+		if n.Payload != want {
+			t.Fatalf("payload %q for %d aggregates, want an empty one", n.Payload, len(aggs))
+		}
 	}
 }
 

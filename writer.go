@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -12,16 +13,22 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/internal/sqlname"
 )
 
 // Writer writes events into the outbox table. It is safe for concurrent use;
 // create one per process (its debounce state is shared by all callers).
 type Writer struct {
-	cfg        WriterConfig
-	insertSQL  string
-	notifySQL  string // insertSQL plus a pg_notify, in one statement
-	lastNotify atomic.Int64
-	now        func() time.Time
+	cfg       WriterConfig
+	insertSQL string
+	notifySQL string // insertSQL plus a pg_notify, in one statement
+	// notifyKeysSQL is notifySQL with the payload naming the key
+	// partitions of the events (WakeupEveryTx).
+	notifyKeysSQL string
+	lastNotify    atomic.Int64
+	now           func() time.Time
 }
 
 // NewWriter returns a Writer for cfg. It returns an error naming the first
@@ -40,7 +47,16 @@ SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[]::jso
 		cfg:       cfg,
 		insertSQL: insert,
 		notifySQL: `WITH ins AS (` + insert + ` RETURNING 1) SELECT pg_notify($7, '') FROM (SELECT 1) AS one`,
-		now:       time.Now,
+		// Every transaction notifies: the payload names its events' key
+		// partitions (computed from the aggregate IDs by the table's
+		// function, not read back: a writer role may lack SELECT), so only
+		// the relays that own them wake. (A debounced
+		// notification stands for the events of the window without one,
+		// wherever they are: it wakes every relay.)
+		notifyKeysSQL: `WITH ins AS (` + insert + ` RETURNING 1), kp AS (SELECT DISTINCT ` + sqlname.Beside(cfg.Table, "_key_partition") +
+			`(a) AS p FROM unnest($2::text[]) a) SELECT pg_notify($7, CASE WHEN count(*) <= ` + strconv.Itoa(config.MaxKeyPartitionsNamed) +
+			` THEN '` + config.KeyPartitionsPrefix + `' || string_agg(p::text, ',') ELSE '' END) FROM kp`,
+		now: time.Now,
 	}, nil
 }
 
@@ -128,7 +144,11 @@ func (w *Writer) Add(ctx context.Context, q Querier, events ...Event) error {
 	}
 	var err error
 	if w.shouldNotify(ctx) {
-		_, err = q.Exec(ctx, w.notifySQL, ids, aggs, types, payloads, headers, topics, w.cfg.Channel)
+		notify := w.notifySQL
+		if w.cfg.Wakeup == WakeupEveryTx {
+			notify = w.notifyKeysSQL
+		}
+		_, err = q.Exec(ctx, notify, ids, aggs, types, payloads, headers, topics, w.cfg.Channel)
 	} else {
 		_, err = q.Exec(ctx, w.insertSQL, ids, aggs, types, payloads, headers, topics)
 	}

@@ -49,6 +49,10 @@ type DeployedConfig struct {
 	// events/s). Its Mode, Relay, Relays, Writer, Rate and Aggregates are
 	// set by the scenario.
 	Latency LatencyConfig
+	// Writer is the writers' kind: WriterPlainSQL (the default: the
+	// README's example, naming each event's key partition) or
+	// WriterPlainSQLAll (an empty payload, which wakes every relay).
+	Writer string
 	// Aggregates is the number of aggregate IDs. Defaults to 200 (issue
 	// 29's setup).
 	Aggregates int
@@ -87,6 +91,12 @@ func (c *DeployedConfig) validate() error {
 	}
 	if c.Aggregates == 0 {
 		c.Aggregates = 200
+	}
+	if c.Writer == "" {
+		c.Writer = WriterPlainSQL
+	}
+	if !plainSQL(c.Writer) {
+		return fmt.Errorf("bench: DeployedConfig.Writer: %q is not %s or %s", c.Writer, WriterPlainSQL, WriterPlainSQLAll)
 	}
 	if c.IdleWindow == 0 {
 		c.IdleWindow = 10 * time.Second
@@ -213,7 +223,7 @@ func (e *Env) Deployed(ctx context.Context, cfg DeployedConfig, add func(Run, er
 	latency := func(rate float64, n, round int, base *Cost, baseLabel string) {
 		lc := cfg.Latency
 		lc.Mode, lc.Scenario, lc.Relay, lc.Relays = ModeNotifyProc, ScenarioDeployed, cfg.Relay, n
-		lc.Writer, lc.Rate, lc.Aggregates, lc.CheckOrder, lc.Round = WriterPlainSQL, rate, cfg.Aggregates, true, round
+		lc.Writer, lc.Rate, lc.Aggregates, lc.CheckOrder, lc.Round = cfg.Writer, rate, cfg.Aggregates, true, round
 		lc.Writers = writersFor(rate, max(lc.Writers, 8))
 		lc.NoCost, lc.IdleWindow = cfg.NoCost, 0
 		r, err := e.Latency(ctx, lc)
@@ -235,7 +245,7 @@ func (e *Env) Deployed(ctx context.Context, cfg DeployedConfig, add func(Run, er
 		}
 		lc := cfg.Latency
 		lc.Mode, lc.Scenario, lc.Relay, lc.Relays = ModeNotifyProc, ScenarioDeployedRestart, cfg.Relay, cfg.Relays
-		lc.Writer, lc.Rate, lc.Aggregates, lc.CheckOrder = WriterPlainSQL, cfg.RestartRate, cfg.Aggregates, true
+		lc.Writer, lc.Rate, lc.Aggregates, lc.CheckOrder = cfg.Writer, cfg.RestartRate, cfg.Aggregates, true
 		lc.Writers = writersFor(cfg.RestartRate, max(lc.Writers, 8))
 		lc.RollingRestart = cfg.RestartInterval
 		lc.Duration = time.Duration(cfg.Relays+1) * cfg.RestartInterval
@@ -251,7 +261,7 @@ func (e *Env) Deployed(ctx context.Context, cfg DeployedConfig, add func(Run, er
 		var base *Cost
 		var baseLabel string
 		if !cfg.NoCost && cfg.BaselineDuration >= 0 {
-			bl := LatencyConfig{Mode: ModeWritersOnly, Scenario: ScenarioBaseline, Writer: WriterPlainSQL, Rate: rate,
+			bl := LatencyConfig{Mode: ModeWritersOnly, Scenario: ScenarioBaseline, Writer: cfg.Writer, Rate: rate,
 				Duration: cmp.Or(cfg.BaselineDuration, cfg.Latency.Duration), Writers: writersFor(rate, max(cfg.Latency.Writers, 8)),
 				PayloadBytes: cfg.Latency.PayloadBytes, Aggregates: cfg.Aggregates, Warmup: cfg.Latency.Warmup}
 			r, err := e.Latency(ctx, bl)
@@ -308,7 +318,7 @@ func roundOrder(counts []int, round int) []int {
 // Cost.CostWindowS), the relays' CPU, transactions and claims.
 func (e *Env) deployedIdle(ctx context.Context, cfg DeployedConfig, n, round int) (Run, error) {
 	log := e.Log.Named(ScenarioDeployedIdle)
-	run := Run{Scenario: ScenarioDeployedIdle, Mode: ModeNotifyProc, Latency: &Latency{LatencyRelays: n, Round: round, RelayDefaults: cfg.Relay.ProcDefaults, WriterKind: WriterPlainSQL}}
+	run := Run{Scenario: ScenarioDeployedIdle, Mode: ModeNotifyProc, Latency: &Latency{LatencyRelays: n, Round: round, RelayDefaults: cfg.Relay.ProcDefaults, WriterKind: cfg.Writer}}
 	db, err := e.freshDB(ctx, 2)
 	if err != nil {
 		return run, err
@@ -343,7 +353,7 @@ func (e *Env) deployedIdle(ctx context.Context, cfg DeployedConfig, n, round int
 	event := func(j int) outbox.Event {
 		return outbox.Event{ID: ids[j], AggregateID: fmt.Sprintf("agg-%d", j%cfg.Aggregates), Type: "bench.event", Payload: body}
 	}
-	if err := warmUp(ctx, &sqlSender{db: db, channel: db.Schema}, tr, event, 0, warm, time.Minute); err != nil {
+	if err := warmUp(ctx, &sqlSender{db: db, channel: db.Schema, all: cfg.Writer == WriterPlainSQLAll}, tr, event, 0, warm, time.Minute); err != nil {
 		if perr := relayExited(rel); perr != nil {
 			return run, perr
 		}

@@ -123,9 +123,16 @@ const (
 	WriterGo = "go"
 	// WriterPlainSQL is the README's plain-SQL example: INSERT INTO
 	// outbox (id, aggregate_id, event_type, payload) and
-	// SELECT pg_notify(channel, '') in every transaction.
+	// SELECT pg_notify(channel, 'kp:' || outbox_key_partition(aggregate))
+	// in every transaction: only the relay that owns the event wakes.
 	WriterPlainSQL = "plain-sql"
+	// WriterPlainSQLAll is WriterPlainSQL with an empty payload,
+	// SELECT pg_notify(channel, ''): every relay wakes for every event.
+	WriterPlainSQLAll = "plain-sql-all"
 )
+
+// plainSQL reports whether writer is a plain-SQL kind.
+func plainSQL(writer string) bool { return writer == WriterPlainSQL || writer == WriterPlainSQLAll }
 
 func (c *LatencyConfig) validate() error {
 	switch c.Mode {
@@ -196,12 +203,12 @@ func (c *LatencyConfig) validate() error {
 	}
 	switch c.Writer {
 	case "", WriterGo:
-	case WriterPlainSQL:
+	case WriterPlainSQL, WriterPlainSQLAll:
 		if c.Mode == ModeFloor || c.WakeupMode != "" || c.Mode == ModeNotifyEveryTx {
 			return fmt.Errorf("bench: LatencyConfig.Writer: %s writers need a database and notify in every transaction themselves (mode %s, wake-up %q)", c.Writer, c.Mode, c.WakeupMode)
 		}
 	default:
-		return fmt.Errorf("bench: LatencyConfig.Writer: %q is not %s or %s", c.Writer, WriterGo, WriterPlainSQL)
+		return fmt.Errorf("bench: LatencyConfig.Writer: %q is not %s, %s or %s", c.Writer, WriterGo, WriterPlainSQL, WriterPlainSQLAll)
 	}
 	if c.RollingRestart < 0 {
 		return fmt.Errorf("bench: LatencyConfig.RollingRestart: must not be negative, got %s", c.RollingRestart)
@@ -280,8 +287,8 @@ func (c *LatencyConfig) writerWakeup() (outbox.WakeupMode, bool) {
 
 // wakeupName names the run's writers' wake-up.
 func (c *LatencyConfig) wakeupName() string {
-	if c.Writer == WriterPlainSQL {
-		return WriterPlainSQL
+	if plainSQL(c.Writer) {
+		return c.Writer
 	}
 	m, after := c.writerWakeup()
 	if after {
@@ -345,10 +352,13 @@ func (s *dbSender) send(ctx context.Context, evs []outbox.Event) error {
 
 // sqlSender is the plain-SQL writer (WriterPlainSQL): each transaction
 // inserts its events with a plain INSERT and calls pg_notify on the
-// relay's channel, as the README's example for other languages does.
+// relay's channel, as the README's example for other languages does,
+// naming the events' key partitions (all: an empty payload,
+// WriterPlainSQLAll).
 type sqlSender struct {
 	db      *runDB
 	channel string
+	all     bool
 }
 
 const plainSQLInsert = `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4::jsonb)`
@@ -364,11 +374,24 @@ func (s *sqlSender) send(ctx context.Context, evs []outbox.Event) error {
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", s.channel); err != nil {
+	wake, args := `SELECT pg_notify($1, 'kp:' || (SELECT string_agg(DISTINCT outbox_key_partition(a)::text, ',') FROM unnest($2::text[]) a))`, []any{s.channel, aggregates(evs)}
+	if s.all {
+		wake, args = "SELECT pg_notify($1, '')", []any{s.channel}
+	}
+	if _, err := tx.Exec(ctx, wake, args...); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// aggregates returns the events' aggregate IDs.
+func aggregates(evs []outbox.Event) []string {
+	a := make([]string, len(evs))
+	for i, e := range evs {
+		a[i] = e.AggregateID
+	}
+	return a
 }
 
 type kafkaSender struct{ pub *produce.Publisher }
@@ -433,8 +456,8 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 	if cfg.Mode == ModeWritersOnly {
 		run.WritersWakeup = cfg.wakeupName()
 	}
-	if cfg.Writer == WriterPlainSQL {
-		run.WriterKind = WriterPlainSQL
+	if plainSQL(cfg.Writer) {
+		run.WriterKind = cfg.Writer
 	}
 	run.Round = cfg.Round
 
@@ -476,8 +499,8 @@ func (e *Env) Latency(ctx context.Context, cfg LatencyConfig) (Run, error) {
 			ds.wake = newAfterCommitWaker(channel)
 		}
 		snd = ds
-		if cfg.Writer == WriterPlainSQL {
-			snd = &sqlSender{db: db, channel: channel}
+		if plainSQL(cfg.Writer) {
+			snd = &sqlSender{db: db, channel: channel, all: cfg.Writer == WriterPlainSQLAll}
 		}
 		if cfg.Listen {
 			l, err := startNotifyCounter(ctx, db, channel)

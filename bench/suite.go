@@ -63,6 +63,11 @@ type SuiteConfig struct {
 	// max(Latency.Writers, rate/400) writers. Defaults to [Latency.Rate];
 	// the sweep runs at Latency.Rate.
 	Rates []float64
+	// LatencyWriters are the writer kinds of the latency scenario's runs
+	// (WriterGo, WriterPlainSQL, WriterPlainSQLAll), each run of a mode
+	// once per kind, interleaved; the floor runs once. Defaults to
+	// WriterGo alone.
+	LatencyWriters []string
 	// LatencyRounds is how many times the latency scenario runs its modes
 	// at each rate, interleaved: the modes in order in the first round,
 	// reversed in the second, and so on (A B, B A, A B ...), so that drift
@@ -228,6 +233,11 @@ func (c *SuiteConfig) Validate() error {
 	if c.LatencyRounds < 1 {
 		return fmt.Errorf("bench: SuiteConfig.LatencyRounds: must be positive, got %d", c.LatencyRounds)
 	}
+	for _, w := range c.LatencyWriters {
+		if w != WriterGo && !plainSQL(w) {
+			return fmt.Errorf("bench: SuiteConfig.LatencyWriters: %q is not %s, %s or %s", w, WriterGo, WriterPlainSQL, WriterPlainSQLAll)
+		}
+	}
 	if c.MinEvents < 0 {
 		return fmt.Errorf("bench: SuiteConfig.MinEvents: must not be negative, got %d", c.MinEvents)
 	}
@@ -367,6 +377,9 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		key := fmt.Sprintf("%g/s %d writers %d/tx wakeup=%s", lc.Rate, lc.Writers, max(lc.EventsPerTx, 1), wake)
 		bl := LatencyConfig{Mode: ModeWritersOnly, Scenario: ScenarioBaseline, WakeupMode: wake, Rate: lc.Rate, Duration: lc.Duration,
 			Writers: lc.Writers, EventsPerTx: lc.EventsPerTx, PayloadBytes: lc.PayloadBytes, Aggregates: lc.Aggregates, Warmup: lc.Warmup}
+		if plainSQL(lc.Writer) {
+			bl.WakeupMode, bl.Writer = "", lc.Writer
+		}
 		label := fmt.Sprintf("%s %g/s", label(bl), lc.Rate)
 		if c, ok := baselines[key]; ok {
 			return c, label, nil
@@ -418,19 +431,21 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 		switch sc {
 		case ScenarioLatency:
 			for _, rate := range cfg.Rates {
-				for _, m := range roundModes(cfg.Modes, cfg.LatencyRounds) {
+				for i, m := range roundModes(cfg.Modes, cfg.LatencyRounds) {
 					polls := []time.Duration{cfg.FallbackPoll}
 					if m == ModePoll || m == ModeNaive {
 						polls = cfg.PollIntervals
 					}
 					for _, p := range polls {
-						if ctx.Err() != nil {
-							return ctx.Err()
+						for _, w := range roundWriters(cfg.LatencyWriters, m, i) {
+							if ctx.Err() != nil {
+								return ctx.Err()
+							}
+							lc := cfg.Latency
+							lc.Mode, lc.Scenario, lc.Relay, lc.Writer = m, ScenarioLatency, relayCfg(m, p, lease0), w
+							lc.Rate, lc.Writers = rate, writersFor(rate, cmp.Or(cfg.Latency.Writers, 8))
+							latency(lc)
 						}
-						lc := cfg.Latency
-						lc.Mode, lc.Scenario, lc.Relay = m, ScenarioLatency, relayCfg(m, p, lease0)
-						lc.Rate, lc.Writers = rate, writersFor(rate, cmp.Or(cfg.Latency.Writers, 8))
-						latency(lc)
 					}
 				}
 			}
@@ -662,6 +677,22 @@ func (e *Env) RunSuite(ctx context.Context, cfg SuiteConfig, rep *Report, onRun 
 
 // roundModes returns the latency scenario's modes at one rate over
 // rounds rounds: modes in order, then reversed, and so on (A B, B A, ...).
+// roundWriters returns the writer kinds of a latency scenario's i-th run
+// of mode m: writers in turn, reversed every other run, so that neither
+// kind always runs first; [""] (outbox.Writer) when none are given, and
+// for the modes that take outbox.Writer's writers only (the broker's
+// floor, every-tx, writers-only), which run once.
+func roundWriters(writers []string, m string, i int) []string {
+	if len(writers) == 0 || m == ModeFloor || m == ModeNotifyEveryTx || m == ModeWritersOnly {
+		return []string{""}
+	}
+	out := slices.Clone(writers)
+	if i%2 == 1 {
+		slices.Reverse(out)
+	}
+	return out
+}
+
 func roundModes(modes []string, rounds int) []string {
 	var out []string
 	for r := range rounds {

@@ -22,6 +22,9 @@ func RunLabel(r *Run) string {
 		if r.Mode == ModeWritersOnly && r.WritersWakeup != "" {
 			s = fmt.Sprintf("%s(%s)", r.Mode, r.WritersWakeup)
 		}
+		if r.Scenario == ScenarioLatency && r.WriterKind != "" {
+			s = fmt.Sprintf("%s %s", s, r.WriterKind)
+		}
 		if r.LatencyRelays > 1 {
 			s = fmt.Sprintf("%s x%d", s, r.LatencyRelays)
 		}

@@ -86,8 +86,11 @@ type Relay struct {
 	claimer Claimer
 	pub     Publisher
 	wake    <-chan struct{}
-	log     *zap.Logger
-	obs     Observer
+	// untargeted, if set (Service: listen.Listener.Untargeted), counts
+	// the notifications that named no key partitions (scheduler.wait).
+	untargeted func() int64
+	log        *zap.Logger
+	obs        Observer
 	// att is told each event's publish attempts, nil when no observer
 	// asks for them (AttemptObserver); partitionOf names an event's
 	// partition for it (nil: the publisher does not say).

@@ -29,6 +29,9 @@ type schedState struct {
 	failures int       // claims failed in a row
 	cause    wakeCause // why the current claim runs
 	drained  bool      // a notification was pending when the current claim began
+	// untargeted: a notification that named no key partitions arrived
+	// since the previous wake-up (listen.Listener.Untargeted).
+	untargeted bool
 	// lastClaim is when the current claim began, sinceLast the time from
 	// the previous claim's start to it (for the rate).
 	lastClaim time.Time
@@ -54,13 +57,16 @@ const (
 
 // schedEvent is one input of the schedule.
 type schedEvent struct {
-	kind    schedEventKind
-	at      time.Time
-	cause   wakeCause // schedWoke
-	drained bool      // schedBegin
-	rows    int       // schedClaimed
-	more    bool      // schedClaimed: claim.Batch.More
-	share   float64   // schedClaimed: the part of the key partitions owned (busy)
+	kind  schedEventKind
+	at    time.Time
+	cause wakeCause // schedWoke
+	// untargeted (schedWoke): a notification that named no key partitions
+	// arrived since the previous wake-up.
+	untargeted bool
+	drained    bool    // schedBegin
+	rows       int     // schedClaimed
+	more       bool    // schedClaimed: claim.Batch.More
+	share      float64 // schedClaimed: the part of the key partitions owned (busy)
 }
 
 // schedDecision is what the claimer does after an event.
@@ -88,7 +94,7 @@ func (c schedConfig) next(s schedState, e schedEvent) (schedState, schedDecision
 	var d schedDecision
 	switch e.kind {
 	case schedWoke:
-		s.backlog, s.cause = false, e.cause
+		s.backlog, s.cause, s.untargeted = false, e.cause, e.untargeted
 		if e.cause == causeNotify {
 			s.mode.notified(e.at)
 			// Debounce: a notification claims no sooner than
@@ -138,6 +144,14 @@ func (c schedConfig) empty(s schedState, now time.Time) (schedState, schedDecisi
 			s.activeUntil = end
 			d.linger, d.lingerIn = true, end.Sub(now)
 		}
+	case s.untargeted && c.window > 0 && !now.Before(s.activeUntil):
+		// A notification that named no key partitions (a debounced
+		// writer's) stands for the events committed after it without one,
+		// in any relay's partitions: this claim found none of this relay's,
+		// so one claim ClaimWindow later looks for them, as the window
+		// after a hit does.
+		s.activeUntil = now.Add(c.window)
+		d.linger, d.lingerIn = true, c.window
 	}
 	return s, d
 }

@@ -84,6 +84,28 @@ func TestSchedule(t *testing.T) {
 			}),
 		},
 		{
+			name: "an empty claim after a notification that named no key partitions looks again ClaimWindow later, once",
+			steps: cat(claim(0, causeBacklog, false, 0, none), []step{
+				{e: schedEvent{kind: schedWoke, at: at(9000), cause: causeNotify, untargeted: true}, any: true},
+				{e: begin(9000, false), want: polled},
+				{e: found(9100, 0), want: linger(25 * time.Millisecond)},
+			}, claim(34100, causeWindow, false, 0, none)),
+		},
+		{
+			name: "an empty claim after a notification that named this relay's key partitions waits",
+			steps: cat(claim(0, causeBacklog, false, 0, none),
+				claim(9000, causeNotify, false, 0, none)),
+		},
+		{
+			name: "without a claim window, an untargeted notification schedules nothing either",
+			cfg:  schedConfig{batchSize: 100, window: -1, windowPoll: 500 * time.Microsecond, busyGap: 20 * time.Millisecond},
+			steps: cat(claim(0, causeBacklog, false, 0, none), []step{
+				{e: schedEvent{kind: schedWoke, at: at(9000), cause: causeNotify, untargeted: true}, any: true},
+				{e: begin(9000, false), want: polled},
+				{e: found(9100, 0), want: none},
+			}),
+		},
+		{
 			name: "without a claim window, found rows schedule nothing",
 			cfg:  schedConfig{batchSize: 100, window: -1, windowPoll: 500 * time.Microsecond, busyGap: 20 * time.Millisecond},
 			steps: cat(claim(0, causeBacklog, false, 0, none),

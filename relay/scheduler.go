@@ -22,6 +22,9 @@ type scheduler struct {
 	linger timer // the next claim inside the claim window
 	cause  wakeCause
 	unann  unannounced
+	// seenUntargeted is the listener's Untargeted count at the last
+	// wake-up (Relay.untargeted).
+	seenUntargeted int64
 }
 
 func newScheduler(r *Relay) *scheduler {
@@ -71,7 +74,13 @@ func (t *scheduler) wait(ctx context.Context) bool {
 	}
 	t.cause = cause
 	r.recordWoke(cause)
-	if d := t.apply(schedEvent{kind: schedWoke, at: r.clock.Now(), cause: cause}); !d.notBefore.IsZero() {
+	untargeted := false
+	if r.untargeted != nil {
+		if u := r.untargeted(); u != t.seenUntargeted {
+			untargeted, t.seenUntargeted = true, u
+		}
+	}
+	if d := t.apply(schedEvent{kind: schedWoke, at: r.clock.Now(), cause: cause, untargeted: untargeted}); !d.notBefore.IsZero() {
 		if !sleepCtx(ctx, r.clock, d.notBefore.Sub(r.clock.Now())) {
 			return false
 		}

@@ -142,6 +142,11 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 			_ = pub.Close()
 			return nil, err
 		}
+		// A notification that names key partitions wakes this relay
+		// only if it owns one of them; a change of owners notifies every
+		// relay, so that ownership moves at once all the same.
+		s.listener.Wants = claimer.Wants
+		claimer.SetWakeChannel(cfg.Notify.WithDefaults().Channel)
 		wake = s.listener.Wake()
 	}
 	var c Claimer = claimer
@@ -158,6 +163,9 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	if s.relay, err = New(cfg.Relay, c, p, wake, logger); err != nil {
 		_ = pub.Close()
 		return nil, err
+	}
+	if s.listener != nil {
+		s.relay.untargeted = s.listener.Untargeted
 	}
 	return s, nil
 }

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
+	"github.com/pgoutbox/outbox/relay"
 )
 
 // Three relays on one table with a backlog of 30,000 events over 100 hot
@@ -87,4 +89,119 @@ SELECT gen_random_uuid(), 'agg-' || (i %% %d), 'backlog', jsonb_build_object('n'
 			t.Fatalf("aggregate %s out of order", agg)
 		}
 	}
+}
+
+// Three relays whose fallback poll never fires (an hour) relay every event
+// of a writer that names its events' key partitions (WakeupEveryTx), while
+// one of them stops and another joins: a notification wakes only the
+// owner of its partitions (the others count it as ignored), and every
+// change of owners wakes every relay (sql/membership.sql), so that the
+// partitions of the relay that left and those given to the one that
+// joined are claimed at once, without a poll. Order holds per aggregate.
+func TestNotificationsWakeOnlyTheOwnerAndOwnershipMovesWithoutAPoll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 6)
+	o := func(id string) opts {
+		return opts{relay: relay.Config{PollInterval: time.Hour}, lease: lease.Config{RelayID: id}}
+	}
+	hs := []*harness{startRelay(t, db, k, topic, o("r0")), startRelay(t, db, k, topic, o("r1")), startRelay(t, db, k, topic, o("r2"))}
+	members := func(n int, hs ...*harness) func() bool {
+		return func() bool {
+			for _, h := range hs {
+				if own := h.claimer.Ownership(); own.Members != n || own.Releasing > 0 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	// Each relay claims at its start and rebalances at each change, woken
+	// by the others' joins.
+	testenv.Eventually(t, time.Minute, members(3, hs...), "the three relays did not all join")
+
+	w := writer(t, db, outbox.WakeupEveryTx)
+	stop := make(chan struct{})
+	wrote := make(chan int)
+	go func() {
+		n := 0
+		defer func() { wrote <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			tx, err := db.Pool.Begin(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := w.Add(ctx, tx, event(fmt.Sprint("agg-", n%60), n)); err != nil {
+				_ = tx.Rollback(ctx)
+				t.Error(err)
+				return
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	published := func(h *harness, more int64) func() bool {
+		base := h.relay.Stats().Published
+		return func() bool { return h.relay.Stats().Published >= base+more }
+	}
+	// Each step waits for progress of the relays concerned, not for time.
+	for _, h := range hs {
+		testenv.Eventually(t, time.Minute, published(h, 20), "relay %s published nothing of the writer's events", h.claimer.Member())
+	}
+	hs[1].stop() // gives its partitions back
+	testenv.Eventually(t, time.Minute, members(2, hs[0], hs[2]), "r1's partitions were not taken over")
+	for _, h := range []*harness{hs[0], hs[2]} {
+		testenv.Eventually(t, time.Minute, published(h, 50), "relay %s stalled after r1 left", h.claimer.Member())
+	}
+	joined := startRelay(t, db, k, topic, o("r3"))
+	testenv.Eventually(t, time.Minute, members(3, hs[0], hs[2], joined), "r3 did not get its share")
+	testenv.Eventually(t, time.Minute, published(joined, 20), "r3 published nothing")
+	close(stop)
+	n := <-wrote
+	if t.Failed() {
+		return
+	}
+	testenv.Eventually(t, time.Minute, func() bool { return unpublished(t, db) == 0 }, "events left unpublished with the poll off: a notification did not reach the owner")
+	for _, h := range []*harness{hs[0], hs[2], joined} {
+		if h.listener.Ignored() == 0 {
+			t.Errorf("relay %s ignored no notification of %d: every notification woke every relay", h.claimer.Member(), h.listener.Notifications())
+		}
+	}
+
+	rows, err := db.Pool.Query(ctx, "SELECT id::text, aggregate_id FROM outbox ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{}
+	for rows.Next() {
+		var id, agg string
+		if err := rows.Scan(&id, &agg); err != nil {
+			t.Fatal(err)
+		}
+		want[agg] = append(want[agg], id)
+	}
+	rows.Close()
+	recs := k.Consume(t, topic, n, time.Minute)
+	got, dups := firstAppearances(recs)
+	if len(recs)-dups != n {
+		t.Fatalf("%d distinct events on the topic, want %d", len(recs)-dups, n)
+	}
+	for agg, ids := range want {
+		if fmt.Sprint(got[agg]) != fmt.Sprint(ids) {
+			t.Fatalf("aggregate %s out of order", agg)
+		}
+	}
+	t.Logf("%d events; notifications received/ignored: r0 %d/%d, r2 %d/%d, r3 %d/%d", n, hs[0].listener.Notifications(), hs[0].listener.Ignored(),
+		hs[2].listener.Notifications(), hs[2].listener.Ignored(), joined.listener.Notifications(), joined.listener.Ignored())
 }

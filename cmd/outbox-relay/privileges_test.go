@@ -110,6 +110,7 @@ func TestLeastPrivilegeRoleWithTheGrantsScript(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := w.Add(ctx, tx, outbox.Event{AggregateID: "a", Type: "t", Payload: json.RawMessage(`{}`)}); err != nil {
+			_ = tx.Rollback(ctx) // or closing the pool waits for it
 			t.Fatalf("writer role, event %d: %v", i, err)
 		}
 		if err := tx.Commit(ctx); err != nil {

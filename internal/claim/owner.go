@@ -102,8 +102,14 @@ type owner struct {
 	// claimMask is what a claim takes rows of, indexed by partition: the
 	// partitions owned less those being given back, set by setClaimMask
 	// whenever owned or releasing change; claimsAny whether any is true.
-	claimMask                     []bool
-	claimsAny                     bool
+	claimMask []bool
+	claimsAny bool
+	// wakeMask is owned as a mask indexed by partition (nil before the
+	// first rebalance), read without Claimer.mu by Wants.
+	wakeMask atomic.Pointer[[]bool]
+	// channel is where a change of members or owners is announced
+	// (SetWakeChannel); "" announces nothing.
+	channel                       string
 	members                       int
 	legacy                        string
 	generation                    int64 // at the last rebalance
@@ -308,6 +314,37 @@ func (o *owner) setClaimMask() {
 		}
 	}
 	o.claimMask, o.claimsAny = m, any
+	w := make([]bool, o.partitions)
+	for p := range o.owned {
+		if p >= 0 && p < len(w) {
+			w[p] = true
+		}
+	}
+	o.wakeMask.Store(&w)
+}
+
+// SetWakeChannel makes every change of members or owners this Claimer
+// makes (a join, a move of partitions, a leave, the removal of an expired
+// member) notify channel, the relays' LISTEN channel, with an empty
+// payload, so that every relay rebalances at once, not only at its next
+// claim: a relay whose listener ignores notifications of partitions it
+// does not own (Wants) may not claim again before its next poll. Call it
+// before the first claim; "" (the default) notifies nothing.
+func (c *Claimer) SetWakeChannel(channel string) { c.own.channel = channel }
+
+// Wants reports whether this Claimer owns key partition p (those it is
+// giving back included): a notification that names only partitions it
+// does not own need not wake its relay. True before the first rebalance
+// and for a p out of the table's range. Safe for concurrent use; the
+// owned set changes before the claim that follows a rebalance starts, so
+// a notification of a row committed after that claim began is judged by
+// the new set.
+func (c *Claimer) Wants(p int) bool {
+	m := c.own.wakeMask.Load()
+	if m == nil || p >= len(*m) {
+		return true
+	}
+	return (*m)[p]
 }
 
 // rebalanceDue reports whether the next claim should rebalance first.

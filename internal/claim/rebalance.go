@@ -91,7 +91,7 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 // changed since *gen was read. Called with c.mu held.
 func (c *Claimer) move(ctx context.Context, plan ownership.Plan, owners []string, gen *int64) error {
 	o, q := c.own, c.st.move
-	a := moveArgs{Member: o.member, Acquire: toInt32(plan.Acquire), Release: toInt32(plan.Release), Started: o.started.Load()}
+	a := moveArgs{Channel: o.channel, Member: o.member, Acquire: toInt32(plan.Acquire), Release: toInt32(plan.Release), Started: o.started.Load()}
 	var moved moveRow
 	read := func(rows pgx.Rows, err error) error {
 		if err == nil {
@@ -179,21 +179,21 @@ func (c *Claimer) queueJoin(b *steps, j *joinResult) {
 		// incarnation (TakeOver), once the claims of that one in progress
 		// are done (LockMember).
 		b.exec(st.lockMember.SQL, st.lockMember.Args(lockMemberArgs{TimeoutMS: takeoverWait.Milliseconds(), Key: o.memberKey, Member: o.member}), "rebalance: take over", nil)
-		a := takeOverArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Incarnation: o.incarnation, TableKey: c.cfg.Table}
+		a := takeOverArgs{Channel: o.channel, Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Incarnation: o.incarnation, TableKey: c.cfg.Table}
 		b.add(c.rows.takeOver.SQL, c.rows.takeOver.Args(a), readJoin(func(rows pgx.Rows) error {
 			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[takeOverRow])
 			j.took, j.joinRow = &r, r.joinRow
 			return err
 		}))
 	case o.static:
-		a := rejoinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Started: started}
+		a := rejoinArgs{Channel: o.channel, Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds(), Started: started}
 		b.add(st.rejoin.SQL, st.rejoin.Args(a), readJoin(func(rows pgx.Rows) error {
 			r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[rejoinRow])
 			j.rejoined, j.joinRow = &r, r.joinRow
 			return err
 		}))
 	default:
-		b.add(st.join.SQL, st.join.Args(joinArgs{Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), readJoin(func(rows pgx.Rows) (err error) {
+		b.add(st.join.SQL, st.join.Args(joinArgs{Channel: o.channel, Member: o.member, RelayID: c.cfg.RelayID, LeaseMS: c.cfg.Lease.Milliseconds()}), readJoin(func(rows pgx.Rows) (err error) {
 			j.joinRow, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[joinRow])
 			return err
 		}))
@@ -347,7 +347,7 @@ func (c *Claimer) leave(ctx context.Context) error {
 		return nil
 	}
 	q := c.st.leave
-	a := leaveArgs{Member: o.member, Keep: keep, Gone: len(keep) == 0, Started: o.started.Load()}
+	a := leaveArgs{Channel: o.channel, Member: o.member, Keep: keep, Gone: len(keep) == 0, Started: o.started.Load()}
 	var err error
 	if o.static {
 		var b steps

@@ -137,18 +137,21 @@ type (
 		Member  string `arg:"member"`
 		RelayID string `arg:"relay_id"`
 		LeaseMS int64  `arg:"lease_ms"`
+		Channel string `arg:"channel"`
 	}
 	moveArgs struct {
 		Member  string     `arg:"member"`
 		Acquire []int32    `arg:"acquire"`
 		Release []int32    `arg:"release"`
 		Started *time.Time `arg:"started"`
+		Channel string     `arg:"channel"`
 	}
 	leaveArgs struct {
 		Member  string     `arg:"member"`
 		Keep    []int32    `arg:"keep"`
 		Gone    bool       `arg:"gone"`
 		Started *time.Time `arg:"started"`
+		Channel string     `arg:"channel"`
 	}
 	lockMemberArgs struct {
 		TimeoutMS int64  `arg:"timeout_ms"`
@@ -163,6 +166,7 @@ type (
 		RelayID string     `arg:"relay_id"`
 		LeaseMS int64      `arg:"lease_ms"`
 		Started *time.Time `arg:"started"`
+		Channel string     `arg:"channel"`
 	}
 	declareArgs struct {
 		Incarnation string `arg:"incarnation"`
@@ -177,6 +181,7 @@ type (
 		LeaseMS     int64  `arg:"lease_ms"`
 		Incarnation string `arg:"incarnation"`
 		TableKey    string `arg:"table_key"`
+		Channel     string `arg:"channel"`
 	}
 )
 

@@ -50,6 +50,18 @@ const DefaultTable = "outbox"
 // LISTENs on unless configured, exported as outbox.DefaultChannel.
 const DefaultChannel = "outbox"
 
+// KeyPartitionsPrefix starts a notification payload that names the key
+// partitions of the events it announces, as decimal numbers separated by
+// commas ("kp:3,17"): only the relays that own one of them wake up. Any
+// other payload ("" included) wakes every relay listening on the channel.
+const KeyPartitionsPrefix = "kp:"
+
+// MaxKeyPartitionsNamed is the most key partitions a writer names in one
+// notification; a transaction with events in more sends an empty payload
+// (every relay wakes), which keeps the payload far below PostgreSQL's
+// 8,000-byte limit.
+const MaxKeyPartitionsNamed = 64
+
 // RandomHex returns 2n random hex digits: the suffixes that make relay and
 // claimer IDs unique per process.
 func RandomHex(n int) string {

@@ -3,8 +3,11 @@
 // a pooled one: a pool could hand the LISTENing session to other work, or
 // close it, and the notifications would be lost).
 //
-// Notifications only trigger a claim; they carry no data, and any payload
-// is accepted. Wake-ups are coalesced into a one-slot channel that the
+// Notifications only trigger a claim; they carry no events. A payload
+// that names key partitions ("kp:3,17", config.KeyPartitionsPrefix) wakes
+// the relay only if it owns one of them (Listener.Wants), so that a relay
+// among several is not woken for the others' events; any other payload
+// wakes it. Wake-ups are coalesced into a one-slot channel that the
 // listener never blocks on. After every (re)connect the listener wakes the
 // relay once, because notifications sent while it was disconnected are lost.
 // A watchdog sends a ping notification every Config.PingInterval through
@@ -35,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +49,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/backoff"
+	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/notify"
 )
 
@@ -113,6 +118,8 @@ type Listener struct {
 	pingBack chan uint64 // pings seen on the connection
 
 	notifications atomic.Int64
+	ignored       atomic.Int64
+	untargeted    atomic.Int64
 	reconnects    atomic.Int64
 	// silent counts the connections in a row that LISTENed but did not
 	// hear their probe; only Run's goroutine (where pgxlisten calls the
@@ -123,6 +130,12 @@ type Listener struct {
 	// storm is the reconnect storm under way (storm.go); only Run's
 	// goroutine touches it.
 	storm storm
+	// Wants, if set before Run, reports whether the relay owns key
+	// partition p: a notification that names key partitions wakes the
+	// relay only if Wants is true for one of them. It is called from the
+	// listener's goroutine and must be safe for concurrent use. Nil: every
+	// notification wakes the relay.
+	Wants func(p int) bool
 	// OnStateChange, if set before Run, is called (synchronously, from the
 	// listener's goroutine) on every state change. For metrics and tests.
 	OnStateChange func(State)
@@ -164,6 +177,17 @@ func (l *Listener) State() State { return State(l.state.Load()) }
 // excluded).
 func (l *Listener) Notifications() int64 { return l.notifications.Load() }
 
+// Ignored returns how many notifications named only key partitions the
+// relay does not own, and so did not wake it (counted in Notifications
+// too).
+func (l *Listener) Ignored() int64 { return l.ignored.Load() }
+
+// Untargeted returns how many notifications named no key partitions (an
+// empty payload, or any other that is not a list of them): such a
+// notification may stand for events of every relay's partitions, and for
+// more committed after it without one (a debounced writer's).
+func (l *Listener) Untargeted() int64 { return l.untargeted.Load() }
+
 // Reconnects returns how many times the listener (re)established LISTEN,
 // deaf connections included.
 func (l *Listener) Reconnects() int64 { return l.reconnects.Load() }
@@ -184,6 +208,45 @@ func (l *Listener) setState(s State) {
 	if State(l.state.Swap(int32(s))) != s && l.OnStateChange != nil {
 		l.OnStateChange(s)
 	}
+}
+
+// notified counts a notification with payload and wakes the relay unless
+// the payload names only key partitions it does not own.
+func (l *Listener) notified(payload string) {
+	l.notifications.Add(1)
+	named, wanted := keyPartitions(payload, l.Wants)
+	switch {
+	case !named:
+		l.untargeted.Add(1)
+	case !wanted:
+		l.ignored.Add(1)
+		return
+	}
+	l.signal()
+}
+
+// keyPartitions reports whether payload is a well-formed list of key
+// partitions (config.KeyPartitionsPrefix), and if so whether wants (nil:
+// any) is true for one of them.
+func keyPartitions(payload string, wants func(p int) bool) (named, wanted bool) {
+	rest, ok := strings.CutPrefix(payload, config.KeyPartitionsPrefix)
+	if !ok || rest == "" {
+		return false, false
+	}
+	for f := range strings.SplitSeq(rest, ",") {
+		if p, err := strconv.Atoi(f); err != nil || p < 0 {
+			return false, false
+		}
+	}
+	if wants == nil {
+		return true, true
+	}
+	for f := range strings.SplitSeq(rest, ",") {
+		if p, _ := strconv.Atoi(f); wants(p) {
+			return true, true
+		}
+	}
+	return true, false
 }
 
 func (l *Listener) signal() {

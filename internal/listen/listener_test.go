@@ -248,6 +248,54 @@ func TestUnexpectedPayloadsOnlyWake(t *testing.T) {
 	}
 }
 
+// A payload that names key partitions wakes the relay only if Wants is
+// true for one of them, and counts as ignored otherwise; any payload that
+// is not such a list wakes it, as before.
+func TestKeyPartitionPayloadsWakeOnlyTheirOwner(t *testing.T) {
+	db := testenv.DB(t)
+	cfg, _ := connConfig(t, db)
+	l, err := New(notify.Config{Channel: db.Schema, PingInterval: -1}, connectWith(cfg), nil, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := map[int]bool{3: true, 17: true}
+	l.Wants = func(p int) bool { return owned[p] }
+	run(t, l)
+	waitWake(t, l, "after connecting")
+	cases := []struct {
+		payload string
+		wakes   bool
+	}{
+		{"kp:3", true},
+		{"kp:5", false},
+		{"kp:5,17", true},
+		{"kp:5,6,7", false},
+		{"kp:", true},      // names nothing: not a list
+		{"kp:5,x", true},   // malformed: wake
+		{"kp:-1", true},    // malformed: wake
+		{"kp:9999", false}, // out of range is the relay's to judge
+		{"", true},
+		{"order-42", true},
+	}
+	for _, c := range cases {
+		drainWake(l)
+		notes, ignored := l.Notifications(), l.Ignored()
+		sendNotify(t, db, db.Schema, c.payload)
+		barrier(t, db, l) // the payload was handled
+		woke := len(l.Wake()) == 1
+		if woke != c.wakes {
+			t.Errorf("payload %q woke the relay: %v, want %v", c.payload, woke, c.wakes)
+		}
+		wantIgnored := ignored
+		if !c.wakes {
+			wantIgnored++
+		}
+		if l.Notifications() != notes+1 || l.Ignored() != wantIgnored {
+			t.Errorf("payload %q: Notifications %d -> %d, Ignored %d -> %d; want +1 and %d", c.payload, notes, l.Notifications(), ignored, l.Ignored(), wantIgnored)
+		}
+	}
+}
+
 // terminateListener terminates the listener's backend and fails unless
 // exactly one backend was terminated.
 func terminateListener(t *testing.T, db *testenv.TestDB, app string) {

@@ -112,8 +112,7 @@ func (h *handler) probe(ctx context.Context, conn *pgx.Conn) (heard bool, err er
 			}
 			continue
 		}
-		l.notifications.Add(1)
-		l.signal()
+		l.notified(n.Payload)
 	}
 	pidLater, err := backendPID(ctx, conn)
 	if err != nil {
@@ -170,7 +169,8 @@ func pingSeq(payload string) (uint64, bool) {
 	return seq, err == nil
 }
 
-// HandleNotification counts a notification and wakes the relay; a
+// HandleNotification counts a notification and wakes the relay unless it
+// names only key partitions the relay does not own (Listener.Wants); a
 // watchdog ping goes to the watchdog instead.
 func (h *handler) HandleNotification(ctx context.Context, n *pgconn.Notification, conn *pgx.Conn) error {
 	if seq, ok := pingSeq(n.Payload); ok {
@@ -189,7 +189,6 @@ func (h *handler) HandleNotification(ctx context.Context, n *pgconn.Notification
 		}
 		return nil
 	}
-	h.l.notifications.Add(1)
-	h.l.signal()
+	h.l.notified(n.Payload)
 	return nil
 }

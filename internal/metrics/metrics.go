@@ -187,6 +187,7 @@ type RelaySource interface {
 type ListenerSource interface {
 	State() listen.State
 	Notifications() int64
+	Ignored() int64
 	Reconnects() int64
 }
 
@@ -738,6 +739,7 @@ var (
 	descWakeups      = prometheus.NewDesc("outbox_relay_wakeups_total", "Reasons the relay claimed: notify (a NOTIFY), poll (--poll-interval), window (claims in the claim window after a non-empty one), backlog (a full batch or start-up).", []string{"cause"}, nil)
 	descConnected    = prometheus.NewDesc("outbox_listener_connected", "1 while the LISTEN connection is established, else 0. Absent when the relay runs poll-only.", nil, nil)
 	descNotes        = prometheus.NewDesc("outbox_notifications_received_total", "Notifications received on the LISTEN channel (watchdog pings excluded).", nil, nil)
+	descIgnored      = prometheus.NewDesc("outbox_notifications_ignored_total", "Notifications that named only key partitions other relays own, and so did not wake this one.", nil, nil)
 	descReconnects   = prometheus.NewDesc("outbox_listener_reconnects_total", "Times the listener (re)established LISTEN, the first time included.", nil, nil)
 	descRelayRunning = prometheus.NewDesc("outbox_relay_up", "1 once the relay runs (after the start-up wait for the database and the broker), else 0.", nil, nil)
 	descStalled      = prometheus.NewDesc("outbox_relay_stalled", "1 while the relay moves no events: a step (label) made no progress for --stall-timeout (relay.Health), else 0 (and step=\"\").", []string{"step"}, nil)
@@ -753,7 +755,7 @@ var (
 
 func (c *componentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMarked, descFailed, descDead, descHeldBack, descReleased,
-		descClaims, descEmptyClaims, descWakeups, descConnected, descNotes, descReconnects, descRelayRunning,
+		descClaims, descEmptyClaims, descWakeups, descConnected, descNotes, descIgnored, descReconnects, descRelayRunning,
 		descStalled, descFailStreak, descPubStalled, descOwned, descPartitions, descMembers, descAcquired, descGivenBack, descHandovers} {
 		ch <- d
 	}
@@ -803,6 +805,7 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, connected)
 		counter(descNotes, l.Notifications())
+		counter(descIgnored, l.Ignored())
 		counter(descReconnects, l.Reconnects())
 	}
 }

@@ -212,6 +212,7 @@ type fakeListener struct{ state atomic.Int32 }
 
 func (f *fakeListener) State() listen.State  { return listen.State(f.state.Load()) }
 func (f *fakeListener) Notifications() int64 { return 42 }
+func (f *fakeListener) Ignored() int64       { return 7 }
 func (f *fakeListener) Reconnects() int64    { return 3 }
 
 func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
@@ -252,6 +253,7 @@ func TestRelayCountersPublishedByTopicAndLatency(t *testing.T) {
 		`outbox_relay_wakeups_total{cause="backlog"}`:       1,
 		`outbox_listener_connected`:                         1,
 		`outbox_notifications_received_total`:               42,
+		`outbox_notifications_ignored_total`:                7,
 		`outbox_listener_reconnects_total`:                  3,
 		`outbox_published_events_total{topic="payments"}`:   3,
 		`outbox_published_events_total{topic="refunds"}`:    2,

@@ -249,6 +249,7 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&s.BusyClaimInterval, "busy-claim-interval", 0, "the relays' --busy-claim-interval (0: their default, 20ms), also for notify-proc; shorter: lower latency above 2,000 events/s, more claims")
 	s.Rates = []float64{1000}
 	fs.Var(floats(&s.Rates), "rate", "latency: arrival rates, events/s (open loop), comma-separated: every mode runs at each (the first is also broker-down's and the sweep's rate)")
+	fs.Var(strs(&s.LatencyWriters), "latency-writers", "latency: the writers' kinds, each mode run once per kind, interleaved: "+bench.WriterGo+" (outbox.Writer, the default), "+bench.WriterPlainSQL+" (INSERT and pg_notify naming the key partition in every transaction, the README's example), "+bench.WriterPlainSQLAll+" (the same with an empty payload)")
 	fs.IntVar(&s.LatencyRounds, "latency-rounds", 1, "latency: runs of every mode at each rate, interleaved: the modes in order, then reversed, and so on (A B, B A, ...)")
 	fs.DurationVar(&s.Latency.Duration, "duration", 30*time.Second, "latency: how long events are sent per run")
 	fs.IntVar(&s.Latency.Writers, "writers", 8, "latency: writer goroutines (one connection each)")
@@ -288,6 +289,7 @@ func register(fs *flag.FlagSet, o *options) {
 	})
 	fs.Var(floats(&s.Deployed.Rates), "deployed-rates", "deployed: rates, events/s, of the 1 vs N relays runs (default 500,1000)")
 	fs.IntVar(&s.Deployed.Relays, "deployed-relays", 3, "deployed: the relay count compared with one relay")
+	fs.StringVar(&s.Deployed.Writer, "deployed-writer", bench.WriterPlainSQL, "deployed: the writers' kind, "+bench.WriterPlainSQL+" (pg_notify naming each event's key partition, as the README) or "+bench.WriterPlainSQLAll+" (an empty payload: every relay wakes)")
 	fs.IntVar(&s.Deployed.Aggregates, "deployed-aggregates", 200, "deployed: distinct aggregate IDs of the plain-SQL writers' events")
 	fs.DurationVar(&s.Deployed.IdleWindow, "deployed-idle", 10*time.Second, "deployed: how long each idle run (1 and N relays) measures the database's CPU; negative: no idle runs")
 	fs.Float64Var(&s.Deployed.RestartRate, "restart-rate", 500, "deployed: the rolling-restart run's rate, events/s; negative: no rolling restart")
@@ -573,8 +575,8 @@ func flagError(err error) string {
 		"LatencyConfig.EventsPerTx": "--events-per-tx", "LatencyConfig.PayloadBytes": "--payload-bytes",
 		"LatencyConfig.Aggregates": "--aggregates", "LatencyConfig.Grace": "--grace", "LatencyConfig.IdleWindow": "--idle-window",
 		"BrokerDownConfig.Rate": "--rate", "BrokerDownConfig.Writers": "--writers", "BrokerDownConfig.Outage": "--outage",
-		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates", "SuiteConfig.WritersWakeup": "--writers-wakeup", "WritersConfig.WakeupMode": "--writers-wakeup",
-		"DeployedConfig.Rates": "--deployed-rates", "DeployedConfig.Relays": "--deployed-relays", "DeployedConfig.Aggregates": "--deployed-aggregates",
+		"SuiteConfig.ExtraRates": "--extra-rates", "SuiteConfig.LatencyWriters": "--latency-writers", "SuiteConfig.MinEvents": "--min-events", "SuiteConfig.NotifyCostRates": "--notify-cost-rates", "SuiteConfig.WritersWakeup": "--writers-wakeup", "WritersConfig.WakeupMode": "--writers-wakeup",
+		"DeployedConfig.Rates": "--deployed-rates", "DeployedConfig.Relays": "--deployed-relays", "DeployedConfig.Aggregates": "--deployed-aggregates", "DeployedConfig.Writer": "--deployed-writer",
 		"ScaleConfig.Relays": "--scale-relays", "ScaleConfig.Aggregates": "--scale-aggregates", "ScaleConfig.Events": "--scale-events", "ScaleConfig.Rounds": "--scale-rounds",
 		"BurstConfig.Events": "--burst-events", "BurstConfig.IdleSettle": "--idle-settle", "SuiteConfig.Backlog.Events": "--backlog-events",
 		"SuiteConfig.LargePayloads.Events": "--large-events", "SuiteConfig.LargePayloads.PayloadBytes": "--large-payload-bytes",

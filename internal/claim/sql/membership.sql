@@ -5,7 +5,10 @@
 -- The heartbeat of member @member (of relay @relay_id): members whose
 -- until has passed are removed (their partitions are free), this one
 -- joins or renews its until to @lease_ms milliseconds from now, and a
--- join or a removal bumps the generation so that every relay rebalances.
+-- join or a removal bumps the generation so that every relay rebalances
+-- (at its next claim, and at once with a notification on @channel: a
+-- relay woken only for its own key partitions would otherwise not claim
+-- until its next poll).
 -- Returns the table's number of key partitions, the generation, and
 -- whether the key partitions' backfill has finished.
 WITH expired AS (
@@ -18,9 +21,12 @@ WITH expired AS (
   UPDATE /* TEMPLATE: partitioning */ SET generation = generation + 1
   WHERE EXISTS (SELECT 1 FROM expired) OR (SELECT joined FROM me)
   RETURNING generation
+), wake AS (
+  -- Every relay on @channel rebalances at once ('' : no notification).
+  SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
 )
 SELECT m.partitions, coalesce((SELECT generation FROM bump), m.generation) AS generation, m.backfilled_at IS NOT NULL AS backfilled
-FROM /* TEMPLATE: partitioning */ m
+FROM /* TEMPLATE: partitioning */ m WHERE (SELECT count(*) FROM wake) >= 0
 
 -- name: Members :many
 -- The live members, which Assign shares the key partitions among.
@@ -34,7 +40,7 @@ SELECT partition, coalesce(owner, '') AS owner FROM /* TEMPLATE: partitions */ O
 -- Acquires for member @member the free partitions among @acquire
 -- assigned to it (no owner, or an owner that is no live member), gives
 -- back those of @release it owns, and bumps the generation if anything
--- changed hands. Returns the partitions acquired, those given back, and
+-- changed hands (notifying @channel, as Join does). Returns the partitions acquired, those given back, and
 -- the new generation (NULL when nothing moved).
 WITH mine AS MATERIALIZED (
   -- A static member moves partitions only while the row is its
@@ -55,16 +61,20 @@ WITH mine AS MATERIALIZED (
   UPDATE /* TEMPLATE: partitioning */ SET generation = generation + 1
   WHERE EXISTS (SELECT 1 FROM acquired) OR EXISTS (SELECT 1 FROM released)
   RETURNING generation
+), wake AS (
+  -- Every relay on @channel rebalances at once ('' : no notification).
+  SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
 )
 SELECT coalesce((SELECT array_agg(partition) FROM acquired), '{}') AS acquired,
        coalesce((SELECT array_agg(partition) FROM released), '{}') AS released,
        (SELECT generation FROM bump) AS generation
+WHERE (SELECT count(*) FROM wake) >= 0
 
 -- name: Leave :one
 -- Member @member leaves: it gives back every partition it owns but those
 -- still busy (@keep), removes itself when @gone (nothing is kept), and
--- bumps the generation if either happened, so that the other relays take
--- its partitions at once.
+-- bumps the generation if either happened, notifying @channel, so that
+-- the other relays take its partitions at once.
 WITH mine AS MATERIALIZED (
   -- As in Move: a static member leaves only while the row is its own.
   SELECT 1 WHERE @started::timestamptz IS NULL
@@ -74,9 +84,12 @@ WITH mine AS MATERIALIZED (
   WHERE owner = @member AND NOT (partition = ANY(@keep::int[])) AND EXISTS (SELECT 1 FROM mine) RETURNING partition
 ), gone AS (
   DELETE FROM /* TEMPLATE: relays */ WHERE member = @member AND @gone AND EXISTS (SELECT 1 FROM mine) RETURNING member
+), bump AS (
+  UPDATE /* TEMPLATE: partitioning */ SET generation = generation + 1
+  WHERE EXISTS (SELECT 1 FROM released) OR EXISTS (SELECT 1 FROM gone)
+  RETURNING generation
 )
-UPDATE /* TEMPLATE: partitioning */ SET generation = generation + 1
-WHERE EXISTS (SELECT 1 FROM released) OR EXISTS (SELECT 1 FROM gone)
+SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
 
 -- name: LockMember :exec
 -- Static membership (lease.Config.RelayID set: the member is the relay ID,
@@ -148,12 +161,15 @@ WITH expired AS (
   RETURNING started_at
 ), bump AS (
   UPDATE /* TEMPLATE: partitioning */ SET generation = generation + 1 RETURNING generation
+), wake AS (
+  -- Every relay on @channel rebalances at once ('' : no notification).
+  SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
 )
 SELECT m.partitions, (SELECT generation FROM bump) AS generation, m.backfilled_at IS NOT NULL AS backfilled,
   (SELECT started_at FROM me) AS started_at,
   (SELECT (extract(epoch FROM max(h.locked_until) - now()) * 1000)::bigint FROM held h WHERE h.inc NOT IN (SELECT inc FROM gone)) AS blocked_ms,
   (SELECT count(*) FROM ended) AS ended
-FROM /* TEMPLATE: partitioning */ m
+FROM /* TEMPLATE: partitioning */ m WHERE (SELECT count(*) FROM wake) >= 0
 
 -- name: Rejoin :one
 -- The heartbeat of static member @member, incarnation started at
@@ -173,7 +189,10 @@ WITH expired AS (
   UPDATE /* TEMPLATE: partitioning */ SET generation = generation + 1
   WHERE EXISTS (SELECT 1 FROM expired) OR (SELECT joined FROM me)
   RETURNING generation
+), wake AS (
+  -- Every relay on @channel rebalances at once ('' : no notification).
+  SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
 )
 SELECT m.partitions, coalesce((SELECT generation FROM bump), m.generation) AS generation, m.backfilled_at IS NOT NULL AS backfilled,
   (SELECT started_at FROM me) AS started_at
-FROM /* TEMPLATE: partitioning */ m
+FROM /* TEMPLATE: partitioning */ m WHERE (SELECT count(*) FROM wake) >= 0
