@@ -112,6 +112,9 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 		last = batch.Rows[len(batch.Rows)-1].Seq
 	}
 	c.capRows(batch)
+	if c.rows == c.st.partitionedRows {
+		c.created.put(batch.Token, batch.Rows)
+	}
 	full := len(batch.Rows) >= q.limit || batch.More
 	c.fl.resume.claimed(last, full, q.quiet && !q.holds, q.final)
 	if c.own.seenGen != c.own.generation {
@@ -189,7 +192,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 		q.steps.exec(st.asyncCommit.SQL, nil, "claim batch", nil)
 	}
 	for _, m := range marks {
-		q.steps.exec(rows.mark.SQL, rows.mark.Args(settleArgs{Seqs: m.Seqs, Token: m.Token}), "claim batch: mark published",
+		q.steps.exec(rows.mark.SQL, rows.mark.Args(c.created.args(m.Token, m.Seqs)), "claim batch: mark published",
 			func(tag pgconn.CommandTag) { m.Marked = tag.RowsAffected() })
 	}
 	// Now and then a claim scans from the start instead of the floor, so a

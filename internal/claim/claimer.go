@@ -153,6 +153,8 @@ type Claimer struct {
 	settled settleQueue
 	// pres is a static member's presence (presence.go); nil without one.
 	pres *presence
+	// created bounds the marks on a time-partitioned table (created.go).
+	created createdRanges
 }
 
 // New returns a Claimer on pool. It returns cfg's validation error, or an

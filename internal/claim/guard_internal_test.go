@@ -125,7 +125,7 @@ SELECT gen_random_uuid(), 'agg-' || (g % 20), 't', '{}' FROM generate_series(1, 
 	for i := range seqs {
 		seqs[i] = b.Rows[i].Seq
 	}
-	mark := explainBuffers(t, c, c.rows.mark.SQL, c.rows.mark.Args(settleArgs{Seqs: seqs, Token: b.Token})...)
+	mark := explainBuffers(t, c, c.rows.mark.SQL, c.rows.mark.Args(c.created.args(b.Token, seqs))...)
 	t.Logf("a mark of 200 rows touched %d buffers", mark)
 	if mark > 5000 {
 		t.Errorf("a mark of 200 rows touched %d buffers: it walks an index instead of probing outbox_unpublished_seq_idx", mark)

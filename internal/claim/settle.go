@@ -146,7 +146,7 @@ func (c *Claimer) MarkPublished(ctx context.Context, token uuid.UUID, seqs []int
 	var b steps
 	b.exec(c.st.asyncCommit.SQL, nil, "mark published", nil)
 	q := c.rows.mark
-	b.exec(q.SQL, q.Args(settleArgs{Seqs: seqs, Token: token}), "mark published", func(tag pgconn.CommandTag) { n = tag.RowsAffected() })
+	b.exec(q.SQL, q.Args(c.created.args(token, seqs)), "mark published", func(tag pgconn.CommandTag) { n = tag.RowsAffected() })
 	if err := b.send(ctx, c.pool, "mark published: commit"); err != nil {
 		return 0, err
 	}

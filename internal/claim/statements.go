@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgoutbox/outbox/internal/rowstate"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
@@ -108,9 +109,15 @@ type (
 		// Started is a static member's incarnation (nil: not static).
 		Started *time.Time `arg:"started"`
 	}
+	// settleArgs: CreatedFrom and CreatedTo bound the rows' created_at
+	// (the claim's, createdRanges; infinite when unknown), so that on a
+	// time-partitioned table only the partitions of that range are
+	// searched.
 	settleArgs struct {
-		Seqs  []int64   `arg:"seqs"`
-		Token uuid.UUID `arg:"token"`
+		Seqs        []int64            `arg:"seqs"`
+		Token       uuid.UUID          `arg:"token"`
+		CreatedFrom pgtype.Timestamptz `arg:"created_from"`
+		CreatedTo   pgtype.Timestamptz `arg:"created_to"`
 	}
 	extendArgs struct {
 		Seqs    []int64    `arg:"seqs"`
@@ -280,7 +287,14 @@ func newStatements(cfg lease.Config) (*statements, error) {
 func newRowStatements(r *sqlfile.Renderer, cfg lease.Config, partitioned bool) *rowStatements {
 	addr := sqlname.NewRowAddress(cfg.Table, cfg.Columns.ID, partitioned)
 	match := func(a, cte string) string { return strings.TrimPrefix(addr.Match(a, cte), "\n") }
-	s := sqlfile.With(r.Slots, "row_address", addr.Select(""), "row_address_o", addr.Select("o"),
+	// created_bound: on a partitioned table the rows' created_at range,
+	// by which PostgreSQL prunes the partitions searched; on a plain table
+	// a one-time check of the same arguments, which costs nothing.
+	bound := "AND @created_from::timestamptz <= @created_to::timestamptz"
+	if partitioned {
+		bound = "AND created_at BETWEEN @created_from::timestamptz AND @created_to::timestamptz"
+	}
+	s := sqlfile.With(r.Slots, "created_bound", bound, "row_address", addr.Select(""), "row_address_o", addr.Select("o"),
 		"match_candidates", match("o", "candidates"), "match_settled", match("", "settled"), "match_settled_o", match("o", "settled"),
 		"match_held", match("o", "held"))
 	rr := sqlfile.Renderer{Set: queries, Slots: s}

@@ -47,7 +47,7 @@ func TestStatementsRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"row_address", "row_address_o", "match_candidates", "match_settled", "match_settled_o", "match_held"} {
+	for _, k := range []string{"created_bound", "row_address", "row_address_o", "match_candidates", "match_settled", "match_settled_o", "match_held"} {
 		slots[k] = "x"
 	}
 	qs := queries.Queries()

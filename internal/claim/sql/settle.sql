@@ -10,7 +10,8 @@
 -- finds them ordered by seq, which (with enable_sort off,
 -- PlanSettings) only outbox_unpublished_seq_idx can produce, probed
 -- with seq = ANY(...); the UPDATE then takes them by ctid (on a
--- partitioned table each partition's own index is probed, merged by seq,
+-- partitioned table the index of each partition in @created_from ..
+-- @created_to, the claim's created_at range, is probed, merged by seq,
 -- and rows are named by tableoid and ctid: sqlname.RowAddress).
 --
 -- Not FOR UPDATE: a row lock is a WAL record of its own, and a row
@@ -25,6 +26,7 @@
 WITH settled AS (
   SELECT /* TEMPLATE: row_address */ FROM /* TEMPLATE: table */
   WHERE seq = ANY(@seqs::bigint[]) AND claim_token = @token::uuid AND published_at IS NULL
+    /* TEMPLATE: created_bound */
   ORDER BY seq
 )
 UPDATE /* TEMPLATE: table */ SET published_at = now(), locked_until = NULL, last_error = NULL
