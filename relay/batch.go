@@ -158,7 +158,7 @@ func (r *Relay) settle(br *batchRun) {
 		r.hb.stuck(&stuck[i], br.deadline)
 		busyUntil = br.deadline.Add(stuckMargin)
 	}
-	r.claimer.Settled(br.b.Token, busyUntil)
+	r.tellSettled(br.b.Token, busyUntil)
 	if len(gave)+len(stuck) > 0 {
 		r.gate.flush()
 	}
@@ -245,7 +245,20 @@ func (r *Relay) releaseBatch(b *claim.Batch) {
 	if err := r.release(claim.Settle{Token: b.Token, Seqs: seqsOf(b.Rows)}); err != nil {
 		busyUntil = b.Deadline(r.lease.Lease).Add(stuckMargin)
 	}
-	r.claimer.Settled(b.Token, busyUntil)
+	r.tellSettled(b.Token, busyUntil)
+}
+
+// tellSettled tells the claimer that the batch of token is settled and, while
+// it gives key partitions back, wakes it to claim, which gives back those
+// no unsettled batch holds any more.
+func (r *Relay) tellSettled(token uuid.UUID, busyUntil time.Time) {
+	r.claimer.Settled(token, busyUntil)
+	if r.releasing.Load() > 0 {
+		select {
+		case r.settledKick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // release gives rows back. A release must happen even once the in-flight

@@ -188,6 +188,7 @@ func (r *Relay) recordOwnership(o claim.Ownership) {
 			zap.Int64("leases_ended", o.TakeoverEnded), zap.Time("earlier_leases_kept_until", o.TakeoverBlocked))
 		r.takeoverLogged = true
 	}
+	r.releasing.Store(int32(o.Releasing))
 	r.ownedShare = 0
 	if o.Partitions > 0 && o.Owned > 0 {
 		r.ownedShare = float64(o.Owned) / float64(o.Partitions)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -89,8 +90,15 @@ type Relay struct {
 	// untargeted, if set (Service: listen.Listener.Untargeted), counts
 	// the notifications that named no key partitions (scheduler.wait).
 	untargeted func() int64
-	log        *zap.Logger
-	obs        Observer
+	// releasing is the number of key partitions the claimer was giving
+	// back at its last claim (recordOwnership); tellSettled wakes the claimer
+	// through settledKick (one slot) while it is above 0, so that a
+	// partition whose last batch settled is given back at once: no
+	// notification of its events wakes this relay for that.
+	releasing   atomic.Int32
+	settledKick chan struct{}
+	log         *zap.Logger
+	obs         Observer
 	// att is told each event's publish attempts, nil when no observer
 	// asks for them (AttemptObserver); partitionOf names an event's
 	// partition for it (nil: the publisher does not say).
@@ -163,8 +171,9 @@ func New(cfg Config, claimer Claimer, pub Publisher, wake <-chan struct{}, logge
 	log := logger.Named("relay")
 	r := &Relay{
 		cfg: cfg, lease: lc, claimer: claimer, pub: pub, wake: wake, log: log, obs: obs,
-		att:  attemptObserverOf(obs),
-		gate: newClaimGate(), hb: newHoldback(), marks: newMarkQueue(realClock{}), fails: newFailureLog(log, failureLogEvery), stop: newShutdown(),
+		att:         attemptObserverOf(obs),
+		settledKick: make(chan struct{}, 1),
+		gate:        newClaimGate(), hb: newHoldback(), marks: newMarkQueue(realClock{}), fails: newFailureLog(log, failureLogEvery), stop: newShutdown(),
 		progress: progress{stallAfter: cfg.StallTimeout},
 		clock:    realClock{},
 	}

@@ -144,12 +144,13 @@ func (c schedConfig) empty(s schedState, now time.Time) (schedState, schedDecisi
 			s.activeUntil = end
 			d.linger, d.lingerIn = true, end.Sub(now)
 		}
-	case s.untargeted && c.window > 0 && !now.Before(s.activeUntil):
+	}
+	if !d.linger && s.untargeted && c.window > 0 && !now.Before(s.activeUntil) {
 		// A notification that named no key partitions (a debounced
 		// writer's) stands for the events committed after it without one,
 		// in any relay's partitions: this claim found none of this relay's,
 		// so one claim ClaimWindow later looks for them, as the window
-		// after a hit does.
+		// after a hit does, whatever the window's mode.
 		s.activeUntil = now.Add(c.window)
 		d.linger, d.lingerIn = true, c.window
 	}

@@ -165,6 +165,19 @@ func TestSchedule(t *testing.T) {
 			dense: true,
 		},
 		{
+			name: "dense, after the window: an empty claim after an untargeted notification still looks again ClaimWindow later",
+			steps: cat(claim(0, causeBacklog, false, 0, none),
+				claim(1000, causePoll, false, 2, linger(25*time.Millisecond)),
+				claim(12000, causeWindow, false, 1, linger(500*time.Microsecond)), // dense now
+				claim(37100, causeWindow, false, 0, none),                         // the window is over
+				[]step{
+					{e: schedEvent{kind: schedWoke, at: at(40000), cause: causeNotify, untargeted: true}, any: true},
+					{e: begin(40000, false), want: polled},
+					{e: found(40100, 0), want: linger(25 * time.Millisecond)},
+				}),
+			dense: true,
+		},
+		{
 			name: "below busyRate the dense window claims every ClaimWindowPoll",
 			steps: cat(claim(0, causeBacklog, false, 0, none),
 				claim(1000, causePoll, false, 2, linger(25*time.Millisecond)),

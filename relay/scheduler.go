@@ -70,6 +70,9 @@ func (t *scheduler) wait(ctx context.Context) bool {
 			cause = causePoll
 		case <-t.linger.C():
 			cause = causeWindow
+		case <-r.settledKick:
+			// A batch settled while partitions are being given back.
+			cause = causeWindow
 		}
 	}
 	t.cause = cause
