@@ -30,8 +30,11 @@ type schedState struct {
 	cause    wakeCause // why the current claim runs
 	drained  bool      // a notification was pending when the current claim began
 	// untargeted: a notification that named no key partitions arrived
-	// since the previous wake-up (listen.Listener.Untargeted).
+	// since the previous wake-up (listen.Listener.Untargeted); followUp
+	// is when the claim that looks for the events committed after such a
+	// notification without one is due (empty).
 	untargeted bool
+	followUp   time.Time
 	// lastClaim is when the current claim began, sinceLast the time from
 	// the previous claim's start to it (for the rate).
 	lastClaim time.Time
@@ -127,6 +130,14 @@ func (c schedConfig) next(s schedState, e schedEvent) (schedState, schedDecision
 // empty schedules after an empty claim that ended at now.
 func (c schedConfig) empty(s schedState, now time.Time) (schedState, schedDecision) {
 	var d schedDecision
+	if s.untargeted && c.window > 0 {
+		// A notification that named no key partitions (a debounced
+		// writer's) stands for the events committed after it without one,
+		// in any relay's partitions: this claim found none of this relay's,
+		// so a claim ClaimWindow later looks for them, as the window after
+		// a hit does, whatever the window's mode.
+		s.followUp = now.Add(c.window)
+	}
 	s.rate = arrivalRate(s.rate, 0, s.sinceLast)
 	s.mode.advance(now)
 	switch {
@@ -145,14 +156,8 @@ func (c schedConfig) empty(s schedState, now time.Time) (schedState, schedDecisi
 			d.linger, d.lingerIn = true, end.Sub(now)
 		}
 	}
-	if !d.linger && s.untargeted && c.window > 0 && !now.Before(s.activeUntil) {
-		// A notification that named no key partitions (a debounced
-		// writer's) stands for the events committed after it without one,
-		// in any relay's partitions: this claim found none of this relay's,
-		// so one claim ClaimWindow later looks for them, as the window
-		// after a hit does, whatever the window's mode.
-		s.activeUntil = now.Add(c.window)
-		d.linger, d.lingerIn = true, c.window
+	if !d.linger && s.followUp.After(now) {
+		d.linger, d.lingerIn = true, s.followUp.Sub(now)
 	}
 	return s, d
 }

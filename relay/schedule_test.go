@@ -178,6 +178,19 @@ func TestSchedule(t *testing.T) {
 			dense: true,
 		},
 		{
+			name: "dense, a moment before the window ends: the claim after an untargeted notification is still ClaimWindow after it",
+			steps: cat(claim(0, causeBacklog, false, 0, none),
+				claim(1000, causePoll, false, 2, linger(25*time.Millisecond)),
+				claim(12000, causeWindow, false, 1, linger(500*time.Microsecond)), // dense now, window until 37.1ms
+				[]step{
+					{e: schedEvent{kind: schedWoke, at: at(36900), cause: causeNotify, untargeted: true}, any: true},
+					{e: begin(36900, false), want: polled},
+					{e: found(37000, 0), want: linger(100 * time.Microsecond)}, // what is left of the window
+				},
+				claim(37100, causeWindow, false, 0, linger(24800*time.Microsecond))), // until 62ms: 25ms after the empty claim
+			dense: true,
+		},
+		{
 			name: "below busyRate the dense window claims every ClaimWindowPoll",
 			steps: cat(claim(0, causeBacklog, false, 0, none),
 				claim(1000, causePoll, false, 2, linger(25*time.Millisecond)),
