@@ -8,13 +8,11 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/ownership"
 	"github.com/pgoutbox/outbox/internal/produce"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/lease"
-	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
 )
 
@@ -59,36 +57,6 @@ func (p *heldPublisher) Publish(ctx context.Context, msgs []kafka.Message) []pro
 	return p.inner.Publish(ctx, msgs)
 }
 
-// startRelayHeld is startRelay with a publisher the test can hold.
-func startRelayHeld(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic string, o opts, hp *heldPublisher) *harness {
-	t.Helper()
-	h := &harness{t: t, db: db, kafka: k, topic: topic, done: make(chan struct{})}
-	cfg := relay.ServiceConfig{
-		Relay: o.relay, Lease: o.lease, NoNotify: o.noNotify,
-		Kafka:  kafka.Config{Brokers: k.Brokers, WriteTimeout: 3 * time.Second},
-		Notify: notify.Config{Channel: db.Schema, PingInterval: 500 * time.Millisecond, PingTimeout: 10 * time.Second},
-		WrapPublisher: func(p relay.Publisher) relay.Publisher {
-			hp.inner = p
-			return hp
-		},
-	}
-	cfg.Relay.Topic = topic
-	svc, err := relay.NewService(db.Pool, cfg, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.relay, h.claimer, h.listener = svc.Relay(), svc.Claimer(), svc.Listener()
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	go func() {
-		_ = svc.Run(ctx)
-		close(h.done)
-	}()
-	testenv.Eventually(t, 60*time.Second, func() bool { return h.listener.State() == listen.StateListening }, "listener never connected")
-	t.Cleanup(h.stop)
-	return h
-}
-
 func owners(t *testing.T, db *testenv.TestDB) map[string]int {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), "SELECT coalesce(owner,'') FROM outbox_partitions")
@@ -124,7 +92,12 @@ func TestReleasingPartitionIsGivenBackOnceItsBatchSettles(t *testing.T) {
 		return opts{relay: relay.Config{PollInterval: time.Hour}, lease: lease.Config{RelayID: id}}
 	}
 	hp0 := newHeld()
-	r0 := startRelayHeld(t, db, k, topic, o("r0"), hp0)
+	o0 := o("r0")
+	o0.wrapPublisher = func(p relay.Publisher) relay.Publisher {
+		hp0.inner = p
+		return hp0
+	}
+	r0 := startRelay(t, db, k, topic, o0)
 	testenv.Eventually(t, time.Minute, func() bool {
 		own := r0.claimer.Ownership()
 		return own.Members == 1 && own.Partitions > 0 && own.Owned == own.Partitions

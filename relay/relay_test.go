@@ -45,6 +45,8 @@ type opts struct {
 	lease    lease.Config
 	noNotify bool
 	kafkaCfg func(*kafka.Config)
+	// wrapPublisher is ServiceConfig.WrapPublisher.
+	wrapPublisher func(relay.Publisher) relay.Publisher
 	// tracer is ServiceConfig.TracerProvider; log, if set, replaces the
 	// test's logger.
 	tracer trace.TracerProvider
@@ -65,6 +67,7 @@ func startRelay(t *testing.T, db *testenv.TestDB, k *testenv.TestKafka, topic st
 	}
 	cfg.Relay.Topic = topic
 	cfg.TracerProvider = o.tracer
+	cfg.WrapPublisher = o.wrapPublisher
 	if o.kafkaCfg != nil {
 		o.kafkaCfg(&cfg.Kafka)
 	}
