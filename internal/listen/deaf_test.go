@@ -185,7 +185,13 @@ func TestDeafAfterSilentConnectionsWithoutPooler(t *testing.T) {
 	}
 	_ = probe.Close(context.Background())
 	log, logs := observed(t)
-	l, err := New(notify.Config{Channel: db.Schema, PingInterval: 200 * time.Millisecond, PingTimeout: 300 * time.Millisecond,
+	// PingTimeout bounds each probe, and PingInterval + 2 x PingTimeout
+	// a connection's setup (connect, LISTEN, probe): 1 s, not less, so
+	// that on a loaded machine no connection is cut off by the setup
+	// limit before its probe ends (it would count as a connection that
+	// was not silent: "deaf after 4 connections" in a CI run with one
+	// core busy).
+	l, err := New(notify.Config{Channel: db.Schema, PingInterval: 200 * time.Millisecond, PingTimeout: time.Second,
 		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond, DeafRetry: 100 * time.Millisecond},
 		connectWith(cfg), db.Pool, log)
 	if err != nil {
