@@ -1,6 +1,9 @@
 package claim
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // DisableResume makes every claim of c scan from the floor, as if no claim
 // were ever full (BenchmarkDrainScan's comparison).
@@ -16,9 +19,29 @@ func LastAdvance(c *Claimer) time.Time {
 
 // KillPresence ends c's presence session as a process's death would: the
 // lock is freed by the server and the declaration stays behind.
+// It returns once the server has freed the lock: the backend ends after
+// the client closed the connection, not with it.
 func KillPresence(c *Claimer) {
 	c.pres.declared.Store(false) // no Undeclare on the way out
 	c.pres.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		conn, err := c.pool.Acquire(ctx)
+		if err != nil {
+			return
+		}
+		var free bool
+		err = conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1::text, 0))", c.pres.key).Scan(&free)
+		if err == nil && free {
+			_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock(hashtextextended($1::text, 0))", c.pres.key)
+		}
+		conn.Release()
+		if err == nil && free {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // PresenceDeclared reports whether c's last beat declared its presence.
