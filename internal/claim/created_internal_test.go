@@ -3,14 +3,10 @@ package claim
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/pgoutbox/outbox/internal/sqladmin"
-	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
-	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // On a time-partitioned table a mark searches only the partitions of its
@@ -21,17 +17,7 @@ import (
 func TestMarkSearchesOnlyTheClaimsPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.DB(t)
-	if _, err := outboxsql.MigrateWith(ctx, db.Pool, outboxsql.MigrateOptions{TimePartitioned: true, TimePartitionsAhead: 2}); err != nil {
-		t.Fatal(err)
-	}
-	var now time.Time
-	if err := db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sqladmin.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-6*24*time.Hour), now); err != nil {
-		t.Fatal(err)
-	}
+	db := TimePartitionedDB(t, 6)
 	// 1,000 rows a day for 7 days, the oldest day first: seq follows
 	// created_at, as writers make it.
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)

@@ -2,7 +2,12 @@ package claim
 
 import (
 	"context"
+	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/internal/sqladmin"
+	"github.com/pgoutbox/outbox/internal/testenv"
+	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
 // DisableResume makes every claim of c scan from the floor, as if no claim
@@ -46,3 +51,23 @@ func KillPresence(c *Claimer) {
 
 // PresenceDeclared reports whether c's last beat declared its presence.
 func PresenceDeclared(c *Claimer) bool { return c.pres != nil && c.pres.declared.Load() }
+
+// TimePartitionedDB returns a database whose outbox table is partitioned
+// by day of created_at (migrate --time-partitioned), with the partitions
+// of the days back days before today too.
+func TimePartitionedDB(t testing.TB, back int) *testenv.TestDB {
+	t.Helper()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	if _, err := outboxsql.MigrateWith(ctx, db.Pool, outboxsql.MigrateOptions{TimePartitioned: true, TimePartitionsAhead: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqladmin.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-time.Duration(back)*24*time.Hour), now); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}

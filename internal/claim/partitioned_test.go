@@ -9,31 +9,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/claim"
-	"github.com/pgoutbox/outbox/internal/sqladmin"
-	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/lease"
-	outboxsql "github.com/pgoutbox/outbox/sql"
 )
 
-// timePartitionedDB returns a database whose outbox table is partitioned
-// by day of created_at (migrate --time-partitioned), with the partitions
-// of the days back days before today too.
-func timePartitionedDB(t testing.TB, back int) *testenv.TestDB {
-	t.Helper()
-	ctx := context.Background()
-	db := testenv.DB(t)
-	if _, err := outboxsql.MigrateWith(ctx, db.Pool, outboxsql.MigrateOptions{TimePartitioned: true, TimePartitionsAhead: 2}); err != nil {
-		t.Fatal(err)
-	}
-	var now time.Time
-	if err := db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sqladmin.CreateTimePartitions(ctx, db.Pool, "outbox", now.Add(-time.Duration(back)*24*time.Hour), now); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
+// timePartitionedDB is TimePartitionedDB (export_test.go).
+var timePartitionedDB = claim.TimePartitionedDB
 
 // insertAt inserts one event of aggregate agg created daysAgo days ago
 // and returns its ID, seq, partition and ctid.
