@@ -31,7 +31,12 @@ type Config struct {
 	// PollInterval is the fallback poll: with no notification for this long,
 	// the relay claims anyway (events from writers that do not notify, and
 	// notifications lost while the listener reconnects). Jittered by ±10%.
-	// Defaults to DefaultPollInterval (500ms); at least 1ms.
+	// Several relays that listen take turns instead: each polls in its own
+	// wall-clock slots of PollInterval, one in Members, and wakes the
+	// owners of the events it finds, so the table is polled once per
+	// PollInterval whatever the number of relays (at most a sixth of
+	// lease.Config.Lease apart per relay). Defaults to DefaultPollInterval
+	// (500ms); at least 1ms.
 	PollInterval time.Duration
 	// ClaimWindow is how long the relay keeps looking after a claim that found
 	// events: it claims again every ClaimWindowPoll (doubling up to 4×ClaimWindowPoll

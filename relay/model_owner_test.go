@@ -518,6 +518,10 @@ func (o *orelay) DeadLetter(_ context.Context, s claim.Settle) (int64, error) {
 	}), nil
 }
 
+// PollShared: the model's relays have no listener, and poll for
+// themselves.
+func (o *orelay) PollShared() {}
+
 func (o *orelay) Settled(token uuid.UUID, busyUntil time.Time) {
 	for _, p := range o.batches[token] {
 		if o.busy[p]--; o.busy[p] <= 0 {

@@ -184,6 +184,9 @@ func (m *model) Extend(_ context.Context, token uuid.UUID, seqs []int64) ([]int6
 
 func (m *model) Settled(uuid.UUID, time.Time) {}
 
+// PollShared: the model has one relay, which polls for itself.
+func (m *model) PollShared() {}
+
 func (m *model) Ownership() claim.Ownership {
 	return claim.Ownership{Member: m.me, Partitions: 1, Owned: 1, Members: 1}
 }

@@ -152,6 +152,9 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 		if !t.wait(ctx) {
 			return
 		}
+		if t.shared {
+			r.claimer.PollShared()
+		}
 		b, no, err := r.claim(ctx)
 		if err != nil {
 			if ctx.Err() != nil || !t.failed(ctx) {
@@ -163,7 +166,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			// An empty batch may still say to claim again at once: the
 			// relays' ownership moved since this relay's last rebalance
 			// (claim.Batch.More).
-			t.claimed(0, b.More)
+			t.claimed(0, b.More, b.WokeOwners)
 			continue
 		}
 		select {
@@ -174,7 +177,7 @@ func (r *Relay) runClaimer(ctx context.Context, out chan<- claimed) {
 			r.releaseBatch(b)
 			return
 		}
-		t.claimed(len(b.Rows), b.More)
+		t.claimed(len(b.Rows), b.More, b.WokeOwners)
 	}
 }
 

@@ -40,6 +40,7 @@ func (benchClaimer) DeadLetter(_ context.Context, s claim.Settle) (int64, error)
 	return int64(len(s.Seqs)), nil
 }
 func (benchClaimer) Settled(uuid.UUID, time.Time) {}
+func (benchClaimer) PollShared()                  {}
 func (benchClaimer) Ownership() claim.Ownership {
 	return claim.Ownership{Partitions: 1, Owned: 1, Members: 1}
 }

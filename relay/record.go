@@ -189,6 +189,7 @@ func (r *Relay) recordOwnership(o claim.Ownership) {
 		r.takeoverLogged = true
 	}
 	r.releasing.Store(int32(o.Releasing))
+	r.pollTurn, r.pollOf = o.Turn, o.Members
 	r.ownedShare = 0
 	if o.Partitions > 0 && o.Owned > 0 {
 		r.ownedShare = float64(o.Owned) / float64(o.Partitions)

@@ -46,6 +46,10 @@ type Claimer interface {
 	// stay leased until busyUntil): the claimer gives a key partition to
 	// another relay only once no unsettled batch holds rows of it.
 	Settled(token uuid.UUID, busyUntil time.Time)
+	// PollShared makes the next Claim also wake the owners of the other
+	// relays' claimable rows (claim.Claimer.PollShared): the relays take
+	// turns at the fallback poll.
+	PollShared()
 	// Ownership says which key partitions the claimer owns.
 	Ownership() claim.Ownership
 	Close(ctx context.Context) error
@@ -129,6 +133,15 @@ type Relay struct {
 	// the last claim (0 until it owns some): the claim schedule's busy
 	// threshold is the table's rate (busy). Claimer goroutine only.
 	ownedShare float64
+	// pollTurn and pollOf are the claimer's Ownership.Turn and Members at
+	// the last claim: with notifications, relays take turns at the
+	// fallback poll (scheduler.pollDelay). Claimer goroutine only.
+	pollTurn, pollOf int
+	// wakeups, if set (Service: listen.Listener.Wakeups), counts the
+	// wake-ups signalled and those sent by another relay's shared poll;
+	// listening (Service) says whether the listener's LISTEN is up.
+	wakeups   func() (all, poll int64)
+	listening func() bool
 	// clock is every time reading, timer and sleep of the relay (clock.go;
 	// the model tests replace it).
 	clock clock

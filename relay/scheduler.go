@@ -23,14 +23,19 @@ type scheduler struct {
 	cause  wakeCause
 	unann  unannounced
 	// seenUntargeted is the listener's Untargeted count at the last
-	// wake-up (Relay.untargeted).
-	seenUntargeted int64
+	// wake-up (Relay.untargeted); seenAll and seenPoll its Wakeups.
+	seenUntargeted    int64
+	seenAll, seenPoll int64
+	// shared: the poll timer woke the claimer and the claim is a shared
+	// poll (Relay.sharedPoll).
+	shared bool
 }
 
 func newScheduler(r *Relay) *scheduler {
 	cfg := schedConfig{batchSize: r.lease.BatchSize, window: r.cfg.ClaimWindow, windowPoll: r.cfg.ClaimWindowPoll, busyGap: r.cfg.BusyClaimInterval}
-	t := &scheduler{r: r, cfg: cfg, st: cfg.start(),
-		poll: r.clock.NewTimer(backoff.Jitter(r.cfg.PollInterval, 0.1)), linger: r.clock.NewTimer(time.Hour)}
+	t := &scheduler{r: r, cfg: cfg, st: cfg.start()}
+	t.poll = r.clock.NewTimer(t.pollDelay(r.clock.Now()))
+	t.linger = r.clock.NewTimer(time.Hour)
 	t.linger.Stop()
 	return t
 }
@@ -48,9 +53,46 @@ func (t *scheduler) apply(e schedEvent) schedDecision {
 		resetTimer(t.linger, d.lingerIn)
 	}
 	if d.poll {
-		resetTimer(t.poll, backoff.Jitter(t.r.cfg.PollInterval, 0.1))
+		resetTimer(t.poll, t.pollDelay(e.at))
 	}
 	return d
+}
+
+// sharedPoll reports whether the relays take turns at the fallback poll:
+// this relay listens (a Service with notifications, its LISTEN up) and
+// is one of several members. A relay that does not listen could not be
+// woken by another's poll, so it polls for itself every PollInterval.
+func (r *Relay) sharedPoll() bool {
+	return r.wakeups != nil && r.listening != nil && r.listening() && r.pollOf > 1
+}
+
+// pollDelay is how long after now the poll timer fires: a jittered
+// Config.PollInterval; or, while the relays take turns (sharedPoll),
+// the start of this relay's next turn at least PollInterval from now:
+// wall-clock slots of PollInterval, slot k belonging to the member of
+// Turn k mod Members, so that the relays on a table poll it once per
+// PollInterval between them (each poll wakes the owners of what it
+// finds, claim.Claimer.PollShared) instead of once each; at most a sixth
+// of the lease (lease.Config.Lease), by which its claims renew the
+// relay's membership.
+func (t *scheduler) pollDelay(now time.Time) time.Duration {
+	r := t.r
+	if !r.sharedPoll() {
+		return backoff.Jitter(r.cfg.PollInterval, 0.1)
+	}
+	// A claim renews the relay's membership: however many relays take
+	// turns, each claims at least every sixth of a lease.
+	return min(turnDelay(now, r.cfg.PollInterval, r.pollTurn, r.pollOf), max(r.cfg.PollInterval, r.lease.Lease/6))
+}
+
+// turnDelay is the time from now to the start of the first wall-clock
+// slot of length p, at least p from now, whose number k has k mod of ==
+// turn.
+func turnDelay(now time.Time, p time.Duration, turn, of int) time.Duration {
+	n, pn, o := now.UnixNano(), int64(p), int64(of)
+	k := (n + pn + pn - 1) / pn // the first slot starting at or after now+p
+	k += ((int64(turn)-k)%o + o) % o
+	return time.Duration(k*pn - n)
 }
 
 // wait blocks until it is time to claim: a wake-up (at once on a backlog),
@@ -74,6 +116,16 @@ func (t *scheduler) wait(ctx context.Context) bool {
 			// A batch settled while partitions are being given back.
 			cause = causeWindow
 		}
+	}
+	t.shared = cause == causePoll && r.sharedPoll()
+	if cause == causeNotify && r.wakeups != nil {
+		// Woken only by other relays' polls: a poll's wake-up, for the
+		// warning about writers that do not notify and the claim window.
+		all, poll := r.wakeups()
+		if all-t.seenAll == poll-t.seenPoll && poll != t.seenPoll {
+			cause = causePoll
+		}
+		t.seenAll, t.seenPoll = all, poll
 	}
 	t.cause = cause
 	r.recordWoke(cause)
@@ -105,9 +157,12 @@ func (t *scheduler) failed(ctx context.Context) bool {
 // it stopped at its byte bound with claimable rows left (claim.Batch.More).
 // With notifications on, it warns when only the poll finds events
 // (unannounced).
-func (t *scheduler) claimed(rows int, more bool) {
+//
+// woke counts the partitions whose owners a shared poll woke
+// (claim.Batch.WokeOwners): events its poll found, for the warning.
+func (t *scheduler) claimed(rows int, more bool, woke int) {
 	now := t.r.clock.Now()
-	if t.r.wake != nil && t.unann.claimed(t.cause, rows, now) {
+	if t.r.wake != nil && t.unann.claimed(t.cause, rows+woke, now) {
 		t.r.log.Warn("events are found only by the fallback poll, no notification announced them: do the writers notify the channel "+
 			"the relay listens on (--channel, OUTBOX_CHANNEL), not another one, and with pg_notify when they write plain SQL? "+
 			"(Or the LISTEN session is down: see the notify lines.) Until then each event waits up to a poll interval",

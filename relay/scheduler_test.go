@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func TestClaimTimerWaitsOnTheClock(t *testing.T) {
 	if d := c.started(t); d < 900*time.Millisecond {
 		t.Fatalf("the claim restarted the poll timer with %v, want PollInterval ±10%%", d)
 	}
-	ct.claimed(0, false)
+	ct.claimed(0, false, 0)
 
 	// A notification 1ms after the claim began: the claim waits until
 	// ClaimWindowPoll after it.
@@ -69,14 +70,14 @@ func TestClaimTimerWaitsOnTheClock(t *testing.T) {
 	c.advance(9 * time.Millisecond)
 	returned(done, "notification")
 	c.started(t) // the poll timer, restarted by the claim
-	ct.claimed(0, false)
+	ct.claimed(0, false, 0)
 
 	// Nothing happens: the poll timer fires after PollInterval.
 	done = waitAsync()
 	c.advance(1100 * time.Millisecond)
 	returned(done, "poll")
 	c.started(t)
-	ct.claimed(0, false)
+	ct.claimed(0, false, 0)
 
 	// An outage pause of 2s: a notification waits it out.
 	r.gate.pause(c.Now().Add(2 * time.Second))
@@ -94,5 +95,34 @@ func TestClaimTimerWaitsOnTheClock(t *testing.T) {
 
 	if n, p, b := r.stats.wakeNotify.Load(), r.stats.wakePoll.Load(), r.stats.wakeBacklog.Load(); n != 2 || p != 1 || b != 1 {
 		t.Fatalf("wake-ups: %d notify, %d poll, %d backlog; want 2, 1, 1", n, p, b)
+	}
+}
+
+// turnDelay gives each of the relays taking turns at the poll its own
+// wall-clock slots: whatever the time, the delay is at least the poll
+// interval and less than one more round of turns, it ends on a slot
+// boundary whose slot number mod the relays is the turn, and the relays'
+// next polls fall in distinct slots.
+func TestTurnDelayGivesEachRelayItsOwnSlots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		p := time.Duration(1+rng.IntN(2000)) * time.Millisecond
+		of := 2 + rng.IntN(6)
+		now := time.Unix(1_700_000_000+rng.Int64N(1_000_000), rng.Int64N(1e9))
+		slots := map[int64]bool{}
+		for turn := range of {
+			d := turnDelay(now, p, turn, of)
+			at := now.Add(d).UnixNano()
+			if d < p || d >= p+time.Duration(of)*p {
+				t.Fatalf("p %s, turn %d of %d at %s: delay %s, want in [p, p+%d p)", p, turn, of, now, d, of)
+			}
+			if at%int64(p) != 0 || (at/int64(p))%int64(of) != int64(turn) {
+				t.Fatalf("p %s, turn %d of %d at %s: fires at %d, not at the start of one of its slots", p, turn, of, now, at)
+			}
+			slots[at] = true
+		}
+		if len(slots) != of {
+			t.Fatalf("p %s, %d relays at %s share slots: %d distinct", p, of, now, len(slots))
+		}
 	}
 }

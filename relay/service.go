@@ -166,6 +166,8 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	}
 	if s.listener != nil {
 		s.relay.untargeted = s.listener.Untargeted
+		s.relay.wakeups = s.listener.Wakeups
+		s.relay.listening = func() bool { return s.listener.State() == listen.StateListening }
 	}
 	return s, nil
 }

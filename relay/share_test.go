@@ -189,3 +189,74 @@ func TestNotificationsWakeOnlyTheOwnerAndOwnershipMovesWithoutAPoll(t *testing.T
 	t.Logf("%d events; notifications received/ignored: r0 %d/%d, r2 %d/%d, r3 %d/%d", n, hs[0].listener.Notifications(), hs[0].listener.Ignored(),
 		hs[2].listener.Notifications(), hs[2].listener.Ignored(), joined.listener.Notifications(), joined.listener.Ignored())
 }
+
+// Three relays with notifications take turns at the fallback poll. Idle,
+// they poll the table about once per poll interval between them, not
+// once each: fifteen polls take at least fourteen intervals, and each
+// relay runs some of them. Events written without a notification (plain
+// SQL without pg_notify) are all relayed, in order: the relay whose turn
+// it is claims its own and wakes the owners of the others
+// (claim.Claimer.PollShared), which count that wake-up as a poll's.
+func TestRelaysTakeTurnsAtThePoll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 6)
+	const poll = 200 * time.Millisecond
+	var hs []*harness
+	for i := range 3 {
+		hs = append(hs, startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: poll}, lease: lease.Config{RelayID: fmt.Sprint("r", i)}}))
+	}
+	testenv.Eventually(t, time.Minute, func() bool {
+		for _, h := range hs {
+			if o := h.claimer.Ownership(); o.Members != 3 || o.Releasing > 0 {
+				return false
+			}
+		}
+		return true
+	}, "the three relays did not all join")
+
+	polls := func() (sum int64, each []int64) {
+		for _, h := range hs {
+			p := h.relay.Stats().WakePoll
+			sum, each = sum+p, append(each, p)
+		}
+		return sum, each
+	}
+	sum0, each0 := polls()
+	began := time.Now()
+	const want = 15
+	testenv.Eventually(t, time.Minute, func() bool { s, _ := polls(); return s-sum0 >= want }, "the idle relays did not poll")
+	took := time.Since(began)
+	_, each := polls()
+	t.Logf("%d polls of 3 idle relays took %s (poll interval %s); per relay %v", want, took.Round(time.Millisecond), poll, []int64{each[0] - each0[0], each[1] - each0[1], each[2] - each0[2]})
+	if took < (want-1)*poll {
+		t.Errorf("%d polls took %s, less than %d poll intervals: the relays poll each for itself", want, took, want-1)
+	}
+	for i := range hs {
+		if each[i] == each0[i] {
+			t.Errorf("relay r%d took no turn at the poll", i)
+		}
+	}
+
+	const n = 300
+	for i := range n {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), $1, 't', jsonb_build_object('n', $2::int))`,
+			fmt.Sprint("agg-", i%60), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, time.Minute, func() bool { return unpublished(t, db) == 0 }, "events written without a notification were not all relayed")
+	woken := int64(0)
+	for _, h := range hs {
+		_, p := h.listener.Wakeups()
+		woken += p
+		if h.relay.Stats().Published == 0 {
+			t.Errorf("relay %s published nothing", h.claimer.Member())
+		}
+	}
+	if woken == 0 {
+		t.Error("no relay was woken by another's poll")
+	}
+	requireTopicOrder(t, db, k, topic, n)
+}

@@ -61,7 +61,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.Int64Var(&f.lease.MaxBatchBytes, "max-batch-bytes", lease.DefaultMaxBatchBytes, fmt.Sprintf("most payload bytes per claim, as recorded at insert (a claim always takes one event, however large); the relay holds at most three claims, so this bounds its memory (1..%d)", lease.MaxMaxBatchBytes))
 	fs.StringVar(&f.lease.RelayID, "relay-id", "", "name of this relay in locked_by (default <hostname>-<random>)")
 	fs.StringVar(&f.relay.IDHeader, "id-header", "", "also carry the event ID in this header (Debezium's router uses id; default: only event_id)")
-	fs.DurationVar(&f.relay.PollInterval, "poll-interval", relay.DefaultPollInterval, "fallback poll interval when no notification arrives (jittered ±10%)")
+	fs.DurationVar(&f.relay.PollInterval, "poll-interval", relay.DefaultPollInterval, "fallback poll interval when no notification arrives (jittered ±10%); several listening relays take turns, so the table is polled once per interval between them")
 	fs.DurationVar(&f.relay.ClaimWindow, "claim-window", relay.DefaultClaimWindow, "after a claim found events, keep claiming every --claim-window-poll (doubling to 4x while empty) this long; must be >= the writers' wake-up interval (20ms) (negative, e.g. -1ms: off; 0 is refused)")
 	fs.DurationVar(&f.relay.ClaimWindowPoll, "claim-window-poll", relay.DefaultClaimWindowPoll, "first interval between claims in the claim window")
 	fs.DurationVar(&f.relay.BusyClaimInterval, "busy-claim-interval", relay.DefaultBusyClaimInterval, "interval between claims while events arrive at 2,000/s or more (shorter: lower latency at high rates, more CPU taken from the writers)")

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 )
 
@@ -75,6 +76,18 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	return b, err
 }
 
+// PollShared makes the next Claim a shared poll as well: besides this
+// relay's rows, it looks at the claimable rows of every key partition
+// (the first Config.BatchSize from the floor, in seq order) and notifies
+// the wake channel (SetWakeChannel) naming the partitions of other
+// relays among them (config.PollWakePrefix), so that their owners claim
+// them; Batch.WokeOwners counts those. Relays that poll in turn
+// (Ownership.Turn) thus poll the table once per poll interval between
+// them, however many they are. Without a wake channel, or while this
+// relay is the only member, the claim is a plain one. Safe for
+// concurrent use.
+func (c *Claimer) PollShared() { c.pollShared.Store(true) }
+
 // newHolder makes the Claimer write a new locked_by value from now on
 // (its Member and a new suffix), registered in the order guard by its next
 // claim; the old one stays registered until it expires. The old holder's
@@ -105,6 +118,7 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	}
 	batch := q.batch
 	batch.Claimed = time.Now()
+	batch.WokeOwners = q.woke
 	// RETURNING is not ordered; the relay needs seq order.
 	slices.SortFunc(batch.Rows, func(a, b Row) int { return cmp.Compare(a.Seq, b.Seq) })
 	var last int64
@@ -164,6 +178,7 @@ type claimQueue struct {
 	final        int64
 	limit        int  // the claim's row limit (lease.Config.BatchSize or rowCap)
 	declared     bool // the claim declares the presence (presence.go)
+	woke         int  // partitions whose owners a shared poll notified (WakeOwners)
 }
 
 // queueClaim queues one claim's statements: the plan settings (and the
@@ -239,11 +254,29 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 		q.batch, err = readClaimed(br, token, c.cfg.MaxBatchBytes)
 		return err
 	})
+	c.queueWakeOwners(q)
 	q.steps.scan(st.generation.SQL, nil, "claim batch: ownership", &c.own.seenGen, &c.own.expired)
 	if time.Since(c.fl.lastAdvance) >= advanceEvery {
 		c.queueAdvance(&q.steps)
 	}
 	return q
+}
+
+// queueWakeOwners queues a shared poll's notification of the other
+// owners (PollShared) when one is due: there is a wake channel and
+// another member.
+func (c *Claimer) queueWakeOwners(q *claimQueue) {
+	if !c.pollShared.Swap(false) || c.own.channel == "" || c.own.members < 2 {
+		return
+	}
+	mine := []bool{}
+	if m := c.own.wakeMask.Load(); m != nil {
+		mine = *m
+	}
+	st := c.st.wakeOwners
+	q.steps.scan(st.SQL, st.Args(wakeOwnersArgs{ScanFrom: c.fl.at, Limit: int64(c.cfg.BatchSize), Mine: mine,
+		Channel: c.own.channel, Named: config.PollWakePrefix + config.KeyPartitionsPrefix, NamedAll: config.PollWakePrefix,
+		MaxNamed: config.MaxKeyPartitionsNamed}), "claim batch: wake owners", &q.woke)
 }
 
 // ErrPayloadTooLarge is wrapped by a claimed row's DecodeErr when its

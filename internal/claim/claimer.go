@@ -104,6 +104,10 @@ type Batch struct {
 	// less when the relay's membership ends sooner (a lease never
 	// outlives it, see Ownership). 0 for an empty batch.
 	Lease time.Duration
+	// WokeOwners counts the key partitions of other relays in which a
+	// shared poll (Claimer.PollShared) found claimable rows and whose
+	// owners it notified; 0 for any other claim.
+	WokeOwners int
 	// More says claim again at once, as after a batch of BatchSize rows:
 	// the claim stopped at Config.MaxBatchBytes with claimable rows left,
 	// or the relays' members or owners changed since this Claimer last
@@ -149,6 +153,8 @@ type Claimer struct {
 	// relay could not give back end at the latest (Settled).
 	rewind     atomic.Bool
 	stuckUntil time.Time
+	// pollShared makes the next claim a shared poll (PollShared).
+	pollShared atomic.Bool
 	// settled are the calls of Settled not applied yet (applySettled).
 	settled settleQueue
 	// pres is a static member's presence (presence.go); nil without one.

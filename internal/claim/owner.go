@@ -63,6 +63,11 @@ type Ownership struct {
 	Owned, Releasing int
 	// Members is the number of live relays on the table.
 	Members int
+	// Turn is this member's place among the live members in name order
+	// (0 to Members-1; 0 while it is not among them): relays with
+	// notifications take turns at the fallback poll by it, each polling
+	// for all (Claimer.PollShared).
+	Turn int
 	// Acquired and Released count partitions acquired and given back
 	// since the Claimer started; TakenOver counts those acquired from
 	// another member whose membership had run out (a handover): a
@@ -111,6 +116,7 @@ type owner struct {
 	// (SetWakeChannel); "" announces nothing.
 	channel                       string
 	members                       int
+	turn                          int // Ownership.Turn
 	legacy                        string
 	generation                    int64 // at the last rebalance
 	seenGen                       int64 // read by the last claim
@@ -163,7 +169,7 @@ func (c *Claimer) Ownership() Ownership {
 	defer c.mu.Unlock()
 	o := c.own
 	return Ownership{Member: o.member, Partitions: o.partitions, Owned: len(o.owned), Releasing: len(o.releasing),
-		Members: o.members, Acquired: o.acquired, Released: o.released, TakenOver: o.takenOver, Legacy: o.legacy, Since: o.since,
+		Members: o.members, Turn: o.turn, Acquired: o.acquired, Released: o.released, TakenOver: o.takenOver, Legacy: o.legacy, Since: o.since,
 		Static: o.static, Replaced: o.replaced, TakeoverBlocked: o.takeoverBlocked, TakeoverEnded: o.takeoverEnded}
 }
 

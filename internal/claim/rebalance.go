@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,7 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("rebalance: %w", ErrNotMigrated)
 	}
 	o.partitions, o.members, o.legacy, o.renewed, o.joined, o.expired = partitions, len(members), legacy, now, true, false
+	o.turn = max(slices.Index(members, o.member), 0)
 	blocked, replaced := o.applyStaticJoin(&j, now)
 	if replaced {
 		o.generation, o.seenGen = gen, gen

@@ -31,6 +31,7 @@ type statements struct {
 	partitioned sqlfile.Stmt[tableArgs]      // whether the table is partitioned
 	generation  sqlfile.Stmt[sqlfile.NoArgs] // read after each claim
 	holds       sqlfile.Stmt[sqlfile.NoArgs] // read before each claim
+	wakeOwners  sqlfile.Stmt[wakeOwnersArgs] // a shared poll (Claimer.PollShared)
 	advanceSeq  sqlfile.Stmt[sqlfile.NoArgs]
 	advanceVXID sqlfile.Stmt[sqlfile.NoArgs]
 	advance     sqlfile.Stmt[advanceArgs]
@@ -108,6 +109,18 @@ type (
 		MaxBytes   int32  `arg:"max_bytes"`
 		// Started is a static member's incarnation (nil: not static).
 		Started *time.Time `arg:"started"`
+	}
+	// wakeOwnersArgs: Mine is this relay's wake mask (may be empty);
+	// Named the payload's prefix, NamedAll the payload past MaxNamed
+	// partitions.
+	wakeOwnersArgs struct {
+		ScanFrom int64  `arg:"scan_from"`
+		Limit    int64  `arg:"limit"`
+		Mine     []bool `arg:"mine"`
+		Channel  string `arg:"channel"`
+		Named    string `arg:"named"`
+		NamedAll string `arg:"named_all"`
+		MaxNamed int64  `arg:"max_named"`
 	}
 	// settleArgs: CreatedFrom and CreatedTo bound the rows' created_at
 	// (the claim's, createdRanges; infinite when unknown), so that on a
@@ -257,6 +270,7 @@ func newStatements(cfg lease.Config) (*statements, error) {
 	sqlfile.Into(&r, &st.partitioned, "Partitioned")
 	sqlfile.Into(&r, &st.generation, "Generation")
 	sqlfile.Into(&r, &st.holds, "Holds")
+	sqlfile.Into(&r, &st.wakeOwners, "WakeOwners")
 	sqlfile.Into(&r, &st.advanceSeq, "AdvanceSeq")
 	sqlfile.Into(&r, &st.advanceVXID, "AdvanceVXID")
 	sqlfile.Into(&r, &st.advance, "Advance")

@@ -56,6 +56,14 @@ const DefaultChannel = "outbox"
 // other payload ("" included) wakes every relay listening on the channel.
 const KeyPartitionsPrefix = "kp:"
 
+// PollWakePrefix starts the payload of a notification that a relay's
+// fallback poll sends to wake the owners of the claimable events it found
+// in their key partitions ("poll:kp:3,17"): it wakes only them, as
+// KeyPartitionsPrefix does, and the relays count the wake-up as a poll's,
+// not a writer's (the warning about writers that do not notify). A relay
+// of an older version takes it for an untargeted payload and wakes.
+const PollWakePrefix = "poll:"
+
 // MaxKeyPartitionsNamed is the most key partitions a writer names in one
 // notification; a transaction with events in more sends an empty payload
 // (every relay wakes), which keeps the payload far below PostgreSQL's

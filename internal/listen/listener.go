@@ -7,7 +7,8 @@
 // that names key partitions ("kp:3,17", config.KeyPartitionsPrefix) wakes
 // the relay only if it owns one of them (Listener.Wants), so that a relay
 // among several is not woken for the others' events; any other payload
-// wakes it. Wake-ups are coalesced into a one-slot channel that the
+// wakes it; a relay's poll names the partitions of what it found for
+// others the same way (config.PollWakePrefix). Wake-ups are coalesced into a one-slot channel that the
 // listener never blocks on. After every (re)connect the listener wakes the
 // relay once, because notifications sent while it was disconnected are lost.
 // A watchdog sends a ping notification every Config.PingInterval through
@@ -121,6 +122,9 @@ type Listener struct {
 	ignored       atomic.Int64
 	untargeted    atomic.Int64
 	reconnects    atomic.Int64
+	// signals counts the wake-ups signalled (notifications, reconnects),
+	// pollSignals those of them that a relay's poll sent (Wakeups).
+	signals, pollSignals atomic.Int64
 	// silent counts the connections in a row that LISTENed but did not
 	// hear their probe; only Run's goroutine (where pgxlisten calls the
 	// handler) touches it.
@@ -188,6 +192,15 @@ func (l *Listener) Ignored() int64 { return l.ignored.Load() }
 // more committed after it without one (a debounced writer's).
 func (l *Listener) Untargeted() int64 { return l.untargeted.Load() }
 
+// Wakeups returns how many wake-ups the listener signalled (every
+// notification that woke the relay, and every reconnect) and how many of
+// them were notifications of another relay's shared poll
+// (config.PollWakePrefix): a relay counts a wake-up in which only such
+// notifications arrived as a poll's.
+func (l *Listener) Wakeups() (all, poll int64) {
+	return l.signals.Load(), l.pollSignals.Load()
+}
+
 // Reconnects returns how many times the listener (re)established LISTEN,
 // deaf connections included.
 func (l *Listener) Reconnects() int64 { return l.reconnects.Load() }
@@ -214,13 +227,17 @@ func (l *Listener) setState(s State) {
 // the payload names only key partitions it does not own.
 func (l *Listener) notified(payload string) {
 	l.notifications.Add(1)
-	named, wanted := keyPartitions(payload, l.Wants)
+	rest, polled := strings.CutPrefix(payload, config.PollWakePrefix)
+	named, wanted := keyPartitions(rest, l.Wants)
 	switch {
-	case !named:
+	case !named && !polled:
 		l.untargeted.Add(1)
-	case !wanted:
+	case named && !wanted:
 		l.ignored.Add(1)
 		return
+	}
+	if polled {
+		l.pollSignals.Add(1)
 	}
 	l.signal()
 }
@@ -250,6 +267,7 @@ func keyPartitions(payload string, wants func(p int) bool) (named, wanted bool) 
 }
 
 func (l *Listener) signal() {
+	l.signals.Add(1)
 	select {
 	case l.wake <- struct{}{}:
 	default:

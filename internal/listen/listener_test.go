@@ -265,21 +265,26 @@ func TestKeyPartitionPayloadsWakeOnlyTheirOwner(t *testing.T) {
 	cases := []struct {
 		payload string
 		wakes   bool
+		poll    bool // another relay's poll sent it (Wakeups)
 	}{
-		{"kp:3", true},
-		{"kp:5", false},
-		{"kp:5,17", true},
-		{"kp:5,6,7", false},
-		{"kp:", true},      // names nothing: not a list
-		{"kp:5,x", true},   // malformed: wake
-		{"kp:-1", true},    // malformed: wake
-		{"kp:9999", false}, // out of range is the relay's to judge
-		{"", true},
-		{"order-42", true},
+		{payload: "kp:3", wakes: true},
+		{payload: "kp:5", wakes: false},
+		{payload: "kp:5,17", wakes: true},
+		{payload: "kp:5,6,7", wakes: false},
+		{payload: "kp:", wakes: true},      // names nothing: not a list
+		{payload: "kp:5,x", wakes: true},   // malformed: wake
+		{payload: "kp:-1", wakes: true},    // malformed: wake
+		{payload: "kp:9999", wakes: false}, // out of range is the relay's to judge
+		{payload: "", wakes: true},
+		{payload: "order-42", wakes: true},
+		{payload: "poll:kp:3,5", wakes: true, poll: true},
+		{payload: "poll:kp:5", poll: true},
+		{payload: "poll:", wakes: true, poll: true}, // a poll that found too many partitions to name
 	}
 	for _, c := range cases {
 		drainWake(l)
 		notes, ignored := l.Notifications(), l.Ignored()
+		all, poll := l.Wakeups()
 		sendNotify(t, db, db.Schema, c.payload)
 		barrier(t, db, l) // the payload was handled
 		woke := len(l.Wake()) == 1
@@ -292,6 +297,16 @@ func TestKeyPartitionPayloadsWakeOnlyTheirOwner(t *testing.T) {
 		}
 		if l.Notifications() != notes+1 || l.Ignored() != wantIgnored {
 			t.Errorf("payload %q: Notifications %d -> %d, Ignored %d -> %d; want +1 and %d", c.payload, notes, l.Notifications(), ignored, l.Ignored(), wantIgnored)
+		}
+		wantAll, wantPoll := all, poll
+		if c.wakes {
+			wantAll++
+			if c.poll {
+				wantPoll++
+			}
+		}
+		if a, p := l.Wakeups(); a != wantAll || p != wantPoll {
+			t.Errorf("payload %q: Wakeups %d, %d; want %d, %d", c.payload, a, p, wantAll, wantPoll)
 		}
 	}
 }

@@ -203,6 +203,37 @@ SELECT claimed.*, (SELECT count(*) FROM candidates WHERE taken_over) AS taken_ov
   (SELECT count(*) FROM scan) > (SELECT count(*) FROM candidates) AS more
 FROM claimed
 
+-- name: WakeOwners :one
+-- A shared poll (Claimer.PollShared), queued after the claim in its
+-- transaction: finds the key partitions of the first @limit claimable
+-- rows from seq @scan_from in seq order, of whichever relay, and notifies
+-- @channel at commit naming those not in @mine (this relay's), in one
+-- payload: @named ('poll:kp:', config.PollWakePrefix and
+-- KeyPartitionsPrefix) and the partitions, or 'poll:' alone (every relay
+-- wakes) past @max_named of them. Their owners claim them as after a
+-- writer's notification, so relays that poll in turn find every relay's
+-- events. Returns how many partitions it named (0: it notified nothing).
+-- The candidates are those of the claim's scan without the owned mask and
+-- the order guard: a row whose aggregate is held wakes its owner, whose
+-- claim leaves it, as the owner's own poll would.
+WITH found AS (
+  SELECT DISTINCT x.kp FROM (
+    SELECT /* TEMPLATE: key_partition_o */ AS kp
+    FROM /* TEMPLATE: table */ o
+    WHERE /* TEMPLATE: live_o */
+      AND o.seq >= @scan_from
+      AND /* TEMPLATE: lease_free_o */
+    ORDER BY o.seq
+    LIMIT @limit
+  ) x
+  WHERE NOT coalesce((@mine::bool[])[x.kp + 1], false)
+), woken AS (
+  SELECT count(*) AS n, pg_notify(@channel,
+      CASE WHEN count(*) <= @max_named THEN @named || string_agg(kp::text, ',' ORDER BY kp) ELSE @named_all END)
+  FROM found HAVING count(*) > 0
+)
+SELECT coalesce((SELECT n FROM woken), 0)
+
 -- name: Holds :one
 -- Whether a row backs off after a failed publish or is held as a dead
 -- letter ('holds' in the order guard), queued before the claim in the

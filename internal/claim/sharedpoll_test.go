@@ -1,0 +1,125 @@
+package claim_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/claim"
+	"github.com/pgoutbox/outbox/internal/testenv"
+	"github.com/pgoutbox/outbox/lease"
+)
+
+// Two relays' claimers on one table, 40 events of both relays' key
+// partitions written without a notification: a claim after PollShared
+// takes the claiming relay's rows and, at its commit, notifies the
+// channel once, naming exactly the other relay's partitions among those
+// events ("poll:kp:..."); WokeOwners counts them. Once the other relay
+// has claimed its rows, a shared poll finds nothing more to wake it for.
+func TestSharedPollWakesTheOtherOwners(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	channel := "poll_" + db.Schema // channels are per database, schemas per test
+	a := newClaimer(t, db.Pool, lease.Config{RelayID: "a"})
+	b := newClaimer(t, db.Pool, lease.Config{RelayID: "b"})
+	for _, c := range []*claim.Claimer{a, b} {
+		c.SetWakeChannel(channel)
+	}
+	// Settled: two rounds in a row in which no claim saw the generation
+	// move (a move by the second claimer shows in the first's next claim).
+	quiet := 0
+	settled := func() bool {
+		more := false
+		for _, c := range []*claim.Claimer{a, b} {
+			batch, err := c.Claim(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			more = more || batch.More // the generation moved: rebalance again
+		}
+		oa, ob := a.Ownership(), b.Ownership()
+		if quiet++; more {
+			quiet = 0
+		}
+		return quiet >= 2 && oa.Members == 2 && ob.Members == 2 && oa.Releasing+ob.Releasing == 0 && oa.Owned+ob.Owned == oa.Partitions && oa.Owned > 0 && ob.Owned > 0
+	}
+	testenv.Eventually(t, 30*time.Second, settled, "the two claimers did not split the key partitions")
+	if oa, ob := a.Ownership(), b.Ownership(); oa.Turn == ob.Turn {
+		t.Fatalf("both members have poll turn %d", oa.Turn)
+	}
+
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), 'agg-' || g, 't', '{}' FROM generate_series(0, 39) g`); err != nil {
+		t.Fatal(err)
+	}
+	var wantB []int
+	if err := db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT outbox_key_partition('agg-' || g) ORDER BY outbox_key_partition('agg-' || g)), '{}')
+FROM generate_series(0, 39) g WHERE outbox_key_partition('agg-' || g) IN (SELECT partition FROM outbox_partitions WHERE owner = $1)`,
+		b.Member()).Scan(&wantB); err != nil {
+		t.Fatal(err)
+	}
+	if len(wantB) == 0 {
+		t.Fatal("no event in b's partitions: the test proves nothing")
+	}
+
+	lc, err := pgx.Connect(ctx, db.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close(ctx)
+	if _, err := lc.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+
+	a.PollShared()
+	batch, err := a.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batch.Rows) == 0 || len(batch.Rows) == 40 {
+		t.Fatalf("a's shared poll claimed %d of the 40 events, want its own share", len(batch.Rows))
+	}
+	for _, r := range batch.Rows {
+		if slices.Contains(wantB, r.KeyPartition) {
+			t.Fatalf("a claimed a row of b's partition %d", r.KeyPartition)
+		}
+	}
+	if batch.WokeOwners != len(wantB) {
+		t.Errorf("WokeOwners %d, want %d (b's partitions among the events)", batch.WokeOwners, len(wantB))
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n, err := lc.WaitForNotification(wctx)
+	if err != nil {
+		t.Fatalf("no notification after the shared poll: %v", err)
+	}
+	names := make([]string, len(wantB))
+	for i, p := range wantB {
+		names[i] = strconv.Itoa(p)
+	}
+	if want := "poll:kp:" + strings.Join(names, ","); n.Payload != want {
+		t.Fatalf("shared poll notified %q, want %q", n.Payload, want)
+	}
+
+	bb, err := b.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bb.Rows)+len(batch.Rows) != 40 {
+		t.Fatalf("b claimed %d rows, a %d: want the 40 between them", len(bb.Rows), len(batch.Rows))
+	}
+	a.PollShared()
+	again, err := a.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.WokeOwners != 0 || len(again.Rows) != 0 {
+		t.Fatalf("a shared poll with every event leased took %d rows and woke %d partitions' owners, want none", len(again.Rows), again.WokeOwners)
+	}
+}
