@@ -20,6 +20,10 @@ type schedConfig struct {
 	// window, windowPoll and busyGap are Config.ClaimWindow,
 	// ClaimWindowPoll and BusyClaimInterval.
 	window, windowPoll, busyGap time.Duration
+	// targeting: wake-ups say whether an untargeted notification (one
+	// that named no key partitions) arrived (schedEvent.untargeted), as
+	// a Service's listener does.
+	targeting bool
 }
 
 // schedState is the schedule's state between events. Its zero value is
@@ -35,6 +39,8 @@ type schedState struct {
 	// notification without one is due (empty).
 	untargeted bool
 	followUp   time.Time
+	// untargetedAt is when a wake-up last saw an untargeted notification.
+	untargetedAt time.Time
 	// lastClaim is when the current claim began, sinceLast the time from
 	// the previous claim's start to it (for the rate).
 	lastClaim time.Time
@@ -98,6 +104,9 @@ func (c schedConfig) next(s schedState, e schedEvent) (schedState, schedDecision
 	switch e.kind {
 	case schedWoke:
 		s.backlog, s.cause, s.untargeted = false, e.cause, e.untargeted
+		if e.untargeted {
+			s.untargetedAt = e.at
+		}
 		if e.cause == causeNotify {
 			s.mode.notified(e.at)
 			// Debounce: a notification claims no sooner than
@@ -162,6 +171,17 @@ func (c schedConfig) empty(s schedState, now time.Time) (schedState, schedDecisi
 	return s, d
 }
 
+// everyTx reports whether the claim that just found events was woken by
+// notifications that named key partitions, and none in the last
+// unnotifiedFor did not: their writers notify in every transaction (the
+// README's plain SQL, outbox.WakeupEveryTx; a debounced writer's
+// notification names none), so no event of theirs hides behind the hit,
+// and the sparse window's claim after it is not needed. With several
+// relays that claim was most of their empty claims.
+func (c schedConfig) everyTx(s schedState, now time.Time) bool {
+	return c.targeting && s.cause == causeNotify && !s.untargeted && (s.untargetedAt.IsZero() || now.Sub(s.untargetedAt) >= unnotifiedFor)
+}
+
 // found schedules after a claim that found e.rows rows, at e.at (once
 // the batch was handed to the publisher).
 func (c schedConfig) found(s schedState, e schedEvent) (schedState, schedDecision) {
@@ -187,7 +207,7 @@ func (c schedConfig) found(s schedState, e schedEvent) (schedState, schedDecisio
 		// cannot hide events that came without one; if that claim comes
 		// back empty, the next one follows ClaimWindow after the last hit
 		// (empty).
-		if now.Before(s.activeUntil) {
+		if now.Before(s.activeUntil) || c.everyTx(s, now) {
 			return s, d
 		}
 		s.activeUntil = now.Add(c.window)

@@ -10,6 +10,8 @@ import (
 // timers, no clock.
 func TestSchedule(t *testing.T) {
 	cfg := schedConfig{batchSize: 100, window: 25 * time.Millisecond, windowPoll: 500 * time.Microsecond, busyGap: 20 * time.Millisecond}
+	targeting := cfg
+	targeting.targeting = true
 	t0 := time.Unix(1000, 0)
 	at := func(us int) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
 	woke := func(us int, c wakeCause) schedEvent { return schedEvent{kind: schedWoke, at: at(us), cause: c} }
@@ -115,6 +117,21 @@ func TestSchedule(t *testing.T) {
 			name: "sparse: a notified hit lingers one ClaimWindow",
 			steps: cat(claim(0, causeBacklog, false, 0, none),
 				claim(1000, causeNotify, false, 3, linger(25*time.Millisecond))),
+		},
+		{
+			name:  "sparse, notifications that name key partitions: a hit woken by one schedules no claim after it",
+			cfg:   targeting,
+			steps: cat(claim(0, causeBacklog, false, 0, none), claim(1000, causeNotify, false, 3, none)),
+		},
+		{
+			name: "sparse, an untargeted notification in the last 10 s: a targeted hit lingers one ClaimWindow again",
+			cfg:  targeting,
+			steps: cat(claim(0, causeBacklog, false, 0, none), []step{
+				{e: schedEvent{kind: schedWoke, at: at(1000), cause: causeNotify, untargeted: true}, any: true},
+				{e: begin(1000, false), want: polled},
+				{e: found(1100, 0), any: true},
+			}, claim(40000, causeNotify, false, 3, linger(25*time.Millisecond)),
+				claim(int(unnotifiedFor/time.Microsecond)+2000, causeNotify, false, 2, none)),
 		},
 		{
 			name: "sparse: later hits do not push the window's claim back",

@@ -32,7 +32,8 @@ type scheduler struct {
 }
 
 func newScheduler(r *Relay) *scheduler {
-	cfg := schedConfig{batchSize: r.lease.BatchSize, window: r.cfg.ClaimWindow, windowPoll: r.cfg.ClaimWindowPoll, busyGap: r.cfg.BusyClaimInterval}
+	cfg := schedConfig{batchSize: r.lease.BatchSize, window: r.cfg.ClaimWindow, windowPoll: r.cfg.ClaimWindowPoll, busyGap: r.cfg.BusyClaimInterval,
+		targeting: r.untargeted != nil}
 	t := &scheduler{r: r, cfg: cfg, st: cfg.start()}
 	t.poll = r.clock.NewTimer(t.pollDelay(r.clock.Now()))
 	t.linger = r.clock.NewTimer(time.Hour)

@@ -331,11 +331,12 @@ func (o *owner) setClaimMask() {
 
 // SetWakeChannel makes every change of members or owners this Claimer
 // makes (a join, a move of partitions, a leave, the removal of an expired
-// member) notify channel, the relays' LISTEN channel, with an empty
-// payload, so that every relay rebalances at once, not only at its next
+// member) notify channel, the relays' LISTEN channel, with
+// config.MembersPayload, so that every relay rebalances at once, not only at its next
 // claim: a relay whose listener ignores notifications of partitions it
 // does not own (Wants) may not claim again before its next poll. Call it
-// before the first claim; "" (the default) notifies nothing.
+// before the first claim; "" (the default) notifies nothing. A shared
+// poll (PollShared) notifies it too.
 func (c *Claimer) SetWakeChannel(channel string) { c.own.channel = channel }
 
 // Wants reports whether this Claimer owns key partition p (those it is

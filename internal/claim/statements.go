@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/internal/rowstate"
 	"github.com/pgoutbox/outbox/internal/sqlfile"
 	"github.com/pgoutbox/outbox/internal/sqlname"
@@ -241,6 +242,7 @@ func claimerSlots(cfg lease.Config) (map[string]string, error) {
 		return nil, err
 	}
 	s["plan_settings"] = plan
+	s["members_payload"] = sqlname.Literal(config.MembersPayload)
 	st := rowstate.NewStates(cfg.Table, cfg.Columns.AggregateID)
 	s["live_o"], s["lease_free_o"] = st.Live("o"), st.LeaseFree("o")
 	guardFrom, err := queries.Fill("ClaimGuardFrom", s)

@@ -56,6 +56,12 @@ const DefaultChannel = "outbox"
 // other payload ("" included) wakes every relay listening on the channel.
 const KeyPartitionsPrefix = "kp:"
 
+// MembersPayload is the payload of the notification that every change of
+// a table's members or owners sends: every relay wakes and rebalances,
+// and none takes it for a writer's notification, since no event stands
+// behind it. A relay of an older version wakes for it as for any payload.
+const MembersPayload = "members"
+
 // PollWakePrefix starts the payload of a notification that a relay's
 // fallback poll sends to wake the owners of the claimable events it found
 // in their key partitions ("poll:kp:3,17"): it wakes only them, as

@@ -230,7 +230,7 @@ func (l *Listener) notified(payload string) {
 	rest, polled := strings.CutPrefix(payload, config.PollWakePrefix)
 	named, wanted := keyPartitions(rest, l.Wants)
 	switch {
-	case !named && !polled:
+	case !named && !polled && payload != config.MembersPayload:
 		l.untargeted.Add(1)
 	case named && !wanted:
 		l.ignored.Add(1)

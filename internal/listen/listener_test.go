@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -280,11 +281,13 @@ func TestKeyPartitionPayloadsWakeOnlyTheirOwner(t *testing.T) {
 		{payload: "poll:kp:3,5", wakes: true, poll: true},
 		{payload: "poll:kp:5", poll: true},
 		{payload: "poll:", wakes: true, poll: true}, // a poll that found too many partitions to name
+		{payload: "members", wakes: true},           // a change of members: not untargeted
 	}
 	for _, c := range cases {
 		drainWake(l)
 		notes, ignored := l.Notifications(), l.Ignored()
 		all, poll := l.Wakeups()
+		untargeted := l.Untargeted()
 		sendNotify(t, db, db.Schema, c.payload)
 		barrier(t, db, l) // the payload was handled
 		woke := len(l.Wake()) == 1
@@ -307,6 +310,14 @@ func TestKeyPartitionPayloadsWakeOnlyTheirOwner(t *testing.T) {
 		}
 		if a, p := l.Wakeups(); a != wantAll || p != wantPoll {
 			t.Errorf("payload %q: Wakeups %d, %d; want %d, %d", c.payload, a, p, wantAll, wantPoll)
+		}
+		// Untargeted: a payload that stands for events it does not place.
+		wantUntargeted := untargeted
+		if slices.Contains([]string{"kp:", "kp:5,x", "kp:-1", "", "order-42"}, c.payload) {
+			wantUntargeted++
+		}
+		if u := l.Untargeted(); u != wantUntargeted {
+			t.Errorf("payload %q: Untargeted %d, want %d", c.payload, u, wantUntargeted)
 		}
 	}
 }

@@ -23,7 +23,7 @@ WITH expired AS (
   RETURNING generation
 ), wake AS (
   -- Every relay on @channel rebalances at once ('' : no notification).
-  SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
+  SELECT pg_notify(@channel, /* TEMPLATE: members_payload */) FROM bump WHERE @channel <> ''
 )
 SELECT m.partitions, coalesce((SELECT generation FROM bump), m.generation) AS generation, m.backfilled_at IS NOT NULL AS backfilled
 FROM /* TEMPLATE: partitioning */ m WHERE (SELECT count(*) FROM wake) >= 0
@@ -63,7 +63,7 @@ WITH mine AS MATERIALIZED (
   RETURNING generation
 ), wake AS (
   -- Every relay on @channel rebalances at once ('' : no notification).
-  SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
+  SELECT pg_notify(@channel, /* TEMPLATE: members_payload */) FROM bump WHERE @channel <> ''
 )
 SELECT coalesce((SELECT array_agg(partition) FROM acquired), '{}') AS acquired,
        coalesce((SELECT array_agg(partition) FROM released), '{}') AS released,
@@ -89,7 +89,7 @@ WITH mine AS MATERIALIZED (
   WHERE EXISTS (SELECT 1 FROM released) OR EXISTS (SELECT 1 FROM gone)
   RETURNING generation
 )
-SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
+SELECT pg_notify(@channel, /* TEMPLATE: members_payload */) FROM bump WHERE @channel <> ''
 
 -- name: LockMember :exec
 -- Static membership (lease.Config.RelayID set: the member is the relay ID,
@@ -163,7 +163,7 @@ WITH expired AS (
   UPDATE /* TEMPLATE: partitioning */ SET generation = generation + 1 RETURNING generation
 ), wake AS (
   -- Every relay on @channel rebalances at once ('' : no notification).
-  SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
+  SELECT pg_notify(@channel, /* TEMPLATE: members_payload */) FROM bump WHERE @channel <> ''
 )
 SELECT m.partitions, (SELECT generation FROM bump) AS generation, m.backfilled_at IS NOT NULL AS backfilled,
   (SELECT started_at FROM me) AS started_at,
@@ -191,7 +191,7 @@ WITH expired AS (
   RETURNING generation
 ), wake AS (
   -- Every relay on @channel rebalances at once ('' : no notification).
-  SELECT pg_notify(@channel, '') FROM bump WHERE @channel <> ''
+  SELECT pg_notify(@channel, /* TEMPLATE: members_payload */) FROM bump WHERE @channel <> ''
 )
 SELECT m.partitions, coalesce((SELECT generation FROM bump), m.generation) AS generation, m.backfilled_at IS NOT NULL AS backfilled,
   (SELECT started_at FROM me) AS started_at
