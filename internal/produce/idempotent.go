@@ -1,0 +1,234 @@
+package produce
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"sync"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+
+	"github.com/pgoutbox/outbox/internal/backoff"
+	"github.com/pgoutbox/outbox/kafka"
+)
+
+// An idempotent producer (issue 30, first part): kafka-go's Writer sends
+// every record batch with producer ID -1, so a retry after an ambiguous
+// failure writes a second copy. Here each relay process gets a producer ID
+// from InitProducerID, each topic-partition a sequence, and a batch keeps
+// its bytes, sequence included, across retries: the broker acknowledges a
+// batch it already wrote (the last five per partition) without writing it
+// again (KIP-98).
+//
+// Not done yet: Path does not use it (no --kafka-idempotent), requests
+// carry one partition each, and nothing fences a paused relay (epochs tied
+// to what a relay owns).
+
+// producerSession is a producer ID and epoch from InitProducerID (the
+// first ID a cluster hands out is 0); ok says Init got one.
+type producerSession struct {
+	id    int64
+	epoch int16
+	ok    bool
+}
+
+// tp names a topic-partition.
+type tp struct {
+	topic     string
+	partition int
+}
+
+// Idempotent sends record batches of one producer ID, each with the next
+// sequence of its topic-partition. Safe for concurrent use; the batches of
+// one topic-partition must be sent one after the other (Produce returns
+// before the next may start), which is how the relay publishes.
+type Idempotent struct {
+	client *kafkago.Client
+	addr   net.Addr
+	// compression is the codec of every batch (0: none).
+	compression kafkago.Compression
+
+	mu      sync.Mutex
+	session producerSession
+	seqs    map[tp]int32
+}
+
+// NewIdempotent returns an Idempotent producer whose requests go through
+// client to the brokers of addr (seed addresses; kafka-go routes each
+// request to its partition's leader). Call Init before Produce.
+func NewIdempotent(client *kafkago.Client, addr net.Addr, compression kafkago.Compression) *Idempotent {
+	return &Idempotent{client: client, addr: addr, compression: compression, seqs: map[tp]int32{}}
+}
+
+// Init gets a new producer ID from the cluster and restarts every
+// partition's sequence at 0. Batches sent under the previous ID that come
+// back ambiguous may then be written twice: call it at start and when the
+// broker no longer knows the producer (ErrProducerReset).
+//
+// A coordinator that is loading or moving (the first InitProducerID of a
+// cluster creates its transaction state topic) is waited for, with
+// backoff, until ctx ends.
+func (p *Idempotent) Init(ctx context.Context) error {
+	var res *kafkago.InitProducerIDResponse
+	for attempt := 0; ; attempt++ {
+		var err error
+		res, err = p.client.InitProducerID(ctx, &kafkago.InitProducerIDRequest{Addr: p.addr, ProducerID: -1, ProducerEpoch: -1})
+		if err == nil && res.Error != nil {
+			err = res.Error
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, kafkago.GroupLoadInProgress) && !errors.Is(err, kafkago.GroupCoordinatorNotAvailable) && !errors.Is(err, kafkago.NotCoordinatorForGroup) {
+			return fmt.Errorf("kafka: init producer id: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafka: init producer id: %w (%w)", ctx.Err(), err)
+		case <-time.After(backoff.Delay(50*time.Millisecond, time.Second, attempt)):
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.session = producerSession{id: int64(res.Producer.ProducerID), epoch: int16(res.Producer.ProducerEpoch), ok: true}
+	clear(p.seqs)
+	return nil
+}
+
+// ProducerID returns the producer ID and epoch Init got (-1, -1 before).
+func (p *Idempotent) ProducerID() (int64, int16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.session.ok {
+		return -1, -1
+	}
+	return p.session.id, p.session.epoch
+}
+
+// ErrProducerReset wraps the broker's answer that this producer's
+// sequence or ID is no longer valid (OUT_OF_ORDER_SEQUENCE_NUMBER,
+// UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH): not a fault of the batch's
+// records; Init again and resend.
+var ErrProducerReset = errors.New("idempotent producer state lost")
+
+// pendingBatch is one encoded batch of a topic-partition and the sequence
+// it starts at; resent as is after an ambiguous failure.
+type pendingBatch struct {
+	tp    tp
+	seq   int32
+	n     int
+	bytes []byte
+}
+
+// Batch encodes msgs (one topic-partition's, in order; their Topic is
+// not read) as the next batch
+// of tp's sequence. The sequence advances only when Produce of this batch
+// succeeds; a second Batch for the same tp before that starts at the same
+// sequence.
+func (p *Idempotent) Batch(topic string, partition int, msgs []kafka.Message) (*pendingBatch, error) {
+	p.mu.Lock()
+	s, seq := p.session, p.seqs[tp{topic, partition}]
+	p.mu.Unlock()
+	if !s.ok {
+		return nil, errors.New("kafka: idempotent producer not initialized")
+	}
+	b, err := encodeBatch(msgs, p.compression, s, seq)
+	if err != nil {
+		return nil, err
+	}
+	return &pendingBatch{tp: tp{topic, partition}, seq: seq, n: len(msgs), bytes: b}, nil
+}
+
+// Produce sends b with acks=all and returns the offset of its first
+// record. A batch the broker had already written is acknowledged again
+// with its offset, not written twice. On success the partition's sequence
+// moves past b. An error of the broker about this producer's state wraps
+// ErrProducerReset; any other error is returned as is (the caller may
+// send b again, as the same batch).
+func (p *Idempotent) Produce(ctx context.Context, b *pendingBatch) (int64, error) {
+	res, err := p.client.RawProduce(ctx, &kafkago.RawProduceRequest{
+		Addr: p.addr, Topic: b.tp.topic, Partition: b.tp.partition, RequiredAcks: kafkago.RequireAll,
+		RawRecords: protocol.RawRecordSet{Reader: bytes.NewReader(b.bytes)},
+	})
+	if err == nil && res.Error != nil {
+		err = res.Error
+	}
+	switch {
+	case errors.Is(err, kafkago.DuplicateSequenceNumber):
+		// Written before: an earlier send of this batch.
+	case errors.Is(err, kafkago.OutOfOrderSequenceNumber), errors.Is(err, kafkago.UnknownProducerId), errors.Is(err, kafkago.InvalidProducerEpoch):
+		return 0, fmt.Errorf("%w: %w", ErrProducerReset, err)
+	case err != nil:
+		return 0, err
+	}
+	p.mu.Lock()
+	if p.seqs[b.tp] == b.seq {
+		p.seqs[b.tp] = b.seq + int32(b.n)
+	}
+	p.mu.Unlock()
+	if res == nil {
+		return -1, nil
+	}
+	return res.BaseOffset, nil
+}
+
+// Offsets of the fields of a record batch (v2) that kafka-go's encoder
+// writes as -1 (protocol/record_v2.go), counted from the batch's start,
+// which follows the record set's 4-byte size.
+const (
+	batchCRC           = 17
+	batchAttributes    = 21
+	batchProducerID    = 43
+	batchProducerEpoch = 51
+	batchBaseSequence  = 53
+	batchHeaderLen     = 61
+	recordSetSizeLen   = 4
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// encodeBatch encodes msgs as one record batch (v2) with kafka-go's
+// encoder, then sets the producer ID, epoch and base sequence it leaves at
+// -1 and recomputes the batch's CRC-32C (which covers the attributes to
+// the end). The result is the record set as a produce request carries it
+// (its size, then the batch).
+func encodeBatch(msgs []kafka.Message, compression kafkago.Compression, s producerSession, seq int32) ([]byte, error) {
+	if len(msgs) == 0 {
+		return nil, errors.New("kafka: empty batch")
+	}
+	recs := make([]protocol.Record, len(msgs))
+	for i, m := range msgs {
+		hs := make([]protocol.Header, len(m.Headers))
+		for j, h := range m.Headers {
+			hs[j] = protocol.Header{Key: h.Key, Value: h.Value}
+		}
+		recs[i] = protocol.Record{Offset: int64(i), Headers: hs}
+		if m.Key != nil {
+			recs[i].Key = protocol.NewBytes(m.Key)
+		}
+		if m.Value != nil {
+			recs[i].Value = protocol.NewBytes(m.Value)
+		}
+	}
+	rs := protocol.RecordSet{Version: 2, Attributes: protocol.Attributes(compression) & 7, Records: protocol.NewRecordReader(recs...)}
+	var buf bytes.Buffer
+	if _, err := rs.WriteTo(&buf); err != nil {
+		return nil, fmt.Errorf("kafka: encode record batch: %w", err)
+	}
+	out := buf.Bytes()
+	if len(out) < recordSetSizeLen+batchHeaderLen || out[recordSetSizeLen+16] != 2 {
+		return nil, fmt.Errorf("kafka: encode record batch: not a v2 batch (%d bytes)", len(out))
+	}
+	batch := out[recordSetSizeLen:]
+	binary.BigEndian.PutUint64(batch[batchProducerID:], uint64(s.id))
+	binary.BigEndian.PutUint16(batch[batchProducerEpoch:], uint16(s.epoch))
+	binary.BigEndian.PutUint32(batch[batchBaseSequence:], uint32(seq))
+	binary.BigEndian.PutUint32(batch[batchCRC:], crc32.Checksum(batch[batchAttributes:], castagnoli))
+	return out, nil
+}
