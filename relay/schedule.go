@@ -69,8 +69,8 @@ type schedEvent struct {
 	kind  schedEventKind
 	at    time.Time
 	cause wakeCause // schedWoke
-	// untargeted (schedWoke): a notification that named no key partitions
-	// arrived since the previous wake-up.
+	// untargeted (schedWoke, schedBegin): a notification that named no
+	// key partitions arrived since the previous event that said.
 	untargeted bool
 	drained    bool    // schedBegin
 	rows       int     // schedClaimed
@@ -117,6 +117,9 @@ func (c schedConfig) next(s schedState, e schedEvent) (schedState, schedDecision
 	case schedBegin:
 		// A notification pending now is covered by this claim.
 		s.drained = e.drained
+		if e.untargeted {
+			s.untargeted, s.untargetedAt = true, e.at
+		}
 		if e.drained {
 			s.mode.notified(e.at)
 		}

@@ -134,6 +134,15 @@ func TestSchedule(t *testing.T) {
 				claim(int(unnotifiedFor/time.Microsecond)+2000, causeNotify, false, 2, none)),
 		},
 		{
+			name: "sparse, an untargeted notification that arrives as the claim begins (drained then): the targeted hit still lingers one ClaimWindow",
+			cfg:  targeting,
+			steps: cat(claim(0, causeBacklog, false, 0, none), []step{
+				{e: schedEvent{kind: schedWoke, at: at(1000), cause: causeNotify}, any: true},
+				{e: schedEvent{kind: schedBegin, at: at(1000), drained: true, untargeted: true}, want: polled},
+				{e: found(1100, 3), want: linger(25 * time.Millisecond)},
+			}),
+		},
+		{
 			name: "sparse: later hits do not push the window's claim back",
 			steps: cat(claim(0, causeBacklog, false, 0, none),
 				claim(1000, causeNotify, false, 3, linger(25*time.Millisecond)),

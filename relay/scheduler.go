@@ -26,15 +26,16 @@ type scheduler struct {
 	// wake-up (Relay.untargeted); seenAll and seenPoll its Wakeups.
 	seenUntargeted    int64
 	seenAll, seenPoll int64
-	// shared: the poll timer woke the claimer and the claim is a shared
-	// poll (Relay.sharedPoll).
-	shared bool
+	// shared: the claim is a shared poll (takeTurn); polledSlot is the
+	// last poll slot this relay took (pollDelay).
+	shared     bool
+	polledSlot int64
 }
 
 func newScheduler(r *Relay) *scheduler {
 	cfg := schedConfig{batchSize: r.lease.BatchSize, window: r.cfg.ClaimWindow, windowPoll: r.cfg.ClaimWindowPoll, busyGap: r.cfg.BusyClaimInterval,
 		targeting: r.untargeted != nil}
-	t := &scheduler{r: r, cfg: cfg, st: cfg.start()}
+	t := &scheduler{r: r, cfg: cfg, st: cfg.start(), polledSlot: math.MinInt64}
 	t.poll = r.clock.NewTimer(t.pollDelay(r.clock.Now()))
 	t.linger = r.clock.NewTimer(time.Hour)
 	t.linger.Stop()
@@ -59,41 +60,84 @@ func (t *scheduler) apply(e schedEvent) schedDecision {
 	return d
 }
 
-// sharedPoll reports whether the relays take turns at the fallback poll:
-// this relay listens (a Service with notifications, its LISTEN up) and
-// is one of several members. A relay that does not listen could not be
-// woken by another's poll, so it polls for itself every PollInterval.
-func (r *Relay) sharedPoll() bool {
-	return r.wakeups != nil && r.listening != nil && r.listening() && r.pollOf > 1
+// pollInTurns reports whether the relays take turns at the fallback
+// poll: this relay is a Service's, with notifications (another relay's
+// poll can wake it), and one of several members. See pollDelay.
+func (r *Relay) pollInTurns() bool {
+	return r.wakeups != nil && r.pollOf > 1
 }
 
 // pollDelay is how long after now the poll timer fires: a jittered
-// Config.PollInterval; or, while the relays take turns (sharedPoll),
-// the start of this relay's next turn at least PollInterval from now:
-// wall-clock slots of PollInterval, slot k belonging to the member of
-// Turn k mod Members, so that the relays on a table poll it once per
-// PollInterval between them (each poll wakes the owners of what it
-// finds, claim.Claimer.PollShared) instead of once each; at most a sixth
-// of the lease (lease.Config.Lease), by which its claims renew the
-// relay's membership.
+// Config.PollInterval; or, while the relays take turns (pollInTurns), the
+// start of this relay's next turn (at once if the current slot is its turn
+// and not yet taken): wall-clock slots of PollInterval, slot k belonging
+// to the member of Turn k mod Members, so that the relays on a table poll
+// it once per PollInterval between them (each poll wakes the owners of
+// what it finds, claim.Claimer.PollShared) instead of once each. A
+// relay's claims in between do not move its turn: an event written
+// without a notification waits at most about one PollInterval, however
+// busy the relays are.
+//
+// A relay whose LISTEN is down claims at every slot (it cannot be woken
+// by another's poll) and still polls for all in its own slots, so no slot
+// goes unpolled. A listening relay claims at least every sixth of a lease
+// (lease.Config.Lease) even when its next turn is further off: its claims
+// renew its membership. Such a claim is its own, not a shared poll.
 func (t *scheduler) pollDelay(now time.Time) time.Duration {
 	r := t.r
-	if !r.sharedPoll() {
+	if !r.pollInTurns() {
 		return backoff.Jitter(r.cfg.PollInterval, 0.1)
 	}
-	// A claim renews the relay's membership: however many relays take
-	// turns, each claims at least every sixth of a lease.
-	return min(turnDelay(now, r.cfg.PollInterval, r.pollTurn, r.pollOf), max(r.cfg.PollInterval, r.lease.Lease/6))
+	listening := r.listening != nil && r.listening()
+	d := slotDelay(now, r.cfg.PollInterval, t.polledSlot, r.pollTurn, r.pollOf, !listening)
+	if listening {
+		d = min(d, max(r.cfg.PollInterval, r.lease.Lease/6))
+	}
+	return d
 }
 
-// turnDelay is the time from now to the start of the first wall-clock
-// slot of length p, at least p from now, whose number k has k mod of ==
-// turn.
-func turnDelay(now time.Time, p time.Duration, turn, of int) time.Duration {
+// slotDelay is the time from now to the start of the first wall-clock
+// slot of length p numbered above last that has not ended and is this
+// relay's: any slot if every, else one whose number k has k mod of ==
+// turn. It is 0 when that slot is the current one.
+func slotDelay(now time.Time, p time.Duration, last int64, turn, of int, every bool) time.Duration {
 	n, pn, o := now.UnixNano(), int64(p), int64(of)
-	k := (n + pn + pn - 1) / pn // the first slot starting at or after now+p
-	k += ((int64(turn)-k)%o + o) % o
-	return time.Duration(k*pn - n)
+	k := max(n/pn, last+1) // the current slot, or the first after last
+	if !every {
+		k += ((int64(turn)-k)%o + o) % o
+	}
+	return time.Duration(max(k*pn-n, 0))
+}
+
+// takeTurn reports whether the claim beginning at now is this relay's
+// shared poll (turnAt), and records the slot it took.
+func (t *scheduler) takeTurn(now time.Time) bool {
+	r := t.r
+	if !r.pollInTurns() {
+		return false
+	}
+	shared, last := turnAt(now, r.cfg.PollInterval, t.polledSlot, r.pollTurn, r.pollOf, r.listening == nil || !r.listening())
+	t.polledSlot = last
+	return shared
+}
+
+// turnAt reports whether a claim beginning at now is a shared poll:
+// now's slot (of length p) is numbered above last, the last slot taken,
+// and is the relay's turn (number mod of == turn). Whatever woke the
+// claimer, its first claim in its slot is the poll: a busy relay may never
+// see its poll timer fire. It returns the last slot taken after the
+// claim: now's if it was the relay's turn, or any slot if every (a
+// relay whose LISTEN is down claims at every slot, slotDelay).
+func turnAt(now time.Time, p time.Duration, last int64, turn, of int, every bool) (shared bool, taken int64) {
+	k := now.UnixNano() / int64(p)
+	if k <= last {
+		return false, last
+	}
+	mine := k%int64(of) == int64(turn)
+	if mine || every {
+		return mine, k
+	}
+	return false, last
 }
 
 // wait blocks until it is time to claim: a wake-up (at once on a backlog),
@@ -118,7 +162,6 @@ func (t *scheduler) wait(ctx context.Context) bool {
 			cause = causeWindow
 		}
 	}
-	t.shared = cause == causePoll && r.sharedPoll()
 	if cause == causeNotify && r.wakeups != nil {
 		// Woken only by other relays' polls: a poll's wake-up, for the
 		// warning about writers that do not notify and the claim window.
@@ -130,13 +173,7 @@ func (t *scheduler) wait(ctx context.Context) bool {
 	}
 	t.cause = cause
 	r.recordWoke(cause)
-	untargeted := false
-	if r.untargeted != nil {
-		if u := r.untargeted(); u != t.seenUntargeted {
-			untargeted, t.seenUntargeted = true, u
-		}
-	}
-	if d := t.apply(schedEvent{kind: schedWoke, at: r.clock.Now(), cause: cause, untargeted: untargeted}); !d.notBefore.IsZero() {
+	if d := t.apply(schedEvent{kind: schedWoke, at: r.clock.Now(), cause: cause, untargeted: t.untargetedSince()}); !d.notBefore.IsZero() {
 		if !sleepCtx(ctx, r.clock, d.notBefore.Sub(r.clock.Now())) {
 			return false
 		}
@@ -144,7 +181,26 @@ func (t *scheduler) wait(ctx context.Context) bool {
 	if !r.gate.wait(ctx, r.clock) {
 		return false
 	}
-	t.apply(schedEvent{kind: schedBegin, at: r.clock.Now(), drained: drain(r.wake)})
+	// The wake-up drained here may be an untargeted notification's that
+	// arrived after the count was read above: read it again after.
+	drained := drain(r.wake)
+	now := r.clock.Now()
+	t.shared = t.takeTurn(now)
+	t.apply(schedEvent{kind: schedBegin, at: now, drained: drained, untargeted: t.untargetedSince()})
+	return true
+}
+
+// untargetedSince reports whether an untargeted notification arrived
+// since the last call (Relay.untargeted).
+func (t *scheduler) untargetedSince() bool {
+	if t.r.untargeted == nil {
+		return false
+	}
+	u := t.r.untargeted()
+	if u == t.seenUntargeted {
+		return false
+	}
+	t.seenUntargeted = u
 	return true
 }
 

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -98,31 +99,89 @@ func TestClaimTimerWaitsOnTheClock(t *testing.T) {
 	}
 }
 
-// turnDelay gives each of the relays taking turns at the poll its own
-// wall-clock slots: whatever the time, the delay is at least the poll
-// interval and less than one more round of turns, it ends on a slot
-// boundary whose slot number mod the relays is the turn, and the relays'
-// next polls fall in distinct slots.
-func TestTurnDelayGivesEachRelayItsOwnSlots(t *testing.T) {
+// The relays taking turns at the poll (pollDelay, slotDelay, turnAt)
+// poll every wall-clock slot exactly once between them, inside the slot,
+// whatever claims they run in between: each relay claims at its poll
+// timer and, at random, when woken (a notification, another's poll), some
+// of them busy (a claim every few milliseconds, their poll timers never
+// firing), some with their LISTEN down (a claim at every slot), some with
+// the lease's renewal cap shorter than a round of turns. An event written
+// without a notification waits at most about one slot for a poll.
+func TestRelaysPollEverySlotOnceWhateverTheirClaims(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for range 2000 {
+	for run := range 120 {
 		p := time.Duration(1+rng.IntN(2000)) * time.Millisecond
-		of := 2 + rng.IntN(6)
-		now := time.Unix(1_700_000_000+rng.Int64N(1_000_000), rng.Int64N(1e9))
-		slots := map[int64]bool{}
-		for turn := range of {
-			d := turnDelay(now, p, turn, of)
-			at := now.Add(d).UnixNano()
-			if d < p || d >= p+time.Duration(of)*p {
-				t.Fatalf("p %s, turn %d of %d at %s: delay %s, want in [p, p+%d p)", p, turn, of, now, d, of)
-			}
-			if at%int64(p) != 0 || (at/int64(p))%int64(of) != int64(turn) {
-				t.Fatalf("p %s, turn %d of %d at %s: fires at %d, not at the start of one of its slots", p, turn, of, now, at)
-			}
-			slots[at] = true
+		of := 2 + rng.IntN(5)
+		capd := time.Duration(0)
+		if rng.IntN(3) == 0 {
+			capd = max(p, time.Duration(rng.Int64N(int64(of)*int64(p)))) // max(PollInterval, lease/6)
 		}
-		if len(slots) != of {
-			t.Fatalf("p %s, %d relays at %s share slots: %d distinct", p, of, now, len(slots))
+		type relay struct {
+			last   int64
+			timer  time.Time
+			gap    time.Duration // between its other claims; busy when small
+			deaf   bool
+			claims int
+		}
+		start := time.Unix(1_700_000_000+rng.Int64N(1_000_000), rng.Int64N(1e9))
+		rs := make([]*relay, of)
+		for i := range rs {
+			rs[i] = &relay{last: math.MinInt64, gap: time.Duration(1 + rng.Int64N(int64(4*of)*int64(p))), deaf: rng.IntN(4) == 0}
+			if rng.IntN(3) == 0 {
+				rs[i].gap = time.Duration(1 + rng.Int64N(int64(p)/20+1)) // busy: claims many times a slot
+			}
+		}
+		polled := map[int64][]time.Time{}
+		claim := func(i int, now time.Time) {
+			r := rs[i]
+			shared, last := turnAt(now, p, r.last, i, of, r.deaf)
+			r.last = last
+			if shared {
+				k := now.UnixNano() / int64(p)
+				polled[k] = append(polled[k], now)
+			}
+			d := slotDelay(now, p, r.last, i, of, r.deaf)
+			if !r.deaf && capd > 0 {
+				d = min(d, capd)
+			}
+			r.timer = now.Add(d)
+			r.claims++
+		}
+		for i := range rs {
+			claim(i, start)
+		}
+		other := make([]time.Time, of)
+		for i := range rs {
+			other[i] = start.Add(time.Duration(rng.Int64N(int64(rs[i].gap))))
+		}
+		end := start.Add(40 * time.Duration(of) * p)
+		for {
+			i, at := -1, end
+			for j, r := range rs {
+				if r.timer.Before(at) {
+					i, at = j, r.timer
+				}
+				if other[j].Before(at) {
+					i, at = j, other[j]
+				}
+			}
+			if i < 0 {
+				break
+			}
+			if at.Equal(other[i]) {
+				other[i] = at.Add(time.Duration(1 + rng.Int64N(int64(2*rs[i].gap))))
+			}
+			claim(i, at)
+		}
+		first, lastSlot := start.UnixNano()/int64(p)+1, end.UnixNano()/int64(p)-1
+		for k := first; k <= lastSlot; k++ {
+			at := polled[k]
+			if len(at) != 1 {
+				t.Fatalf("run %d: p %s, %d relays (cap %s): slot %d polled %d times, want once", run, p, of, capd, k-first, len(at))
+			}
+			if got := at[0].UnixNano() / int64(p); got != k {
+				t.Fatalf("run %d: slot %d polled in slot %d", run, k, got)
+			}
 		}
 	}
 }

@@ -250,6 +250,7 @@ func claimerSlots(cfg lease.Config) (map[string]string, error) {
 		return nil, err
 	}
 	s["waiting_o"] = st.Waiting("o", "@holder", guardFrom)
+	s["held_behind_o"] = st.HeldBehindFrom("o", "@scan_from")
 	return s, nil
 }
 

@@ -213,9 +213,11 @@ FROM claimed
 -- wakes) past @max_named of them. Their owners claim them as after a
 -- writer's notification, so relays that poll in turn find every relay's
 -- events. Returns how many partitions it named (0: it notified nothing).
--- The candidates are those of the claim's scan without the owned mask and
--- the order guard: a row whose aggregate is held wakes its owner, whose
--- claim leaves it, as the owner's own poll would.
+-- The candidates are those of the claim's scan without the owned mask,
+-- and without the rows held behind an earlier row of their aggregate
+-- that backs off or is held as a dead letter (while any row is: 'holds'
+-- in the order guard), which no owner could claim: a long run of them
+-- would otherwise fill @limit and hide every other partition's rows.
 WITH found AS (
   SELECT DISTINCT x.kp FROM (
     SELECT /* TEMPLATE: key_partition_o */ AS kp
@@ -223,6 +225,8 @@ WITH found AS (
     WHERE /* TEMPLATE: live_o */
       AND o.seq >= @scan_from
       AND /* TEMPLATE: lease_free_o */
+      AND (NOT (SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: guard */ g WHERE g.key = 'holds' AND g.until > now()))
+        OR NOT /* TEMPLATE: held_behind_o */)
     ORDER BY o.seq
     LIMIT @limit
   ) x
