@@ -159,6 +159,15 @@ type Config struct {
 	// "lz4" or "zstd". Defaults to "none".
 	Compression Compression
 
+	// Idempotent sends every record batch with a producer ID and a
+	// sequence per partition (Kafka's idempotent producer, KIP-98, as the
+	// Java producer's enable.idempotence): a batch sent again after a
+	// timeout, a lost connection or a leader move is written once, not
+	// twice. It needs Kafka 0.11 or later and, on clusters with ACLs
+	// older than 2.8, the IdempotentWrite permission. Defaults to false
+	// (kafka-go's Writer, whose retries may write a second copy).
+	Idempotent bool
+
 	// AutoCreateTopic lets metadata requests create missing topics on
 	// brokers that allow it (auto.create.topics.enable); it applies to
 	// Publish and CheckTopics. Defaults to false.
@@ -206,6 +215,10 @@ type Config struct {
 		// of an aggregate published before and after the change may be on
 		// two partitions.
 		PartitionsChanged(topic string, from, to int)
+		// Resent reports that the idempotent producer (Idempotent) sends
+		// batches again, as the same batches, after their outcome was unknown
+		// or their leader moved: the broker writes each at most once.
+		Resent(batches int)
 	}
 }
 

@@ -14,6 +14,7 @@ type kafkaMetrics struct {
 	produceDur        *prometheus.HistogramVec
 	partitions        *prometheus.GaugeVec
 	partitionsChanged *prometheus.CounterVec
+	resent            prometheus.Counter
 }
 
 // ProduceBuckets are the bounds, in seconds, of
@@ -36,7 +37,11 @@ func newKafkaMetrics(reg *prometheus.Registry) kafkaMetrics {
 			Help: "Changes of a topic's partition count seen while publishing: aggregate IDs map to other partitions afterwards, so per-aggregate order across the change is not guaranteed to consumers.",
 		}, []string{"topic"}),
 	}
-	reg.MustRegister(k.produceDur, k.partitions, k.partitionsChanged)
+	k.resent = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_kafka_batches_resent_total",
+		Help: "Record batches the idempotent producer (--kafka-idempotent) sent again as the same batch after an unknown outcome or a leader move; the broker writes each at most once.",
+	})
+	reg.MustRegister(k.produceDur, k.partitions, k.partitionsChanged, k.resent)
 	return k
 }
 
@@ -55,5 +60,8 @@ func (m *Metrics) PartitionsChanged(topic string, _, to int) {
 	m.kafka.partitions.WithLabelValues(topic).Set(float64(to))
 	m.kafka.partitionsChanged.WithLabelValues(topic).Inc()
 }
+
+// Resent records batches sent again as the same batch (produce.Observer).
+func (m *Metrics) Resent(batches int) { m.kafka.resent.Add(float64(batches)) }
 
 var _ produce.Observer = (*Metrics)(nil)

@@ -40,6 +40,8 @@ type brokerDialer struct {
 	mech     string // Config.SASLMechanism; "" without SASL
 	user     string // Config.SASLUsername
 	clientID string
+	// wrap, if set, wraps every connection dialed (fault tests).
+	wrap func(net.Conn) net.Conn
 }
 
 // dial returns the connection to use and the underlying TCP connection.
@@ -59,6 +61,9 @@ func (d *brokerDialer) dial(ctx context.Context, network, addr string) (conn, ra
 	}
 	if d.mech != "" {
 		conn = &saslWatchConn{Conn: conn, addr: addr, mech: d.mech, user: d.user}
+	}
+	if d.wrap != nil {
+		conn = d.wrap(conn)
 	}
 	return conn, raw, nil
 }

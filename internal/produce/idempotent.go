@@ -26,9 +26,9 @@ import (
 // batch it already wrote (the last five per partition) without writing it
 // again (KIP-98).
 //
-// Not done yet: Path does not use it (no --kafka-idempotent), requests
-// carry one partition each, and nothing fences a paused relay (epochs tied
-// to what a relay owns).
+// The Publisher sends through it with kafka.Config.Idempotent
+// (idempotentWriter). Not done yet: nothing fences a paused relay (epochs
+// tied to what a relay owns).
 
 // producerSession is a producer ID and epoch from InitProducerID (the
 // first ID a cluster hands out is 0); ok says Init got one.
@@ -127,23 +127,62 @@ type pendingBatch struct {
 }
 
 // Batch encodes msgs (one topic-partition's, in order; their Topic is
-// not read) as the next batch
-// of tp's sequence. The sequence advances only when Produce of this batch
-// succeeds; a second Batch for the same tp before that starts at the same
-// sequence.
+// not read) as the next batch of tp's sequence. The sequence advances only
+// when Produce of this batch succeeds; a second Batch for the same tp
+// before that starts at the same sequence.
 func (p *Idempotent) Batch(topic string, partition int, msgs []kafka.Message) (*pendingBatch, error) {
+	km := make([]kafkago.Message, len(msgs))
+	for i, m := range msgs {
+		km[i] = kafkago.Message{Key: m.Key, Value: m.Value}
+		for _, h := range m.Headers {
+			km[i].Headers = append(km[i].Headers, kafkago.Header{Key: h.Key, Value: h.Value})
+		}
+	}
+	return p.batchOf(topic, partition, km)
+}
+
+// batchOf is Batch for kafka-go messages (the Publisher's).
+func (p *Idempotent) batchOf(topic string, partition int, msgs []kafkago.Message) (*pendingBatch, error) {
+	recs := make([]protocol.Record, len(msgs))
+	for i, m := range msgs {
+		hs := make([]protocol.Header, len(m.Headers))
+		for j, h := range m.Headers {
+			hs[j] = protocol.Header{Key: h.Key, Value: h.Value}
+		}
+		recs[i] = record(i, m.Key, m.Value, hs)
+	}
+	return p.encode(topic, partition, recs)
+}
+
+// record is the i-th record of a batch; a nil key or value stays null.
+func record(i int, key, value []byte, hs []protocol.Header) protocol.Record {
+	r := protocol.Record{Offset: int64(i), Headers: hs}
+	if key != nil {
+		r.Key = protocol.NewBytes(key)
+	}
+	if value != nil {
+		r.Value = protocol.NewBytes(value)
+	}
+	return r
+}
+
+// encode encodes recs as the next batch of topic-partition's sequence.
+func (p *Idempotent) encode(topic string, partition int, recs []protocol.Record) (*pendingBatch, error) {
 	p.mu.Lock()
 	s, seq := p.session, p.seqs[tp{topic, partition}]
 	p.mu.Unlock()
 	if !s.ok {
 		return nil, errors.New("kafka: idempotent producer not initialized")
 	}
-	b, err := encodeBatch(msgs, p.compression, s, seq)
+	b, err := encodeBatch(recs, p.compression, s, seq)
 	if err != nil {
 		return nil, err
 	}
-	return &pendingBatch{tp: tp{topic, partition}, seq: seq, n: len(msgs), bytes: b}, nil
+	return &pendingBatch{tp: tp{topic, partition}, seq: seq, n: len(recs), bytes: b}, nil
 }
+
+// reader reads b's record set from its start, for one send.
+func (b *pendingBatch) reader() *bytes.Reader { return bytes.NewReader(b.bytes) }
 
 // Produce sends b with acks=all and returns the offset of its first
 // record. A batch the broker had already written is acknowledged again
@@ -154,28 +193,40 @@ func (p *Idempotent) Batch(topic string, partition int, msgs []kafka.Message) (*
 func (p *Idempotent) Produce(ctx context.Context, b *pendingBatch) (int64, error) {
 	res, err := p.client.RawProduce(ctx, &kafkago.RawProduceRequest{
 		Addr: p.addr, Topic: b.tp.topic, Partition: b.tp.partition, RequiredAcks: kafkago.RequireAll,
-		RawRecords: protocol.RawRecordSet{Reader: bytes.NewReader(b.bytes)},
+		RawRecords: protocol.RawRecordSet{Reader: b.reader()},
 	})
 	if err == nil && res.Error != nil {
 		err = res.Error
 	}
-	switch {
-	case errors.Is(err, kafkago.DuplicateSequenceNumber):
-		// Written before: an earlier send of this batch.
-	case errors.Is(err, kafkago.OutOfOrderSequenceNumber), errors.Is(err, kafkago.UnknownProducerId), errors.Is(err, kafkago.InvalidProducerEpoch):
-		return 0, fmt.Errorf("%w: %w", ErrProducerReset, err)
-	case err != nil:
+	if err = p.settle(b, err); err != nil {
 		return 0, err
+	}
+	if res == nil {
+		return -1, nil
+	}
+	return res.BaseOffset, nil
+}
+
+// settle turns the broker's answer for b (err: nil, or its error) into
+// b's outcome: nil when b is written, now or by an earlier send
+// (DUPLICATE_SEQUENCE_NUMBER), which moves the partition's sequence past
+// b; an error wrapping ErrProducerReset for an answer about the
+// producer's state; else err.
+func (p *Idempotent) settle(b *pendingBatch, err error) error {
+	switch {
+	case err == nil, errors.Is(err, kafkago.DuplicateSequenceNumber):
+		// Written, now or by an earlier send of this batch.
+	case errors.Is(err, kafkago.OutOfOrderSequenceNumber), errors.Is(err, kafkago.UnknownProducerId), errors.Is(err, kafkago.InvalidProducerEpoch):
+		return fmt.Errorf("%w: %w", ErrProducerReset, err)
+	default:
+		return err
 	}
 	p.mu.Lock()
 	if p.seqs[b.tp] == b.seq {
 		p.seqs[b.tp] = b.seq + int32(b.n)
 	}
 	p.mu.Unlock()
-	if res == nil {
-		return -1, nil
-	}
-	return res.BaseOffset, nil
+	return nil
 }
 
 // Offsets of the fields of a record batch (v2) that kafka-go's encoder
@@ -193,28 +244,14 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// encodeBatch encodes msgs as one record batch (v2) with kafka-go's
+// encodeBatch encodes recs as one record batch (v2) with kafka-go's
 // encoder, then sets the producer ID, epoch and base sequence it leaves at
 // -1 and recomputes the batch's CRC-32C (which covers the attributes to
 // the end). The result is the record set as a produce request carries it
 // (its size, then the batch).
-func encodeBatch(msgs []kafka.Message, compression kafkago.Compression, s producerSession, seq int32) ([]byte, error) {
-	if len(msgs) == 0 {
+func encodeBatch(recs []protocol.Record, compression kafkago.Compression, s producerSession, seq int32) ([]byte, error) {
+	if len(recs) == 0 {
 		return nil, errors.New("kafka: empty batch")
-	}
-	recs := make([]protocol.Record, len(msgs))
-	for i, m := range msgs {
-		hs := make([]protocol.Header, len(m.Headers))
-		for j, h := range m.Headers {
-			hs[j] = protocol.Header{Key: h.Key, Value: h.Value}
-		}
-		recs[i] = protocol.Record{Offset: int64(i), Headers: hs}
-		if m.Key != nil {
-			recs[i].Key = protocol.NewBytes(m.Key)
-		}
-		if m.Value != nil {
-			recs[i].Value = protocol.NewBytes(m.Value)
-		}
 	}
 	rs := protocol.RecordSet{Version: 2, Attributes: protocol.Attributes(compression) & 7, Records: protocol.NewRecordReader(recs...)}
 	var buf bytes.Buffer

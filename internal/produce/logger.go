@@ -22,6 +22,7 @@ const retryLogInterval = 10 * time.Second
 // (writer.go partitionWriter.writeBatch; no kafka-go issue).
 type retryLogger struct {
 	log      *zap.Logger
+	prefix   string // of every line: "kafka-go: " for the Writer's
 	interval time.Duration
 	now      func() time.Time
 
@@ -31,7 +32,7 @@ type retryLogger struct {
 }
 
 func newRetryLogger(log *zap.Logger) *retryLogger {
-	return &retryLogger{log: log, interval: retryLogInterval, now: time.Now}
+	return &retryLogger{log: log, prefix: "kafka-go: ", interval: retryLogInterval, now: time.Now}
 }
 
 // Printf implements kafka-go's Logger.
@@ -42,7 +43,7 @@ func (l *retryLogger) Printf(format string, args ...any) {
 		l.suppressed++
 		l.mu.Unlock()
 		if l.log.Core().Enabled(zap.DebugLevel) {
-			l.log.Debug("kafka-go: "+fmt.Sprintf(format, args...), zap.Bool("rate_limited", true))
+			l.log.Debug(l.prefix+fmt.Sprintf(format, args...), zap.Bool("rate_limited", true))
 		}
 		return
 	}
@@ -50,6 +51,6 @@ func (l *retryLogger) Printf(format string, args ...any) {
 	l.suppressed = 0
 	l.next = now.Add(l.interval)
 	l.mu.Unlock()
-	l.log.Warn("kafka-go: "+fmt.Sprintf(format, args...), zap.Int("suppressed", n),
+	l.log.Warn(l.prefix+fmt.Sprintf(format, args...), zap.Int("suppressed", n),
 		zap.Duration("next_warn_after", l.interval))
 }

@@ -24,6 +24,10 @@ type Observer interface {
 	// events of an aggregate published before and after the change may be
 	// on two partitions.
 	PartitionsChanged(topic string, from, to int)
+	// Resent reports that the idempotent producer (Idempotent) sends
+	// batches again, as the same batches, after their outcome was unknown
+	// or their leader moved: the broker writes each at most once.
+	Resent(batches int)
 }
 
 // partitionWatch is the Writer's Balancer: the Java client's murmur2

@@ -44,6 +44,8 @@ type Publisher struct {
 	dialer    *brokerDialer
 	conns     *connSet
 	describe  *describer
+	// idem, with Config.Idempotent, sends in place of w (idempotentWriter).
+	idem *idempotentWriter
 	// watch is the Writer's Balancer (partitionWatch).
 	watch *partitionWatch
 	// createAsked holds, per topic, when publishOneTopic last waited for
@@ -101,6 +103,12 @@ func NewPublisher(cfg kafka.Config, logger *zap.Logger) (*Publisher, error) {
 	}, addr, cfg.DialTimeout+cfg.WriteTimeout, log)
 	p.transport.obs = cfg.Observer
 	p.w = p.newWriter(addr, log)
+	if cfg.Idempotent {
+		client := &kafkago.Client{Addr: addr, Transport: p.transport, Timeout: cfg.DialTimeout + cfg.WriteTimeout}
+		rl := newRetryLogger(log)
+		rl.prefix = "idempotent producer: "
+		p.idem = &idempotentWriter{p: p, prod: NewIdempotent(client, addr, codec(cfg.Compression)), retryLog: rl}
+	}
 	log.Info("publisher configured",
 		zap.Strings("brokers", cfg.Brokers),
 		zap.String("topic", cfg.Topic),
@@ -109,6 +117,7 @@ func NewPublisher(cfg kafka.Config, logger *zap.Logger) (*Publisher, error) {
 		zap.Int("batch_size", cfg.BatchSize),
 		zap.Int64("batch_bytes", cfg.BatchBytes),
 		zap.String("compression", string(cfg.Compression)),
+		zap.Bool("idempotent", cfg.Idempotent),
 		zap.Bool("tls", cfg.TLSEnabled),
 		zap.String("sasl_mechanism", string(cfg.SASLMechanism)))
 	return p, nil
@@ -119,17 +128,7 @@ func NewPublisher(cfg kafka.Config, logger *zap.Logger) (*Publisher, error) {
 func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
 	cfg := p.cfg
 	p.watch = newPartitionWatch(log, cfg.Observer)
-	var comp kafkago.Compression
-	switch cfg.Compression {
-	case kafka.CompressionGzip:
-		comp = kafkago.Gzip
-	case kafka.CompressionSnappy:
-		comp = kafkago.Snappy
-	case kafka.CompressionLz4:
-		comp = kafkago.Lz4
-	case kafka.CompressionZstd:
-		comp = kafkago.Zstd
-	}
+	comp := codec(cfg.Compression)
 	return &kafkago.Writer{
 		Addr: addr,
 		// Java-compatible murmur2 partitioning (Consistent: nil keys hash
@@ -154,6 +153,21 @@ func (p *Publisher) newWriter(addr net.Addr, log *zap.Logger) *kafkago.Writer {
 		AllowAutoTopicCreation: cfg.AutoCreateTopic,
 		ErrorLogger:            newRetryLogger(log),
 	}
+}
+
+// codec is kafka-go's codec of c (0: none).
+func codec(c kafka.Compression) kafkago.Compression {
+	switch c {
+	case kafka.CompressionGzip:
+		return kafkago.Gzip
+	case kafka.CompressionSnappy:
+		return kafkago.Snappy
+	case kafka.CompressionLz4:
+		return kafkago.Lz4
+	case kafka.CompressionZstd:
+		return kafkago.Zstd
+	}
+	return 0
 }
 
 // newTransport returns a kafka-go Transport dialing with dial; a non-nil
@@ -461,6 +475,9 @@ func (p *Publisher) write(ctx context.Context, chunk []kafkago.Message, fail fun
 		return false, ctx.Err()
 	}
 	defer func() { <-p.writing }()
+	if p.idem != nil {
+		return p.idem.write(ctx, chunk, fail)
+	}
 	failed := false
 	// Each round either succeeds, fails as a whole, or drops one message that
 	// kafka-go found too large, so this loop ends.

@@ -11,6 +11,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 	"go.uber.org/zap"
 )
 
@@ -148,12 +149,25 @@ func (r *refreshingTransport) RoundTrip(ctx context.Context, addr net.Addr, req 
 	}
 	resp, err := tr.t.RoundTrip(ctx, addr, req)
 	r.release(tr)
-	if pr, ok := req.(*produceAPI.Request); ok {
+	topic, produce := "", false
+	switch pr := req.(type) {
+	case *produceAPI.Request:
+		produce = true
+		if len(pr.Topics) > 0 {
+			topic = pr.Topics[0].Topic
+		}
+	case *rawproduce.Request: // the idempotent producer's
+		produce = true
+		if len(pr.Topics) > 0 {
+			topic = pr.Topics[0].Topic
+		}
+	}
+	if produce {
 		if r.obs != nil {
 			r.obs.Produced(time.Since(sent), produceOutcome(resp, err))
 		}
-		if len(pr.Topics) > 0 && staleMetadata(resp, err) {
-			r.refresh(sent, pr.Topics[0].Topic)
+		if topic != "" && staleMetadata(resp, err) {
+			r.refresh(sent, topic)
 		}
 	}
 	return resp, err
