@@ -272,3 +272,54 @@ func TestIdempotentPublishCompresses(t *testing.T) {
 		})
 	}
 }
+
+// A batch whose every answer was lost (the call gives it up: an outage)
+// stays pending: the next call to its partition, here other events of
+// it, sends it again as the same batch first; when the relay publishes
+// the given-up events again, in a later call, they are not written a
+// second time, and later events of their keys follow them, in order. Without
+// this, the next batch would reuse the unanswered batch's sequence, and
+// a broker that had written that batch would take the new one, of the
+// same length, for its copy and drop it: lost events.
+func TestIdempotentPublishResolvesAnUnansweredBatchInTheNextCall(t *testing.T) {
+	t.Parallel()
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	p, err := NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: topic, Idempotent: true, MaxAttempts: 2}, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	d := &answerDropper{}
+	p.dialer.wrap = d.wrap
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	publishAll(ctx, t, p, []kafka.Message{{Key: []byte("warm"), Value: []byte("0")}})
+	first := testMessages(10, []string{"a", "b"})
+	d.drops.Store(2) // both attempts' answers
+	for i, r := range p.Publish(ctx, first) {
+		if r.Outcome != RetryOutage {
+			t.Fatalf("message %d with every answer lost: %s (%v), want retry_outage", i, r.Outcome, r.Err)
+		}
+	}
+	if d.dropped.Load() != 2 {
+		t.Fatalf("%d answers dropped, want 2", d.dropped.Load())
+	}
+	// Other events of the partition come first (the relay gave the first
+	// ones back with a backoff); then the relay publishes the first ones
+	// again, with later ones of their keys.
+	other := testMessages(5, []string{"c"})
+	publishAll(ctx, t, p, other)
+	later := testMessages(14, []string{"a", "b"})[10:]
+	publishAll(ctx, t, p, append(append([]kafka.Message{}, first...), later...))
+	want := append(append(append([]kafka.Message{}, first...), other...), later...)
+	if end := k.EndOffsets(t, topic)[0]; end != 1+int64(len(want)) {
+		t.Fatalf("partition ends at offset %d, want %d: %d copies", end, 1+len(want), end-1-int64(len(want)))
+	}
+	recs := k.Consume(t, topic, 1+len(want), 30*time.Second)
+	for i, r := range recs[1:] {
+		if w := want[i]; string(r.Key) != string(w.Key) || string(r.Value) != string(w.Value) {
+			t.Fatalf("record %d: %s=%s, want %s=%s", i+1, r.Key, r.Value, w.Key, w.Value)
+		}
+	}
+}

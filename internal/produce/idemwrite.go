@@ -1,6 +1,8 @@
 package produce
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	metaAPI "github.com/segmentio/kafka-go/protocol/metadata"
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
+	"go.uber.org/zap"
 )
 
 // idempotentWriter is Publisher.write on the idempotent path
@@ -23,19 +26,31 @@ import (
 // NOT_ENOUGH_REPLICAS) is sent again as the same bytes, to the
 // partition's leader of the moment, up to Config.MaxAttempts requests in
 // all, as kafka-go's Writer retries; the broker writes it once
-// (DUPLICATE_SEQUENCE_NUMBER for a copy it has). An answer about the
-// producer's state (Idempotent.Produce's ErrProducerReset) gets a new
-// producer ID and the batches are encoded again, as the Java producer
-// bumps its epoch (KIP-360). A batch given up with its outcome unknown
-// leaves its partition's sequence unknown too: the next write starts a
-// new producer ID, so that a later batch can never be taken for a copy
-// of that one.
+// (DUPLICATE_SEQUENCE_NUMBER, or its first offset again, for a copy it
+// has). An answer about the producer's state (Idempotent.Produce's
+// ErrProducerReset) gets a new producer ID and the batches are encoded
+// again, as the Java producer bumps its epoch (KIP-360).
+//
+// A batch given up with its outcome unknown stays pending: its
+// partition's sequence does not move, and the next write to that
+// partition first sends it again, as the same batch, until the broker
+// answers. Written, its messages count as published in that write (the
+// relay publishes the same events again); refused, the partition goes on
+// from its sequence. So a later batch never reuses a sequence that an
+// unanswered batch may hold (the broker would take it for that batch's
+// copy and drop it), and a retry across calls writes no copy.
 type idempotentWriter struct {
 	p    *Publisher
 	prod *Idempotent
-	// stale: the producer ID must be renewed before the next batch (a
-	// batch was given up with its outcome unknown). Under p.writing.
-	stale bool
+	// pending are the batches given up with their outcome unknown, by
+	// partition, of the current producer ID; stale: a batch that may have
+	// been written was then refused, so its partition's sequence is
+	// unknown and the producer ID must be renewed. Under p.writing.
+	pending map[tp]*idemBatch
+	stale   bool
+	// written are the messages of pending batches the broker answered as
+	// written, by partition, until they are published again (dropWritten).
+	written map[tp][]writtenMsg
 	// retryLog logs the resends, rate-limited as kafka-go's retries are.
 	retryLog *retryLogger
 }
@@ -58,12 +73,92 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 	if err != nil {
 		return false, err
 	}
-	batches, err := w.batches(topic, len(leaders), chunk)
-	if err != nil {
-		return false, err
-	}
+	batches := w.cut(topic, len(leaders), chunk)
 	failed := false
+	failAll := func(b *idemBatch, err error) {
+		for _, i := range b.idx {
+			fail(i, p.explain(topic, err))
+		}
+		failed = true
+	}
+	// First the batches left unanswered by earlier writes to these
+	// partitions.
+	var old []*idemBatch
+	for _, b := range batches {
+		if pb := w.pending[tp{topic, b.partition}]; pb != nil {
+			old = append(old, pb)
+		}
+	}
+	if len(old) > 0 {
+		left, lastErr := w.deliver(ctx, topic, leaders, old)
+		for _, b := range batches {
+			pb := w.pending[tp{topic, b.partition}]
+			switch {
+			case pb == nil:
+			case left[pb]:
+				failAll(b, fmt.Errorf("an earlier batch of partition %d is still unanswered: %w", b.partition, lastErr))
+				b.msgs = nil
+			default:
+				delete(w.pending, tp{topic, b.partition})
+				if pb.written {
+					now := time.Now()
+					for _, m := range pb.msgs {
+						w.written[pb.tp] = append(w.written[pb.tp], writtenMsg{msg: m, at: now})
+					}
+				}
+				n := len(b.msgs)
+				w.dropWritten(b)
+				if ce := p.log.Check(zap.DebugLevel, "idempotent producer: pending batch answered"); ce != nil {
+					ce.Write(zap.Int("partition", b.partition), zap.Int32("sequence", pb.seq), zap.Int("records", pb.n),
+						zap.Bool("written", pb.written), zap.Int("published_again", n-len(b.msgs)), zap.Int("batch", n))
+				}
+			}
+		}
+		if err := w.ready(ctx); err != nil {
+			return failed, err
+		}
+	}
+	var todo []*idemBatch
+	for _, b := range batches {
+		if len(b.msgs) > 0 && len(w.written[tp{topic, b.partition}]) > 0 {
+			w.dropWritten(b)
+		}
+		if len(b.msgs) == 0 {
+			continue
+		}
+		pb, err := w.prod.batchOf(topic, b.partition, b.msgs)
+		if err != nil {
+			return failed, err
+		}
+		b.pendingBatch = pb
+		todo = append(todo, b)
+	}
+	left, lastErr := w.deliver(ctx, topic, leaders, todo)
+	for _, b := range todo {
+		switch {
+		case left[b]:
+			if b.unknown {
+				w.pending[b.tp] = b
+				if ce := p.log.Check(zap.DebugLevel, "idempotent producer: batch unanswered, pending"); ce != nil {
+					ce.Write(zap.Int("partition", b.partition), zap.Int32("sequence", b.seq), zap.Int("records", b.n), zap.Error(b.err))
+				}
+			}
+			failAll(b, cmp.Or(b.err, lastErr))
+		case b.refused != nil:
+			failAll(b, b.refused)
+		}
+	}
+	return failed, nil
+}
+
+// deliver sends batches until each is written or refused, or attempts
+// (Config.MaxAttempts) or ctx end; it returns those left, with the last
+// error seen. A batch's written or refused field says what became of
+// it; unknown, whether one of its sends may have been written.
+func (w *idempotentWriter) deliver(ctx context.Context, topic string, leaders []int, batches []*idemBatch) (map[*idemBatch]bool, error) {
+	p := w.p
 	var lastErr error
+	var given []*idemBatch
 	for attempt := 0; len(batches) > 0; attempt++ {
 		if attempt > 0 {
 			if attempt >= p.cfg.MaxAttempts || !sleepCtx(ctx, min(time.Duration(attempt*attempt)*writeBackoffMin, writeBackoffMax)) {
@@ -73,6 +168,7 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 				p.cfg.Observer.Resent(len(batches))
 			}
 			w.retryLog.Printf("sending %d batches of %s again as the same batches (attempt %d of %d): %v", len(batches), topic, attempt+1, p.cfg.MaxAttempts, lastErr)
+			var err error
 			if leaders, err = w.leaders(ctx, topic); err != nil {
 				lastErr = err
 				continue
@@ -81,8 +177,10 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 		var reset bool
 		var next []*idemBatch
 		for _, o := range w.send(ctx, topic, leaders, batches) {
+			o.b.err = o.err
 			switch {
 			case o.err == nil:
+				o.b.written = true
 			case errors.Is(o.err, ErrProducerReset):
 				reset, lastErr = true, o.err
 				next = append(next, o.b)
@@ -91,13 +189,17 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 				o.b.unknown = o.b.unknown || maybeWritten(o.err)
 				lastErr = o.err
 				next = append(next, o.b)
+			case IsRecordRejected(o.err):
+				// Not written now; if an earlier send may have been, the
+				// partition's sequence is unknown: a new producer ID
+				// before the next batch.
+				o.b.refused = o.err
+				w.stale = w.stale || o.b.unknown
 			default:
-				// Refused, or the call ends: not sent again now.
-				o.b.unknown = o.b.unknown || !IsRecordRejected(o.err)
-				for _, i := range o.b.idx {
-					fail(i, p.explain(topic, o.err))
-				}
-				failed = true
+				// The call ends (ctx), or an error no rule knows: given up.
+				o.b.unknown = true
+				lastErr = o.err
+				given = append(given, o.b)
 			}
 		}
 		batches = next
@@ -108,21 +210,15 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 			}
 		}
 	}
-	for _, b := range batches {
-		w.stale = w.stale || b.unknown
-	}
-	if len(batches) == 0 {
-		return failed, nil
-	}
 	if lastErr == nil {
 		lastErr = ctx.Err()
 	}
+	batches = append(batches, given...)
+	left := make(map[*idemBatch]bool, len(batches))
 	for _, b := range batches {
-		for _, i := range b.idx {
-			fail(i, p.explain(topic, lastErr))
-		}
+		left[b] = true
 	}
-	return true, nil
+	return left, lastErr
 }
 
 // maybeWritten reports whether a failed send may have been written all
@@ -146,24 +242,46 @@ func isRouting(err error) bool {
 	return errors.As(err, &re)
 }
 
-// ready gets a producer ID when there is none or the last one is stale.
+// dropWritten removes from b the messages that a pending batch of its
+// partition wrote (written), which count as published in this write,
+// and forgets those waiting longer than writtenKeep.
+func (w *idempotentWriter) dropWritten(b *idemBatch) {
+	k := tp{b.topic, b.partition}
+	rest := b.drop(w.written[k])
+	now := time.Now()
+	kept := rest[:0]
+	for _, m := range rest {
+		if now.Sub(m.at) < writtenKeep {
+			kept = append(kept, m)
+		}
+	}
+	if len(kept) == 0 {
+		delete(w.written, k)
+		return
+	}
+	w.written[k] = kept
+}
+
+// ready gets a producer ID when there is none or it is stale.
 func (w *idempotentWriter) ready(ctx context.Context) error {
 	if _, epoch := w.prod.ProducerID(); epoch >= 0 && !w.stale {
 		return nil
 	}
-	if err := w.prod.Init(ctx); err != nil {
-		return err
-	}
-	w.stale = false
-	return nil
+	return w.renew(ctx, "", nil)
 }
 
-// renew gets a new producer ID and encodes batches again under it.
+// renew gets a new producer ID and encodes batches again under it. The
+// batches pending under the old one can no longer be told from new ones:
+// they are dropped (their events, published again, may be copies).
 func (w *idempotentWriter) renew(ctx context.Context, topic string, batches []*idemBatch) error {
 	if err := w.prod.Init(ctx); err != nil {
 		return err
 	}
+	id, epoch := w.prod.ProducerID()
+	w.p.log.Info("idempotent producer: new producer ID", zap.Int64("producer_id", id), zap.Int16("epoch", epoch),
+		zap.Int("pending_dropped", len(w.pending)), zap.Bool("stale", w.stale))
 	w.stale = false
+	clear(w.pending)
 	for _, b := range batches {
 		nb, err := w.prod.batchOf(topic, b.partition, b.msgs)
 		if err != nil {
@@ -178,17 +296,69 @@ func (w *idempotentWriter) renew(ctx context.Context, topic string, batches []*i
 // indexes in the Publish call) and their encoding.
 type idemBatch struct {
 	*pendingBatch
+	topic     string
 	partition int
 	msgs      []kafkago.Message
 	idx       []int
 	// unknown: a send of it failed without the broker saying it was not
-	// written.
-	unknown bool
+	// written. written: the broker has it; refused: the broker refused it
+	// without writing it (this time). err is its last send's error.
+	unknown, written bool
+	refused, err     error
 }
 
-// batches cuts chunk into one batch per partition (murmur2 of the key over
-// n partitions), in order of each partition's first message.
-func (w *idempotentWriter) batches(topic string, n int, chunk []kafkago.Message) ([]*idemBatch, error) {
+// drop removes from b the first message equal to each of sent (the
+// same key, value and headers): messages the broker has, published
+// again. It returns those of sent that b did not hold.
+func (b *idemBatch) drop(sent []writtenMsg) []writtenMsg {
+	var rest []writtenMsg
+	for _, m := range sent {
+		found := false
+		for j := range b.msgs {
+			if sameMessage(&b.msgs[j], &m.msg) {
+				b.msgs = append(b.msgs[:j], b.msgs[j+1:]...)
+				b.idx = append(b.idx[:j], b.idx[j+1:]...)
+				found = true
+				break
+			}
+		}
+		if !found {
+			rest = append(rest, m)
+		}
+	}
+	return rest
+}
+
+// writtenMsg is a message of a pending batch the broker answered as
+// written, not yet published again (idempotentWriter.written), and when
+// it was answered.
+type writtenMsg struct {
+	msg kafkago.Message
+	at  time.Time
+}
+
+// writtenKeep is how long a written pending batch's message waits to be
+// published again (the relay gives the events back with a backoff, and
+// publishes them again at their next claim) before it is forgotten.
+const writtenKeep = 10 * time.Minute
+
+// sameMessage reports whether a and b have the same key, value and
+// headers.
+func sameMessage(a, b *kafkago.Message) bool {
+	if !bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.Value, b.Value) || len(a.Headers) != len(b.Headers) {
+		return false
+	}
+	for i := range a.Headers {
+		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// cut cuts chunk into one batch per partition (murmur2 of the key over n
+// partitions), in order of each partition's first message, not encoded.
+func (w *idempotentWriter) cut(topic string, n int, chunk []kafkago.Message) []*idemBatch {
 	w.p.watch.seen(topic, n)
 	byPart := map[int]*idemBatch{}
 	var out []*idemBatch
@@ -196,21 +366,14 @@ func (w *idempotentWriter) batches(topic string, n int, chunk []kafkago.Message)
 		part := Partition(chunk[j].Key, n)
 		b := byPart[part]
 		if b == nil {
-			b = &idemBatch{partition: part}
+			b = &idemBatch{topic: topic, partition: part}
 			byPart[part] = b
 			out = append(out, b)
 		}
 		b.msgs = append(b.msgs, chunk[j])
 		b.idx = append(b.idx, chunk[j].WriterData.(int))
 	}
-	for _, b := range out {
-		pb, err := w.prod.batchOf(topic, b.partition, b.msgs)
-		if err != nil {
-			return nil, err
-		}
-		b.pendingBatch = pb
-	}
-	return out, nil
+	return out
 }
 
 // leaders returns topic's partitions' leader broker IDs, indexed by

@@ -107,7 +107,7 @@ func NewPublisher(cfg kafka.Config, logger *zap.Logger) (*Publisher, error) {
 		client := &kafkago.Client{Addr: addr, Transport: p.transport, Timeout: cfg.DialTimeout + cfg.WriteTimeout}
 		rl := newRetryLogger(log)
 		rl.prefix = "idempotent producer: "
-		p.idem = &idempotentWriter{p: p, prod: NewIdempotent(client, addr, codec(cfg.Compression)), retryLog: rl}
+		p.idem = &idempotentWriter{p: p, prod: NewIdempotent(client, addr, codec(cfg.Compression)), retryLog: rl, pending: map[tp]*idemBatch{}, written: map[tp][]writtenMsg{}}
 	}
 	log.Info("publisher configured",
 		zap.Strings("brokers", cfg.Brokers),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/pgoutbox/outbox/internal/checker"
 	"github.com/pgoutbox/outbox/internal/faultkit"
 	"github.com/pgoutbox/outbox/internal/kafkatemp"
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -155,7 +156,7 @@ func (r *realRun) logs() string {
 // is dead-lettered and, when outage is set (the fault was a condition of
 // the cluster), no event counted a failed attempt; the checker finds
 // nothing lost and every aggregate in order.
-func (r *realRun) finish(name string, faultEnd time.Time, outage bool) {
+func (r *realRun) finish(name string, faultEnd time.Time, outage bool) checker.Report {
 	r.t.Helper()
 	t := r.t
 	defer r.saveLogs()
@@ -193,7 +194,7 @@ func (r *realRun) finish(name string, faultEnd time.Time, outage bool) {
 			t.Errorf("%s: %s exited: %v\n%s", name, p.Name, p.Err(), faultkit.Tail(p.Stderr(), 4000))
 		}
 	}
-	faultkit.CheckTopic(t, r.db.Pool, r.k.Brokers, r.topic, name, 60*time.Second)
+	return faultkit.CheckTopic(t, r.db.Pool, r.k.Brokers, r.topic, name, 60*time.Second)
 }
 
 // publishedPerSecond says how many events were marked published in each
