@@ -85,6 +85,9 @@ func (p *Idempotent) Init(ctx context.Context) error {
 		if err == nil {
 			break
 		}
+		if errors.Is(err, kafkago.ClusterAuthorizationFailed) || errors.Is(err, kafkago.TransactionalIDAuthorizationFailed) {
+			return fmt.Errorf("kafka: init producer id: %w (the idempotent producer needs the IdempotentWrite permission on clusters older than Kafka 2.8 with ACLs, or WRITE on a topic on later ones; or set Config.Idempotent false)", err)
+		}
 		if !errors.Is(err, kafkago.GroupLoadInProgress) && !errors.Is(err, kafkago.GroupCoordinatorNotAvailable) && !errors.Is(err, kafkago.NotCoordinatorForGroup) {
 			return fmt.Errorf("kafka: init producer id: %w", err)
 		}
