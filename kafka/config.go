@@ -165,7 +165,9 @@ type Config struct {
 	// timeout, a lost connection or a leader move is written once, not
 	// twice. It needs Kafka 0.11 or later and, on clusters with ACLs
 	// older than 2.8, the IdempotentWrite permission. Defaults to false
-	// (kafka-go's Writer, whose retries may write a second copy).
+	// (kafka-go's Writer, whose retries may write a second copy), so that
+	// an upgrade does not change a library user's producer; outbox-relay
+	// run sets it (--kafka-idempotent, true by default).
 	Idempotent bool
 
 	// AutoCreateTopic lets metadata requests create missing topics on

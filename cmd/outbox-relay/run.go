@@ -81,7 +81,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 0, fmt.Sprintf("timeout of one produce attempt; kafka-go makes up to %d, which with their backoffs must fit in half of --lease (default %s, less with a --lease under 26s: what fits; 0 is refused)", kafka.DefaultMaxAttempts, kafka.DefaultWriteTimeout))
 	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout (0: the publisher's small default)")
 	fs.BoolVar(&f.kafka.AutoCreateTopic, "kafka-auto-create-topics", false, "let metadata requests create missing topics on brokers that allow it (auto.create.topics.enable)")
-	fs.BoolVar(&f.kafka.Idempotent, "kafka-idempotent", false, "idempotent producer: batches carry a producer ID and sequence, so a batch sent again after a timeout or a leader move is written once (Kafka's enable.idempotence)")
+	fs.BoolVar(&f.kafka.Idempotent, "kafka-idempotent", true, "idempotent producer: batches carry a producer ID and sequence, so a batch sent again after a timeout or a leader move is written once (Kafka's enable.idempotence); false: kafka-go's Writer")
 	fs.StringVar((*string)(&f.kafka.Compression), "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
 	fs.BoolVar(&f.kafka.TLSEnabled, "kafka-tls", false, "connect to Kafka over TLS")
 	fs.StringVar(&f.kafka.TLSCAFile, "kafka-tls-ca", "", "PEM file of CA certificates for Kafka TLS (default: system roots)")

@@ -83,40 +83,8 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 	}
 	// First the batches left unanswered by earlier writes to these
 	// partitions.
-	var old []*idemBatch
-	for _, b := range batches {
-		if pb := w.pending[tp{topic, b.partition}]; pb != nil {
-			old = append(old, pb)
-		}
-	}
-	if len(old) > 0 {
-		left, lastErr := w.deliver(ctx, topic, leaders, old)
-		for _, b := range batches {
-			pb := w.pending[tp{topic, b.partition}]
-			switch {
-			case pb == nil:
-			case left[pb]:
-				failAll(b, fmt.Errorf("an earlier batch of partition %d is still unanswered: %w", b.partition, lastErr))
-				b.msgs = nil
-			default:
-				delete(w.pending, tp{topic, b.partition})
-				if pb.written {
-					now := time.Now()
-					for _, m := range pb.msgs {
-						w.written[pb.tp] = append(w.written[pb.tp], writtenMsg{msg: m, at: now})
-					}
-				}
-				n := len(b.msgs)
-				w.dropWritten(b)
-				if ce := p.log.Check(zap.DebugLevel, "idempotent producer: pending batch answered"); ce != nil {
-					ce.Write(zap.Int("partition", b.partition), zap.Int32("sequence", pb.seq), zap.Int("records", pb.n),
-						zap.Bool("written", pb.written), zap.Int("published_again", n-len(b.msgs)), zap.Int("batch", n))
-				}
-			}
-		}
-		if err := w.ready(ctx); err != nil {
-			return failed, err
-		}
+	if err := w.resolvePending(ctx, topic, leaders, batches, failAll); err != nil {
+		return failed, err
 	}
 	var todo []*idemBatch
 	for _, b := range batches {
@@ -149,6 +117,48 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 		}
 	}
 	return failed, nil
+}
+
+// resolvePending sends again the pending batches of batches' partitions.
+// A partition whose pending batch is still unanswered fails its batch
+// (failAll) and sends nothing; one whose pending batch the broker has
+// moves its messages to written. A producer ID made stale is renewed.
+func (w *idempotentWriter) resolvePending(ctx context.Context, topic string, leaders []int, batches []*idemBatch, failAll func(*idemBatch, error)) error {
+	p := w.p
+	var old []*idemBatch
+	for _, b := range batches {
+		if pb := w.pending[tp{topic, b.partition}]; pb != nil {
+			old = append(old, pb)
+		}
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	left, lastErr := w.deliver(ctx, topic, leaders, old)
+	for _, b := range batches {
+		pb := w.pending[tp{topic, b.partition}]
+		switch {
+		case pb == nil:
+		case left[pb]:
+			failAll(b, fmt.Errorf("an earlier batch of partition %d is still unanswered: %w", b.partition, lastErr))
+			b.msgs = nil
+		default:
+			delete(w.pending, tp{topic, b.partition})
+			if pb.written {
+				now := time.Now()
+				for _, m := range pb.msgs {
+					w.written[pb.tp] = append(w.written[pb.tp], writtenMsg{msg: m, at: now})
+				}
+			}
+			n := len(b.msgs)
+			w.dropWritten(b)
+			if ce := p.log.Check(zap.DebugLevel, "idempotent producer: pending batch answered"); ce != nil {
+				ce.Write(zap.Int("partition", b.partition), zap.Int32("sequence", pb.seq), zap.Int("records", pb.n),
+					zap.Bool("written", pb.written), zap.Int("published_again", n-len(b.msgs)), zap.Int("batch", n))
+			}
+		}
+	}
+	return w.ready(ctx)
 }
 
 // deliver sends batches until each is written or refused, or attempts
