@@ -61,10 +61,13 @@ func (t *scheduler) apply(e schedEvent) schedDecision {
 }
 
 // pollInTurns reports whether the relays take turns at the fallback
-// poll: this relay is a Service's, with notifications (another relay's
-// poll can wake it), and one of several members. See pollDelay.
+// poll: this relay is one of several members. Every member takes its
+// turns, a relay without notifications (NoNotify, or a Relay of its own
+// without a Service) as one whose LISTEN is down: it claims at every slot
+// and polls for all in its own (its claimer notifies the others if it
+// has a wake channel, claim.Claimer.SetWakeChannel). See pollDelay.
 func (r *Relay) pollInTurns() bool {
-	return r.wakeups != nil && r.pollOf > 1
+	return r.pollOf > 1
 }
 
 // pollDelay is how long after now the poll timer fires: a jittered

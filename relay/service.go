@@ -146,9 +146,11 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 		// only if it owns one of them; a change of owners notifies every
 		// relay, so that ownership moves at once all the same.
 		s.listener.Wants = claimer.Wants
-		claimer.SetWakeChannel(cfg.Notify.WithDefaults().Channel)
 		wake = s.listener.Wake()
 	}
+	// Even without LISTEN, this relay's turns at the poll wake the other
+	// relays' owners of what it finds (scheduler.pollInTurns).
+	claimer.SetWakeChannel(cfg.Notify.WithDefaults().Channel)
 	var c Claimer = claimer
 	if cfg.WrapClaimer != nil {
 		c = cfg.WrapClaimer(c)

@@ -260,3 +260,57 @@ func TestRelaysTakeTurnsAtThePoll(t *testing.T) {
 	}
 	requireTopicOrder(t, db, k, topic, n)
 }
+
+// A relay without notifications (NoNotify) still takes its turns at the
+// poll and wakes the owners of what it finds: beside a listening relay,
+// its shared polls are the only source of the "poll:" wake-ups the
+// listening relay receives (a relay's own polls never name its own
+// partitions). Events written without a notification in the listening
+// relay's partitions are all relayed, in order.
+func TestARelayWithoutNotificationsTakesItsTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, k := testenv.MigratedDB(t), testenv.Kafka(t)
+	topic := k.Topic(t, 6)
+	const poll = 200 * time.Millisecond
+	listening := startRelay(t, db, k, topic, opts{relay: relay.Config{PollInterval: poll}, lease: lease.Config{RelayID: "listening"}})
+	deaf := startRelay(t, db, k, topic, opts{noNotify: true, relay: relay.Config{PollInterval: poll}, lease: lease.Config{RelayID: "deaf"}})
+	testenv.Eventually(t, time.Minute, func() bool {
+		for _, h := range []*harness{listening, deaf} {
+			if o := h.claimer.Ownership(); o.Members != 2 || o.Releasing > 0 {
+				return false
+			}
+		}
+		return true
+	}, "the two relays did not both join")
+	var aggs []string
+	rows, err := db.Pool.Query(ctx, `SELECT 'agg-' || g FROM generate_series(0, 999) g
+WHERE outbox_key_partition('agg-' || g) IN (SELECT partition FROM outbox_partitions WHERE owner = $1) LIMIT 20`, listening.claimer.Member())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var a string
+		if err := rows.Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		aggs = append(aggs, a)
+	}
+	if rows.Err() != nil || len(aggs) == 0 {
+		t.Fatalf("no aggregate of the listening relay's partitions: %v", rows.Err())
+	}
+	n := 0
+	testenv.Eventually(t, time.Minute, func() bool {
+		for range 10 {
+			if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), $1, 't', jsonb_build_object('n', $2::int))`,
+				aggs[n%len(aggs)], n); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		_, polls := listening.listener.Wakeups()
+		return polls > 0
+	}, "the relay without notifications never woke the listening relay with a shared poll")
+	testenv.Eventually(t, time.Minute, func() bool { return unpublished(t, db) == 0 }, "events written without a notification were not all relayed")
+	requireTopicOrder(t, db, k, topic, n)
+}

@@ -274,7 +274,7 @@ func (c *Claimer) queueWakeOwners(q *claimQueue) {
 		mine = *m
 	}
 	st := c.st.wakeOwners
-	q.steps.scan(st.SQL, st.Args(wakeOwnersArgs{ScanFrom: c.fl.at, Limit: int64(c.cfg.BatchSize), Mine: mine,
+	q.steps.scan(st.SQL, st.Args(wakeOwnersArgs{Limit: int64(c.cfg.BatchSize), Mine: mine,
 		Channel: c.own.channel, Named: config.PollWakePrefix + config.KeyPartitionsPrefix, NamedAll: config.PollWakePrefix,
 		MaxNamed: config.MaxKeyPartitionsNamed}), "claim batch: wake owners", &q.woke)
 }

@@ -190,3 +190,58 @@ WHERE outbox_key_partition('agg-' || g) IN (SELECT partition FROM outbox_partiti
 		t.Fatalf("b claimed %d rows (%v), want its 10", len(bb.Rows), err)
 	}
 }
+
+// A shared poll sees the other relays' rows below its own floor: the
+// floor is computed over the polling relay's partitions, and a busy
+// relay's runs ahead of an idle relay's unpublished rows. Here b
+// publishes its own later rows and its floor passes a's five older ones;
+// b's shared poll still names a's partition.
+func TestSharedPollSeesBelowItsFloor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	a, b, _ := twoPollingClaimers(t, db)
+	ownedAgg := func(owner string) string {
+		var agg string
+		if err := db.Pool.QueryRow(ctx, `SELECT 'agg-' || g FROM generate_series(0, 999) g
+WHERE outbox_key_partition('agg-' || g) IN (SELECT partition FROM outbox_partitions WHERE owner = $1) LIMIT 1`, owner).Scan(&agg); err != nil {
+			t.Fatal(err)
+		}
+		return agg
+	}
+	insert := func(agg string, n int) (maxSeq int64) {
+		if err := db.Pool.QueryRow(ctx, `WITH i AS (INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), $1, 't', '{}' FROM generate_series(1, $2) RETURNING seq) SELECT max(seq) FROM i`, agg, n).Scan(&maxSeq); err != nil {
+			t.Fatal(err)
+		}
+		return maxSeq
+	}
+	aTop := insert(ownedAgg(a.Member()), 5)
+	insert(ownedAgg(b.Member()), 5)
+	// b claims and publishes its rows; its floor moves every
+	// advanceEvery, at a claim.
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		batch, err := b.Claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch.Rows) > 0 {
+			seqs := make([]int64, len(batch.Rows))
+			for i, r := range batch.Rows {
+				seqs[i] = r.Seq
+			}
+			if _, err := b.MarkPublished(ctx, batch.Token, seqs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.Floor() > aTop
+	}, "b's floor did not pass a's rows (up to seq %d)", aTop)
+	b.PollShared()
+	batch, err := b.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.WokeOwners != 1 {
+		t.Fatalf("b's shared poll (floor %d) woke %d partitions' owners, want a's 1 (its rows up to seq %d)", b.Floor(), batch.WokeOwners, aTop)
+	}
+}

@@ -115,7 +115,6 @@ type (
 	// Named the payload's prefix, NamedAll the payload past MaxNamed
 	// partitions.
 	wakeOwnersArgs struct {
-		ScanFrom int64  `arg:"scan_from"`
 		Limit    int64  `arg:"limit"`
 		Mine     []bool `arg:"mine"`
 		Channel  string `arg:"channel"`
@@ -250,7 +249,7 @@ func claimerSlots(cfg lease.Config) (map[string]string, error) {
 		return nil, err
 	}
 	s["waiting_o"] = st.Waiting("o", "@holder", guardFrom)
-	s["held_behind_o"] = st.HeldBehindFrom("o", "@scan_from")
+	s["held_behind_o"] = st.HeldBehind("o")
 	return s, nil
 }
 

@@ -93,20 +93,11 @@ func (s States) Waiting(a, holder, floor string) string {
 // so the owner claims the row next. (The gauges read the oldest row not
 // held so; counting leases as holding rows back made them walk the whole
 // backlog while the relays drained it, and report nothing claimable.)
-func (s States) HeldBehind(a string) string { return s.HeldBehindFrom(a, "") }
-
-// HeldBehindFrom is HeldBehind with its probe starting at seq floor (an
-// SQL expression; "" for none), below which no row backs off or is held.
-func (s States) HeldBehindFrom(a, floor string) string {
-	q := `COALESCE((SELECT true FROM ` + s.table + ` p
+func (s States) HeldBehind(a string) string {
+	return `COALESCE((SELECT true FROM ` + s.table + ` p
       WHERE p.` + s.agg + ` = ` + a + `.` + s.agg + `
         AND p.published_at IS NULL
-        AND p.seq < ` + a + `.seq`
-	if floor != "" {
-		q += `
-        AND p.seq >= ` + floor
-	}
-	return q + `
+        AND p.seq < ` + a + `.seq
         AND p.locked_until > now()
         AND p.locked_by IS NULL
       LIMIT 1), false)`

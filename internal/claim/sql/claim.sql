@@ -206,24 +206,28 @@ FROM claimed
 -- name: WakeOwners :one
 -- A shared poll (Claimer.PollShared), queued after the claim in its
 -- transaction: finds the key partitions of the first @limit claimable
--- rows from seq @scan_from in seq order, of whichever relay, and notifies
--- @channel at commit naming those not in @mine (this relay's), in one
--- payload: @named ('poll:kp:', config.PollWakePrefix and
--- KeyPartitionsPrefix) and the partitions, or 'poll:' alone (every relay
--- wakes) past @max_named of them. Their owners claim them as after a
--- writer's notification, so relays that poll in turn find every relay's
--- events. Returns how many partitions it named (0: it notified nothing).
--- The candidates are those of the claim's scan without the owned mask,
--- and without the rows held behind an earlier row of their aggregate
--- that backs off or is held as a dead letter (while any row is: 'holds'
--- in the order guard), which no owner could claim: a long run of them
--- would otherwise fill @limit and hide every other partition's rows.
+-- rows in seq order, of whichever relay, and notifies @channel at commit
+-- naming those not in @mine (this relay's), in one payload: @named
+-- ('poll:kp:', config.PollWakePrefix and KeyPartitionsPrefix) and the
+-- partitions, or 'poll:' alone (every relay wakes) past @max_named of
+-- them. Their owners claim them as after a writer's notification, so
+-- relays that poll in turn find every relay's events. Returns how many
+-- partitions it named (0: it notified nothing).
+--
+-- The scan starts at the table's first unpublished row, not at this
+-- relay's floor: the floor is computed over this relay's partitions only,
+-- and a busy relay's runs ahead of an idle relay's unpublished rows. Once
+-- per poll interval between all the relays, the walk over entries
+-- VACUUM has not removed yet is cheap. Rows held behind an earlier row of
+-- their aggregate that backs off or is held as a dead letter (while any
+-- row is: 'holds' in the order guard), which no owner could claim, are
+-- skipped: a long run of them would otherwise fill @limit and hide every
+-- other partition's rows.
 WITH found AS (
   SELECT DISTINCT x.kp FROM (
     SELECT /* TEMPLATE: key_partition_o */ AS kp
     FROM /* TEMPLATE: table */ o
     WHERE /* TEMPLATE: live_o */
-      AND o.seq >= @scan_from
       AND /* TEMPLATE: lease_free_o */
       AND (NOT (SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: guard */ g WHERE g.key = 'holds' AND g.until > now()))
         OR NOT /* TEMPLATE: held_behind_o */)
