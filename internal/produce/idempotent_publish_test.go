@@ -67,15 +67,9 @@ func TestIdempotentPublishWritesOnceWhenTheAnswerIsLost(t *testing.T) {
 		t.Run(fmt.Sprint("idempotent=", idempotent), func(t *testing.T) {
 			t.Parallel()
 			topic := k.Topic(t, 3)
-			p, err := NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: topic, Idempotent: idempotent}, testenv.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p, ctx := newIdempotentPublisher(t, kafka.Config{Brokers: k.Brokers, Topic: topic, Idempotent: idempotent})
 			d := &answerDropper{}
 			p.dialer.wrap = d.wrap
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
 			warm := []kafka.Message{{Key: []byte("warm"), Value: []byte("0")}}
 			if res := p.Publish(ctx, warm); res[0].Outcome != Published {
 				t.Fatalf("first publish: %v", res[0].Err)
@@ -159,13 +153,7 @@ func TestIdempotentPublishRenewsTheProducerOnAStateError(t *testing.T) {
 		t.Run(code.Title(), func(t *testing.T) {
 			t.Parallel()
 			b, topic := newFakeBroker(t, 3)
-			p, err := NewPublisher(kafka.Config{Brokers: b.addrs, Topic: topic, Idempotent: true}, testenv.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
+			p, ctx := newIdempotentPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, Idempotent: true})
 			publishAll(ctx, t, p, testMessages(30, []string{"a", "b", "c", "d", "e", "f"}))
 			id, epoch := p.idem.prod.ProducerID()
 			hits := failProduceN(b.cluster, topic, 0, int16(code), 1)
@@ -190,13 +178,7 @@ func TestIdempotentPublishRenewsTheProducerOnAStateError(t *testing.T) {
 func TestIdempotentPublishReusesTheSequenceOfARefusedBatch(t *testing.T) {
 	t.Parallel()
 	b, topic := newFakeBroker(t, 1)
-	p, err := NewPublisher(kafka.Config{Brokers: b.addrs, Topic: topic, Idempotent: true}, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	p, ctx := newIdempotentPublisher(t, kafka.Config{Brokers: b.addrs, Topic: topic, Idempotent: true})
 	publishAll(ctx, t, p, testMessages(5, []string{"a", "b"}))
 	id, epoch := p.idem.prod.ProducerID()
 	failProduceN(b.cluster, topic, 0, int16(kafkago.MessageSizeTooLarge), 1)
@@ -247,13 +229,7 @@ func TestIdempotentPublishCompresses(t *testing.T) {
 		t.Run(string(c), func(t *testing.T) {
 			t.Parallel()
 			topic := k.Topic(t, 2)
-			p, err := NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: topic, Idempotent: true, Compression: c}, testenv.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
+			p, ctx := newIdempotentPublisher(t, kafka.Config{Brokers: k.Brokers, Topic: topic, Idempotent: true, Compression: c})
 			msgs := testMessages(40, []string{"a", "b", "c"})
 			publishAll(ctx, t, p, msgs)
 			want := map[string]bool{}
@@ -285,15 +261,9 @@ func TestIdempotentPublishResolvesAnUnansweredBatchInTheNextCall(t *testing.T) {
 	t.Parallel()
 	k := testenv.Kafka(t)
 	topic := k.Topic(t, 1)
-	p, err := NewPublisher(kafka.Config{Brokers: k.Brokers, Topic: topic, Idempotent: true, MaxAttempts: 2}, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, ctx := newIdempotentPublisher(t, kafka.Config{Brokers: k.Brokers, Topic: topic, Idempotent: true, MaxAttempts: 2})
 	d := &answerDropper{}
 	p.dialer.wrap = d.wrap
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	publishAll(ctx, t, p, []kafka.Message{{Key: []byte("warm"), Value: []byte("0")}})
 	first := testMessages(10, []string{"a", "b"})
 	d.drops.Store(2) // both attempts' answers
@@ -322,4 +292,18 @@ func TestIdempotentPublishResolvesAnUnansweredBatchInTheNextCall(t *testing.T) {
 			t.Fatalf("record %d: %s=%s, want %s=%s", i+1, r.Key, r.Value, w.Key, w.Value)
 		}
 	}
+}
+
+// newIdempotentPublisher returns a Publisher of cfg, closed when the
+// test ends, and a context for its calls.
+func newIdempotentPublisher(t *testing.T, cfg kafka.Config) (*Publisher, context.Context) {
+	t.Helper()
+	p, err := NewPublisher(cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return p, ctx
 }
