@@ -274,10 +274,16 @@ func (c *Claimer) queueWakeOwners(q *claimQueue) {
 		mine = *m
 	}
 	st := c.st.wakeOwners
-	q.steps.scan(st.SQL, st.Args(wakeOwnersArgs{Limit: int64(c.cfg.BatchSize), Mine: mine,
+	q.steps.scan(st.SQL, st.Args(wakeOwnersArgs{ScanLimit: wakeScanRows * int64(c.cfg.BatchSize), Mine: mine,
 		Channel: c.own.channel, Named: config.PollWakePrefix + config.KeyPartitionsPrefix, NamedAll: config.PollWakePrefix,
 		MaxNamed: config.MaxKeyPartitionsNamed}), "claim batch: wake owners", &q.woke)
 }
+
+// wakeScanRows is how many batches' worth of rows a shared poll walks
+// at most (WakeOwners' @scan_limit): enough to see past a few hundred rows
+// held behind a dead letter, few enough that a poll stays cheap behind a
+// large held backlog.
+const wakeScanRows = 4
 
 // ErrPayloadTooLarge is wrapped by a claimed row's DecodeErr when its
 // payload is larger than Config.MaxBatchBytes: the claim does not read it

@@ -115,12 +115,12 @@ type (
 	// Named the payload's prefix, NamedAll the payload past MaxNamed
 	// partitions.
 	wakeOwnersArgs struct {
-		Limit    int64  `arg:"limit"`
-		Mine     []bool `arg:"mine"`
-		Channel  string `arg:"channel"`
-		Named    string `arg:"named"`
-		NamedAll string `arg:"named_all"`
-		MaxNamed int64  `arg:"max_named"`
+		ScanLimit int64  `arg:"scan_limit"`
+		Mine      []bool `arg:"mine"`
+		Channel   string `arg:"channel"`
+		Named     string `arg:"named"`
+		NamedAll  string `arg:"named_all"`
+		MaxNamed  int64  `arg:"max_named"`
 	}
 	// settleArgs: CreatedFrom and CreatedTo bound the rows' created_at
 	// (the claim's, createdRanges; infinite when unknown), so that on a

@@ -205,36 +205,37 @@ FROM claimed
 
 -- name: WakeOwners :one
 -- A shared poll (Claimer.PollShared), queued after the claim in its
--- transaction: finds the key partitions of the first @limit claimable
--- rows in seq order, of whichever relay, and notifies @channel at commit
--- naming those not in @mine (this relay's), in one payload: @named
--- ('poll:kp:', config.PollWakePrefix and KeyPartitionsPrefix) and the
--- partitions, or 'poll:' alone (every relay wakes) past @max_named of
--- them. Their owners claim them as after a writer's notification, so
--- relays that poll in turn find every relay's events. Returns how many
--- partitions it named (0: it notified nothing).
+-- transaction: finds the key partitions of the claimable rows among the
+-- first @scan_limit live, lease-free rows in seq order, of whichever
+-- relay, and notifies @channel at commit naming those not in @mine (this
+-- relay's), in one payload: @named ('poll:kp:', config.PollWakePrefix
+-- and KeyPartitionsPrefix) and the partitions, or 'poll:' alone (every
+-- relay wakes) past @max_named of them. Their owners claim them as after
+-- a writer's notification, so relays that poll in turn find every
+-- relay's events. Returns how many partitions it named (0: it notified
+-- nothing).
 --
 -- The scan starts at the table's first unpublished row, not at this
 -- relay's floor: the floor is computed over this relay's partitions only,
--- and a busy relay's runs ahead of an idle relay's unpublished rows. Once
--- per poll interval between all the relays, the walk over entries
--- VACUUM has not removed yet is cheap. Rows held behind an earlier row of
--- their aggregate that backs off or is held as a dead letter (while any
--- row is: 'holds' in the order guard), which no owner could claim, are
--- skipped: a long run of them would otherwise fill @limit and hide every
--- other partition's rows.
-WITH found AS (
-  SELECT DISTINCT x.kp FROM (
-    SELECT /* TEMPLATE: key_partition_o */ AS kp
-    FROM /* TEMPLATE: table */ o
-    WHERE /* TEMPLATE: live_o */
-      AND /* TEMPLATE: lease_free_o */
-      AND (NOT (SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: guard */ g WHERE g.key = 'holds' AND g.until > now()))
-        OR NOT /* TEMPLATE: held_behind_o */)
-    ORDER BY o.seq
-    LIMIT @limit
-  ) x
-  WHERE NOT coalesce((@mine::bool[])[x.kp + 1], false)
+-- and a busy relay's runs ahead of an idle relay's unpublished rows. Rows
+-- held behind an earlier row of their aggregate that backs off or is held
+-- as a dead letter (while any row is: 'holds' in the order guard), which
+-- no owner could claim, are not counted, so a run of them shorter than
+-- @scan_limit hides nothing; a longer one (a large backlog behind a dead
+-- letter) leaves the rows after it to their owners' own turns. The bound
+-- keeps each poll's walk, and its probes, small whatever is held.
+WITH scanned AS (
+  SELECT o.seq, o./* TEMPLATE: aggregate_id */, /* TEMPLATE: key_partition_o */ AS kp
+  FROM /* TEMPLATE: table */ o
+  WHERE /* TEMPLATE: live_o */
+    AND /* TEMPLATE: lease_free_o */
+  ORDER BY o.seq
+  LIMIT @scan_limit
+), found AS (
+  SELECT DISTINCT o.kp FROM scanned o
+  WHERE NOT coalesce((@mine::bool[])[o.kp + 1], false)
+    AND (NOT (SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: guard */ g WHERE g.key = 'holds' AND g.until > now()))
+      OR NOT /* TEMPLATE: held_behind_o */)
 ), woken AS (
   SELECT count(*) AS n, pg_notify(@channel,
       CASE WHEN count(*) <= @max_named THEN @named || string_agg(kp::text, ',' ORDER BY kp) ELSE @named_all END)
