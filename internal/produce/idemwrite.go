@@ -126,9 +126,11 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 func (w *idempotentWriter) resolvePending(ctx context.Context, topic string, leaders []int, batches []*idemBatch, failAll func(*idemBatch, error)) error {
 	p := w.p
 	var old []*idemBatch
+	of := map[*idemBatch]*idemBatch{} // a chunk batch's pending batch
 	for _, b := range batches {
 		if pb := w.pending[tp{topic, b.partition}]; pb != nil {
 			old = append(old, pb)
+			of[b] = pb
 		}
 	}
 	if len(old) == 0 {
@@ -136,14 +138,18 @@ func (w *idempotentWriter) resolvePending(ctx context.Context, topic string, lea
 	}
 	left, lastErr := w.deliver(ctx, topic, leaders, old)
 	for _, b := range batches {
-		pb := w.pending[tp{topic, b.partition}]
+		pb := of[b]
 		switch {
 		case pb == nil:
 		case left[pb]:
+			// Still pending, also if a new producer ID cleared the
+			// pending batches meanwhile (deliver's renew encoded it anew):
+			// its partition's sequence stays unknown until it is answered.
+			w.pending[pb.tp] = pb
 			failAll(b, fmt.Errorf("an earlier batch of partition %d is still unanswered: %w", b.partition, lastErr))
 			b.msgs = nil
 		default:
-			delete(w.pending, tp{topic, b.partition})
+			delete(w.pending, pb.tp)
 			if pb.written {
 				now := time.Now()
 				for _, m := range pb.msgs {
