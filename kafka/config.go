@@ -55,6 +55,10 @@ const (
 	// DefaultMaxAttempts is the number of produce attempts kafka-go makes
 	// per batch for retriable errors before giving up.
 	DefaultMaxAttempts = 3
+
+	// DefaultTransactionalIDPrefix starts every relay's transactional ID
+	// with Config.Fence (see Config.TransactionalIDPrefix).
+	DefaultTransactionalIDPrefix = "pgoutbox/"
 )
 
 // SASLMechanism is Config.SASLMechanism: "" (no SASL) or one of the
@@ -170,6 +174,29 @@ type Config struct {
 	// run sets it (--kafka-idempotent, true by default).
 	Idempotent bool
 
+	// Fence makes the brokers refuse the writes of a relay whose key
+	// partitions moved to another (paused past its lease, say, with a
+	// produce request still on its way): each relay writes every batch in
+	// a Kafka transaction under a transactional ID of its own
+	// (TransactionalIDPrefix and its member name), and a relay that takes
+	// key partitions over from a member whose membership ended first bumps
+	// that member's epoch (Kafka's producer fencing, KIP-98), so records
+	// of an aggregate never lie in the log after later events of it. It
+	// needs Idempotent, Kafka 3.0 or later (3.6 or later to refuse a
+	// request on its way after its transaction ended), WRITE and DESCRIBE
+	// on the transactional IDs with ACLs, and consumers that read with
+	// isolation.level=read_committed to skip the aborted copies. It costs
+	// two round trips to the transaction coordinator per produce call.
+	// Defaults to false.
+	Fence bool
+
+	// TransactionalIDPrefix starts the transactional ID of every relay
+	// with Fence; the relay's member name follows. Relays of different
+	// outbox tables or databases that share a Kafka cluster need
+	// different prefixes. Defaults to DefaultTransactionalIDPrefix
+	// followed by the outbox table's name and "/" (relay.NewService).
+	TransactionalIDPrefix string
+
 	// AutoCreateTopic lets metadata requests create missing topics on
 	// brokers that allow it (auto.create.topics.enable); it applies to
 	// Publish and CheckTopics. Defaults to false.
@@ -276,6 +303,9 @@ func (c Config) Validate() error {
 	}
 	if !okComp {
 		return fieldErr("Compression", "%q: want none, gzip, snappy, lz4 or zstd", c.Compression)
+	}
+	if c.Fence && !c.Idempotent {
+		return fieldErr("Fence", "needs Config.Idempotent: fencing is by the idempotent producer's epoch")
 	}
 	if !c.TLSEnabled {
 		switch {

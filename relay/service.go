@@ -114,9 +114,18 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	// Unless set, the publisher's attempts fit in half the lease: one
 	// publish must not outlive the claim of its rows.
 	cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout = produce.FitAttempts(cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout, claimer.Config().Lease/2)
+	if cfg.Kafka.TransactionalIDPrefix == "" {
+		cfg.Kafka.TransactionalIDPrefix = kafka.DefaultTransactionalIDPrefix + claimer.Config().Table + "/"
+	}
 	pub, err := produce.NewPublisher(cfg.Kafka, logger)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Kafka.Fence {
+		// This relay writes under its member's transactional ID, and fences
+		// the former owners of the key partitions it takes over.
+		pub.SetMember(claimer.Member())
+		claimer.SetFencer(pub)
 	}
 	if b := pub.AttemptBudget(); b > claimer.Config().Lease/2 {
 		_ = pub.Close()

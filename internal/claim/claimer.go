@@ -159,6 +159,8 @@ type Claimer struct {
 	settled settleQueue
 	// pres is a static member's presence (presence.go); nil without one.
 	pres *presence
+	// fencer fences former owners (SetFencer); nil fences nothing.
+	fencer Fencer
 	// created bounds the marks on a time-partitioned table (created.go).
 	created createdRanges
 }

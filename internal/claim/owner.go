@@ -73,6 +73,10 @@ type Ownership struct {
 	// another member whose membership had run out (a handover): a
 	// partition a member gave back has no owner when it is acquired.
 	Acquired, Released, TakenOver int64
+	// FenceFailures counts the partitions left to a later rebalance
+	// because their former owner could not be fenced (SetFencer): the
+	// transaction coordinator did not answer.
+	FenceFailures int64
 	// Legacy names a relay of an older version, without key partitions,
 	// that holds leases on the table (its locked_by); "" when none. While
 	// one runs, this Claimer claims nothing: it would not know that
@@ -126,6 +130,7 @@ type owner struct {
 	holders                       int // holders taken after failed claims (Claimer.newHolder)
 	since                         time.Time
 	acquired, released, takenOver int64
+	fenceFailures                 int64
 	// busy counts, per partition, the unsettled batches holding its rows;
 	// busyUntil keeps a partition busy until then (rows stuck in a lease,
 	// or a claim whose answer was lost).
@@ -169,7 +174,7 @@ func (c *Claimer) Ownership() Ownership {
 	defer c.mu.Unlock()
 	o := c.own
 	return Ownership{Member: o.member, Partitions: o.partitions, Owned: len(o.owned), Releasing: len(o.releasing),
-		Members: o.members, Turn: o.turn, Acquired: o.acquired, Released: o.released, TakenOver: o.takenOver, Legacy: o.legacy, Since: o.since,
+		Members: o.members, Turn: o.turn, Acquired: o.acquired, Released: o.released, TakenOver: o.takenOver, FenceFailures: o.fenceFailures, Legacy: o.legacy, Since: o.since,
 		Static: o.static, Replaced: o.replaced, TakeoverBlocked: o.takeoverBlocked, TakeoverEnded: o.takeoverEnded}
 }
 

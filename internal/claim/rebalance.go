@@ -57,7 +57,11 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 		}
 		defer o.keepBusy(blocked)
 	}
-	plan := ownership.PlanRebalance(o.member, members, owners, func(p int) bool { return o.idle(p, now) })
+	clean := c.fencer == nil || c.fencer.Clean()
+	plan := ownership.PlanRebalance(o.member, members, owners, func(p int) bool { return clean && o.idle(p, now) })
+	if c.fencer != nil && len(plan.Acquire) > 0 {
+		plan.Acquire = c.fence(ctx, plan.Acquire, owners)
+	}
 	owned := plan.Owned
 	if len(plan.Acquire)+len(plan.Release) > 0 {
 		if err := c.move(ctx, plan, owners, &gen); err != nil {

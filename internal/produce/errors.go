@@ -249,6 +249,7 @@ const (
 	reasonTLS              = "tls"               // ErrTLS: TLS handshake failed
 	reasonInvalidTimestamp = "invalid_timestamp" // INVALID_TIMESTAMP: the broker's message.timestamp.*.max.ms refused the send time
 	reasonThrottled        = "throttled"         // THROTTLING_QUOTA_EXCEEDED
+	reasonTransaction      = "transaction"       // errAborted: the write's transaction ended without a commit (Config.Fence)
 	reasonOther            = "other"
 )
 
@@ -298,6 +299,7 @@ var classRules = []classRule{
 	{is(errAuthentication), classOutage, reasonAuthentication},
 	{is(ErrTLS), classOutage, reasonTLS},
 	{is(ErrNotAttempted), classOutage, reasonUnreachable},
+	{is(errAborted), classOutage, reasonTransaction},
 	{is(errClosed, io.ErrClosedPipe, errNoTopic, context.Canceled), classOther, reasonOther},
 	{func(err error) bool {
 		var tooLarge kafkago.MessageTooLargeError

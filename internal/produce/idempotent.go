@@ -27,8 +27,8 @@ import (
 // again (KIP-98).
 //
 // The Publisher sends through it with kafka.Config.Idempotent
-// (idempotentWriter). Not done yet: nothing fences a paused relay (epochs
-// tied to what a relay owns).
+// (idempotentWriter); with kafka.Config.Fence, under a transactional ID
+// whose epoch another relay can bump (fence.go).
 
 // producerSession is a producer ID and epoch from InitProducerID (the
 // first ID a cluster hands out is 0); ok says Init got one.
@@ -37,6 +37,10 @@ type producerSession struct {
 	epoch int16
 	ok    bool
 }
+
+// transactional is the bit of a record batch's attributes that marks its
+// records as part of a transaction (KIP-98).
+const transactional = 0x10
 
 // tp names a topic-partition.
 type tp struct {
@@ -53,6 +57,12 @@ type Idempotent struct {
 	addr   net.Addr
 	// compression is the codec of every batch (0: none).
 	compression kafkago.Compression
+
+	// txnID, when set (SetTransactionalID), is the transactional ID Init
+	// asks a producer ID for, and every batch is transactional; txnTimeout
+	// is the transaction timeout Init gives the coordinator.
+	txnID      string
+	txnTimeout time.Duration
 
 	mu      sync.Mutex
 	session producerSession
@@ -75,27 +85,9 @@ func NewIdempotent(client *kafkago.Client, addr net.Addr, compression kafkago.Co
 // cluster creates its transaction state topic) is waited for, with
 // backoff, until ctx ends.
 func (p *Idempotent) Init(ctx context.Context) error {
-	var res *kafkago.InitProducerIDResponse
-	for attempt := 0; ; attempt++ {
-		var err error
-		res, err = p.client.InitProducerID(ctx, &kafkago.InitProducerIDRequest{Addr: p.addr, ProducerID: -1, ProducerEpoch: -1})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err == nil {
-			break
-		}
-		if errors.Is(err, kafkago.ClusterAuthorizationFailed) || errors.Is(err, kafkago.TransactionalIDAuthorizationFailed) {
-			return fmt.Errorf("kafka: init producer id: %w (the idempotent producer needs the IdempotentWrite permission on clusters older than Kafka 2.8 with ACLs, or WRITE on a topic on later ones; or set Config.Idempotent false)", err)
-		}
-		if !errors.Is(err, kafkago.GroupLoadInProgress) && !errors.Is(err, kafkago.GroupCoordinatorNotAvailable) && !errors.Is(err, kafkago.NotCoordinatorForGroup) {
-			return fmt.Errorf("kafka: init producer id: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kafka: init producer id: %w (%w)", ctx.Err(), err)
-		case <-time.After(backoff.Delay(50*time.Millisecond, time.Second, attempt)):
-		}
+	res, err := initProducerID(ctx, p.client, p.addr, p.txnID, p.txnTimeout)
+	if err != nil {
+		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -103,6 +95,48 @@ func (p *Idempotent) Init(ctx context.Context) error {
 	clear(p.seqs)
 	return nil
 }
+
+// initProducerID asks the cluster for a producer ID: a new one without
+// txnID; with one, that ID's producer ID with its epoch bumped, which
+// aborts its open transaction and makes the brokers refuse its earlier
+// epoch (what fences a zombie). A coordinator that is loading or moving,
+// or still ending that transaction, is waited for, with backoff, until
+// ctx ends.
+func initProducerID(ctx context.Context, client *kafkago.Client, addr net.Addr, txnID string, timeout time.Duration) (*kafkago.InitProducerIDResponse, error) {
+	req := &kafkago.InitProducerIDRequest{Addr: addr, TransactionalID: txnID, ProducerID: -1, ProducerEpoch: -1}
+	if txnID != "" {
+		req.TransactionTimeoutMs = int(timeout.Milliseconds())
+	}
+	for attempt := 0; ; attempt++ {
+		res, err := client.InitProducerID(ctx, req)
+		if err == nil && res.Error != nil {
+			err = res.Error
+		}
+		if err == nil {
+			return res, nil
+		}
+		if errors.Is(err, kafkago.ClusterAuthorizationFailed) || errors.Is(err, kafkago.TransactionalIDAuthorizationFailed) {
+			return nil, fmt.Errorf("kafka: init producer id: %w (the idempotent producer needs the IdempotentWrite permission on clusters older than Kafka 2.8 with ACLs, or WRITE on a topic on later ones, and with Config.Fence WRITE and DESCRIBE on its transactional IDs; or set Config.Idempotent false)", err)
+		}
+		if !coordinatorBusy(err) {
+			return nil, fmt.Errorf("kafka: init producer id %q: %w", txnID, err)
+		}
+		if !sleepCtx(ctx, backoff.Delay(txnBackoffMin, time.Second, attempt)) {
+			return nil, fmt.Errorf("kafka: init producer id %q: %w (%w)", txnID, ctx.Err(), err)
+		}
+	}
+}
+
+// coordinatorBusy reports whether err is a coordinator's answer to ask
+// again: it is loading, moved, or still ending a transaction.
+func coordinatorBusy(err error) bool {
+	return errors.Is(err, kafkago.GroupLoadInProgress) || errors.Is(err, kafkago.GroupCoordinatorNotAvailable) ||
+		errors.Is(err, kafkago.NotCoordinatorForGroup) || errors.Is(err, kafkago.ConcurrentTransactions)
+}
+
+// txnBackoffMin is the first wait before asking a busy coordinator again:
+// ending a transaction takes it about a millisecond on a local broker.
+const txnBackoffMin = 2 * time.Millisecond
 
 // ProducerID returns the producer ID and epoch Init got (-1, -1 before).
 func (p *Idempotent) ProducerID() (int64, int16) {
@@ -116,7 +150,9 @@ func (p *Idempotent) ProducerID() (int64, int16) {
 
 // ErrProducerReset wraps the broker's answer that this producer's
 // sequence or ID is no longer valid (OUT_OF_ORDER_SEQUENCE_NUMBER,
-// UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH): not a fault of the batch's
+// UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH; with a transactional ID
+// also PRODUCER_FENCED, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING):
+// not a fault of the batch's
 // records; Init again and resend.
 var ErrProducerReset = errors.New("idempotent producer state lost")
 
@@ -177,7 +213,7 @@ func (p *Idempotent) encode(topic string, partition int, recs []protocol.Record)
 	if !s.ok {
 		return nil, errors.New("kafka: idempotent producer not initialized")
 	}
-	b, err := encodeBatch(recs, p.compression, s, seq)
+	b, err := encodeBatch(recs, p.compression, s, seq, p.txnID != "")
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +255,8 @@ func (p *Idempotent) settle(b *pendingBatch, err error) error {
 	switch {
 	case err == nil, errors.Is(err, kafkago.DuplicateSequenceNumber):
 		// Written, now or by an earlier send of this batch.
-	case errors.Is(err, kafkago.OutOfOrderSequenceNumber), errors.Is(err, kafkago.UnknownProducerId), errors.Is(err, kafkago.InvalidProducerEpoch):
+	case errors.Is(err, kafkago.OutOfOrderSequenceNumber), errors.Is(err, kafkago.UnknownProducerId), errors.Is(err, kafkago.InvalidProducerEpoch),
+		errors.Is(err, kafkago.ProducerFenced), errors.Is(err, kafkago.InvalidTransactionState), errors.Is(err, kafkago.InvalidProducerIDMapping):
 		return fmt.Errorf("%w: %w", ErrProducerReset, err)
 	default:
 		return err
@@ -250,9 +287,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // encodeBatch encodes recs as one record batch (v2) with kafka-go's
 // encoder, then sets the producer ID, epoch and base sequence it leaves at
 // -1 and recomputes the batch's CRC-32C (which covers the attributes to
-// the end). The result is the record set as a produce request carries it
+// the end); txn marks the batch transactional. The result is the record set as a produce request carries it
 // (its size, then the batch).
-func encodeBatch(recs []protocol.Record, compression kafkago.Compression, s producerSession, seq int32) ([]byte, error) {
+func encodeBatch(recs []protocol.Record, compression kafkago.Compression, s producerSession, seq int32, txn bool) ([]byte, error) {
 	if len(recs) == 0 {
 		return nil, errors.New("kafka: empty batch")
 	}
@@ -266,6 +303,9 @@ func encodeBatch(recs []protocol.Record, compression kafkago.Compression, s prod
 		return nil, fmt.Errorf("kafka: encode record batch: not a v2 batch (%d bytes)", len(out))
 	}
 	batch := out[recordSetSizeLen:]
+	if txn {
+		batch[batchAttributes+1] |= transactional
+	}
 	binary.BigEndian.PutUint64(batch[batchProducerID:], uint64(s.id))
 	binary.BigEndian.PutUint16(batch[batchProducerEpoch:], uint16(s.epoch))
 	binary.BigEndian.PutUint32(batch[batchBaseSequence:], uint32(seq))

@@ -139,7 +139,7 @@ func TestIdempotentSequenceGapIsAProducerReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, epoch := p.ProducerID()
-	gap, err := encodeBatch([]protocol.Record{record(0, msgs[0].Key, msgs[0].Value, nil)}, 0, producerSession{id: id, epoch: epoch, ok: true}, 5)
+	gap, err := encodeBatch([]protocol.Record{record(0, msgs[0].Key, msgs[0].Value, nil)}, 0, producerSession{id: id, epoch: epoch, ok: true}, 5, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -53,6 +54,9 @@ type idempotentWriter struct {
 	written map[tp][]writtenMsg
 	// retryLog logs the resends, rate-limited as kafka-go's retries are.
 	retryLog *retryLogger
+	// dirty: with a transactional ID, a write's outcome is unknown and no
+	// new epoch has ended it yet (Publisher.Clean).
+	dirty atomic.Bool
 }
 
 // write sends chunk (one topic's messages, in order) as write does on
@@ -80,6 +84,9 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 			fail(i, p.explain(topic, err))
 		}
 		failed = true
+	}
+	if w.prod.txnID != "" {
+		return failed, w.writeTxn(ctx, topic, leaders, batches, failAll)
 	}
 	// First the batches left unanswered by earlier writes to these
 	// partitions.
@@ -197,6 +204,10 @@ func (w *idempotentWriter) deliver(ctx context.Context, topic string, leaders []
 			switch {
 			case o.err == nil:
 				o.b.written = true
+			case errors.Is(o.err, ErrProducerReset) && w.prod.txnID != "":
+				// The transaction is lost: writeTxn aborts it.
+				o.b.unknown, lastErr = true, o.err
+				given = append(given, o.b)
 			case errors.Is(o.err, ErrProducerReset):
 				reset, lastErr = true, o.err
 				next = append(next, o.b)
@@ -293,6 +304,7 @@ func (w *idempotentWriter) renew(ctx context.Context, topic string, batches []*i
 	if err := w.prod.Init(ctx); err != nil {
 		return err
 	}
+	w.dirty.Store(false)
 	id, epoch := w.prod.ProducerID()
 	w.p.log.Info("idempotent producer: new producer ID", zap.Int64("producer_id", id), zap.Int16("epoch", epoch),
 		zap.Int("pending_dropped", len(w.pending)), zap.Bool("stale", w.stale))
@@ -469,7 +481,7 @@ func (w *idempotentWriter) send(ctx context.Context, topic string, leaders []int
 // request with acks=all, bounded by Config.WriteTimeout.
 func (w *idempotentWriter) sendTo(ctx context.Context, topic string, batches []*idemBatch) []idemOutcome {
 	p := w.p
-	req := &rawproduce.Request{Acks: int16(kafkago.RequireAll), Timeout: int32(p.cfg.WriteTimeout.Milliseconds()), Topics: []rawproduce.RequestTopic{{Topic: topic}}}
+	req := &rawproduce.Request{TransactionalID: w.prod.txnID, Acks: int16(kafkago.RequireAll), Timeout: int32(p.cfg.WriteTimeout.Milliseconds()), Topics: []rawproduce.RequestTopic{{Topic: topic}}}
 	for _, b := range batches {
 		req.Topics[0].Partitions = append(req.Topics[0].Partitions, rawproduce.RequestPartition{Partition: int32(b.partition), RecordSet: protocol.RawRecordSet{Reader: b.reader()}})
 	}

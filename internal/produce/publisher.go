@@ -118,9 +118,29 @@ func NewPublisher(cfg kafka.Config, logger *zap.Logger) (*Publisher, error) {
 		zap.Int64("batch_bytes", cfg.BatchBytes),
 		zap.String("compression", string(cfg.Compression)),
 		zap.Bool("idempotent", cfg.Idempotent),
+		zap.Bool("fence", cfg.Fence),
 		zap.Bool("tls", cfg.TLSEnabled),
 		zap.String("sasl_mechanism", string(cfg.SASLMechanism)))
 	return p, nil
+}
+
+// SetMember makes the publisher produce in transactions under member's
+// transactional ID (TransactionalID), with Config.Fence; otherwise it
+// does nothing. Call it once, before the first Publish: the relay's
+// Service does, with its claimer's member name.
+func (p *Publisher) SetMember(member string) {
+	if p.idem != nil && p.cfg.Fence {
+		// Long enough for a whole write (AttemptBudget), short enough that a
+		// relay paused mid-transaction holds read_committed consumers back
+		// for about the time its ownership takes to move.
+		p.idem.prod.SetTransactionalID(p.TransactionalID(member), max(2*p.AttemptBudget(), time.Second))
+	}
+}
+
+// TransactionalID returns member's transactional ID with Config.Fence:
+// Config.TransactionalIDPrefix followed by member.
+func (p *Publisher) TransactionalID(member string) string {
+	return p.cfg.TransactionalIDPrefix + member
 }
 
 // newWriter returns the kafka-go Writer on p's transport. Its BatchSize

@@ -1,0 +1,183 @@
+package produce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/outbox/internal/backoff"
+)
+
+// Fencing (kafka.Config.Fence): each relay produces under a transactional
+// ID of its own, every write one Kafka transaction (AddPartitionsToTxn,
+// the produce requests, EndTxn). A relay that takes key partitions over
+// from a member whose membership ended first asks a producer ID for that
+// member's transactional ID (FenceMember): the coordinator bumps its
+// epoch and aborts its open transaction, and every broker refuses the
+// old epoch from then on. So a produce request of a paused relay that
+// reaches a broker late is refused, and its records written before the
+// fence are aborted (a read_committed consumer never sees them) and lie
+// before every record of the new owner: the log keeps each aggregate's
+// order. A write whose outcome is unknown (a batch given up unanswered,
+// a commit unanswered) is ended the same way, by a new epoch of the
+// relay's own ID, before anything else is written (Clean).
+
+// errAborted is the error of every message of a transaction that was
+// aborted or whose commit is unknown: not delivered, a condition of the
+// cluster or of the relay's ownership, never the record's fault.
+var errAborted = errors.New("kafka: transaction not committed")
+
+// SetTransactionalID makes p transactional under id (Config.Fence):
+// Init asks id's producer ID, with timeout as the transaction timeout,
+// and every batch is marked transactional. Call it before Init.
+func (p *Idempotent) SetTransactionalID(id string, timeout time.Duration) {
+	p.txnID, p.txnTimeout = id, timeout
+}
+
+// addPartitions adds topic's partitions to the open transaction, or
+// starts one. A coordinator busy ending the previous transaction is
+// asked again.
+func (p *Idempotent) addPartitions(ctx context.Context, topic string, parts []int) error {
+	id, epoch := p.ProducerID()
+	req := &kafkago.AddPartitionsToTxnRequest{Addr: p.addr, TransactionalID: p.txnID, ProducerID: int(id), ProducerEpoch: int(epoch),
+		Topics: map[string][]kafkago.AddPartitionToTxn{topic: nil}}
+	for _, n := range parts {
+		req.Topics[topic] = append(req.Topics[topic], kafkago.AddPartitionToTxn{Partition: n})
+	}
+	return p.coordinator(ctx, "add partitions to transaction", func() error {
+		res, err := p.client.AddPartitionsToTxn(ctx, req)
+		if err != nil {
+			return err
+		}
+		for _, ps := range res.Topics {
+			for _, r := range ps {
+				if r.Error != nil {
+					return fmt.Errorf("partition %d: %w", r.Partition, r.Error)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// endTxn commits or aborts the open transaction.
+func (p *Idempotent) endTxn(ctx context.Context, commit bool) error {
+	id, epoch := p.ProducerID()
+	req := &kafkago.EndTxnRequest{Addr: p.addr, TransactionalID: p.txnID, ProducerID: int(id), ProducerEpoch: int(epoch), Committed: commit}
+	return p.coordinator(ctx, "end transaction", func() error {
+		res, err := p.client.EndTxn(ctx, req)
+		if err == nil {
+			err = res.Error
+		}
+		return err
+	})
+}
+
+// coordinator runs one request to the transaction coordinator until it
+// is answered other than busy (coordinatorBusy) or ctx ends.
+func (p *Idempotent) coordinator(ctx context.Context, what string, call func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := call()
+		if err == nil {
+			return nil
+		}
+		if !coordinatorBusy(err) {
+			return fmt.Errorf("kafka: %s %q: %w", what, p.txnID, err)
+		}
+		if !sleepCtx(ctx, backoff.Delay(txnBackoffMin, 100*time.Millisecond, attempt)) {
+			return fmt.Errorf("kafka: %s %q: %w (%w)", what, p.txnID, ctx.Err(), err)
+		}
+	}
+}
+
+// writeTxn is write in one transaction: the chunk's batches are sent as
+// deliver sends them and committed only if the broker answered every
+// one. Otherwise the transaction ends by a new epoch (abort), which also
+// makes the brokers refuse any send of it still on its way, and every
+// message not refused fails with errAborted.
+func (w *idempotentWriter) writeTxn(ctx context.Context, topic string, leaders []int, batches []*idemBatch, failAll func(*idemBatch, error)) error {
+	parts := make([]int, 0, len(batches))
+	for _, b := range batches {
+		pb, err := w.prod.batchOf(topic, b.partition, b.msgs)
+		if err != nil {
+			return err
+		}
+		b.pendingBatch = pb
+		parts = append(parts, b.partition)
+	}
+	sort.Ints(parts)
+	if err := w.prod.addPartitions(ctx, topic, parts); err != nil {
+		w.abort(ctx, err)
+		return err
+	}
+	left, lastErr := w.deliver(ctx, topic, leaders, batches)
+	cause := lastErr
+	if len(left) == 0 {
+		if cause = w.prod.endTxn(ctx, true); cause == nil {
+			for _, b := range batches {
+				if b.refused != nil {
+					failAll(b, b.refused)
+				}
+			}
+			return nil
+		}
+	}
+	w.abort(ctx, cause)
+	for _, b := range batches {
+		if b.refused != nil {
+			failAll(b, b.refused)
+		} else {
+			failAll(b, fmt.Errorf("%w: %w", errAborted, cause))
+		}
+	}
+	return nil
+}
+
+// abort ends the open transaction, whatever became of its sends, by a
+// new epoch of the relay's transactional ID. If that fails the writer
+// stays dirty (Clean false) and the next write asks again first.
+func (w *idempotentWriter) abort(ctx context.Context, cause error) {
+	w.dirty.Store(true)
+	w.stale = true
+	// The call's context may be spent (the cause may be its end): the
+	// abort gets one write timeout of its own.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.p.cfg.WriteTimeout)
+	defer cancel()
+	err := w.renew(actx, "", nil)
+	w.p.log.Warn("transaction aborted", zap.String("transactional_id", w.prod.txnID), zap.NamedError("cause", cause), zap.Error(err))
+}
+
+// Clean reports whether nothing this publisher sent can still be written
+// to Kafka: false from a write whose outcome is unknown until a new
+// epoch of its transactional ID ended it (Config.Fence). Without Fence it
+// is always true (nothing can be promised, nothing is withheld). A relay
+// gives no key partition to another while its publisher is not clean.
+func (p *Publisher) Clean() bool {
+	return p.idem == nil || p.idem.prod.txnID == "" || !p.idem.dirty.Load()
+}
+
+// FenceMember makes the brokers refuse every later write of member's
+// transactional ID (TransactionalID), and aborts its open transaction,
+// by asking a producer ID for it: call it before publishing events of key
+// partitions taken over from member. Without Config.Fence it does
+// nothing. Errors are those of InitProducerID (the coordinator
+// unreachable: an outage).
+func (p *Publisher) FenceMember(ctx context.Context, member string) error {
+	if p.idem == nil || p.idem.prod.txnID == "" {
+		return nil
+	}
+	id := p.TransactionalID(member)
+	start := time.Now()
+	res, err := initProducerID(ctx, p.idem.prod.client, p.idem.prod.addr, id, p.idem.prod.txnTimeout)
+	if err != nil {
+		return err
+	}
+	p.log.Info("fenced a former owner", zap.String("member", member), zap.String("transactional_id", id),
+		zap.Int("epoch", res.Producer.ProducerEpoch), zap.Duration("took", time.Since(start)))
+	return nil
+}
