@@ -1,6 +1,9 @@
 package claim
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Fencer ends the writes to Kafka of a member whose key partitions this
 // relay takes over; *produce.Publisher implements it (kafka.Config.Fence).
@@ -21,9 +24,10 @@ func (c *Claimer) SetFencer(f Fencer) { c.fencer = f }
 // fence fences the former owners of the partitions of acquire (owners:
 // the owner of each partition, "" for nobody) and returns those this
 // relay may take: a partition whose former owner could not be fenced (the
-// transaction coordinator unreachable) waits for a later rebalance, at
-// most lease/renewEvery away.
-func (c *Claimer) fence(ctx context.Context, acquire []int, owners []string) []int {
+// transaction coordinator unreachable) waits for the next rebalance, a
+// second later (refenceDelay) at most.
+func (c *Claimer) fence(ctx context.Context, acquire []int, owners []string, now time.Time) []int {
+	c.own.refenceAt = time.Time{}
 	tried := map[string]error{}
 	kept := acquire[:0]
 	for _, p := range acquire {
@@ -36,6 +40,7 @@ func (c *Claimer) fence(ctx context.Context, acquire []int, owners []string) []i
 			}
 			if err != nil {
 				c.own.fenceFailures++
+				c.own.refenceAt = now.Add(min(refenceDelay, c.cfg.Lease/renewEvery))
 				continue
 			}
 		}
@@ -43,3 +48,7 @@ func (c *Claimer) fence(ctx context.Context, acquire []int, owners []string) []i
 	}
 	return kept
 }
+
+// refenceDelay is the longest wait before a rebalance tries again to
+// fence a former owner it could not.
+const refenceDelay = time.Second

@@ -131,6 +131,9 @@ type owner struct {
 	since                         time.Time
 	acquired, released, takenOver int64
 	fenceFailures                 int64
+	// refenceAt, when set, is when the next claim rebalances again to take
+	// the partitions whose former owner could not be fenced (fence).
+	refenceAt time.Time
 	// busy counts, per partition, the unsettled batches holding its rows;
 	// busyUntil keeps a partition busy until then (rows stuck in a lease,
 	// or a claim whose answer was lost).
@@ -365,6 +368,8 @@ func (o *owner) rebalanceDue(now time.Time, lease time.Duration) bool {
 	case o.replaced:
 		return false
 	case !o.joined, o.seenGen != o.generation, o.expired, now.Sub(o.renewed) >= lease/renewEvery:
+		return true
+	case !o.refenceAt.IsZero() && !now.Before(o.refenceAt):
 		return true
 	}
 	for p := range o.releasing {

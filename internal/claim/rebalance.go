@@ -60,7 +60,7 @@ func (c *Claimer) rebalance(ctx context.Context, now time.Time) error {
 	clean := c.fencer == nil || c.fencer.Clean()
 	plan := ownership.PlanRebalance(o.member, members, owners, func(p int) bool { return clean && o.idle(p, now) })
 	if c.fencer != nil && len(plan.Acquire) > 0 {
-		plan.Acquire = c.fence(ctx, plan.Acquire, owners)
+		plan.Acquire = c.fence(ctx, plan.Acquire, owners, now)
 	}
 	owned := plan.Owned
 	if len(plan.Acquire)+len(plan.Release) > 0 {

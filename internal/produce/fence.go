@@ -173,8 +173,13 @@ func (p *Publisher) FenceMember(ctx context.Context, member string) error {
 	}
 	id := p.TransactionalID(member)
 	start := time.Now()
+	// The claim waits for it: one request's time (a coordinator still
+	// aborting the member's transaction answers within it).
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout+p.cfg.WriteTimeout)
+	defer cancel()
 	res, err := initProducerID(ctx, p.idem.prod.client, p.idem.prod.addr, id, p.idem.prod.txnTimeout)
 	if err != nil {
+		p.log.Warn("could not fence a former owner: its key partitions wait", zap.String("member", member), zap.String("transactional_id", id), zap.Error(err))
 		return err
 	}
 	p.log.Info("fenced a former owner", zap.String("member", member), zap.String("transactional_id", id),
