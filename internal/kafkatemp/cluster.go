@@ -20,6 +20,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 )
 
 // Options configures Start. The zero value is one Kafka 4.4.0 broker with
@@ -43,6 +45,13 @@ type Options struct {
 	// 127.0.0.1 and localhost signed by a CA generated for the cluster
 	// (Cluster.TLSBrokers, Cluster.CAFile).
 	TLS bool
+	// Proxied adds a PLAINTEXT listener named PROXIED on every node whose
+	// advertised address is a tcpproxy.Proxy in front of it (Node.Proxy),
+	// so that a client bootstrapping from Cluster.ProxiedBrokers reaches
+	// every broker through the proxies, and a fault test can break or
+	// hold its traffic alone. Brokers talk to each other, and clients of
+	// the other listeners to them, directly.
+	Proxied bool
 	// HeapMB is each JVM's maximum heap; default 512.
 	HeapMB int
 	// FastStart runs each JVM with the C1 compiler only and the serial
@@ -95,6 +104,8 @@ type Node struct {
 	dir, props, logPath  string
 	port, controllerPort int
 	saslPort, tlsPort    int
+	proxiedPort          int             // the PROXIED listener's port
+	proxy                *tcpproxy.Proxy // advertised for PROXIED; nil without
 
 	mu     sync.Mutex
 	proc   *exec.Cmd
@@ -198,6 +209,9 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	if c.opts.TLS {
 		perNode++
 	}
+	if c.opts.Proxied {
+		perNode++
+	}
 	ports, err := pickPorts(n * perNode)
 	if err != nil {
 		return err
@@ -212,6 +226,16 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		}
 		if c.opts.TLS {
 			node.tlsPort = p[k]
+			k++
+		}
+		// The node joins c.nodes (and Close closes its proxy) before its
+		// proxy is made, which must exist to be advertised.
+		c.nodes = append(c.nodes, node)
+		if c.opts.Proxied {
+			node.proxiedPort = p[k]
+			if node.proxy, err = tcpproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(node.proxiedPort))); err != nil {
+				return fmt.Errorf("kafkatemp: node %d proxy: %w", node.ID, err)
+			}
 		}
 		node.dir = filepath.Join(c.dir, fmt.Sprintf("node%d", node.ID))
 		node.props = filepath.Join(node.dir, "server.properties")
@@ -219,7 +243,6 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		if err := os.MkdirAll(node.dir, 0o755); err != nil {
 			return fmt.Errorf("kafkatemp: %w", err)
 		}
-		c.nodes = append(c.nodes, node)
 	}
 	var tlsProps map[string]string
 	if c.opts.TLS {
@@ -275,6 +298,12 @@ func (c *Cluster) nodeProps(n *Node) map[string]string {
 		listeners = append(listeners, fmt.Sprintf("SSL://127.0.0.1:%d", n.tlsPort))
 		protocols = append(protocols, "SSL:SSL")
 	}
+	advertised := slices.Clone(listeners)
+	if n.proxy != nil {
+		listeners = append(listeners, fmt.Sprintf("PROXIED://127.0.0.1:%d", n.proxiedPort))
+		advertised = append(advertised, "PROXIED://"+n.proxy.Addr())
+		protocols = append(protocols, "PROXIED:PLAINTEXT")
+	}
 	p := map[string]string{
 		"process.roles":                                    "broker,controller",
 		"node.id":                                          strconv.Itoa(n.ID),
@@ -282,7 +311,7 @@ func (c *Cluster) nodeProps(n *Node) map[string]string {
 		"controller.listener.names":                        "CONTROLLER",
 		"inter.broker.listener.name":                       "PLAINTEXT",
 		"listeners":                                        strings.Join(listeners, ",") + fmt.Sprintf(",CONTROLLER://127.0.0.1:%d", n.controllerPort),
-		"advertised.listeners":                             strings.Join(listeners, ","),
+		"advertised.listeners":                             strings.Join(advertised, ","),
 		"listener.security.protocol.map":                   strings.Join(protocols, ","),
 		"log.dirs":                                         filepath.Join(n.dir, "data"),
 		"num.partitions":                                   "1",
@@ -491,6 +520,20 @@ func (c *Cluster) TLSBrokers() []string {
 	return c.addrs(func(n *Node) int { return n.tlsPort })
 }
 
+// ProxiedBrokers returns the addresses of the nodes' proxies (Node.Proxy),
+// in node order: the seed brokers of a client that must reach every broker
+// through them (nil without Options.Proxied).
+func (c *Cluster) ProxiedBrokers() []string {
+	if !c.opts.Proxied {
+		return nil
+	}
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.proxy.Addr()
+	}
+	return out
+}
+
 func (c *Cluster) addrs(port func(*Node) int) []string {
 	out := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
@@ -572,8 +615,9 @@ func brokersIn(ctx context.Context, seeds []string) (int, error) {
 	return len(resp.Brokers), nil
 }
 
-// Close stops every node (SIGKILL: the data is thrown away) and removes
-// the cluster's directory. It is idempotent.
+// Close stops every node (SIGKILL: the data is thrown away), closes the
+// nodes' proxies (Options.Proxied) and removes the cluster's directory. It
+// is idempotent.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -586,6 +630,11 @@ func (c *Cluster) Close() error {
 	for _, n := range c.nodes {
 		if e := n.Kill(); e != nil && err == nil {
 			err = e
+		}
+	}
+	for _, n := range c.nodes {
+		if n.proxy != nil {
+			n.proxy.Close()
 		}
 	}
 	if e := os.RemoveAll(c.dir); e != nil && err == nil {
@@ -607,6 +656,13 @@ func (c *Cluster) logTails() string {
 
 // Addr returns the node's PLAINTEXT listener, host:port.
 func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+
+// Proxy returns the proxy the node's PROXIED listener is advertised
+// through (nil without Options.Proxied). It forwards to the listener, so a
+// test can cut, blackhole, delay or hold (HoldKafka) the traffic of
+// clients of Cluster.ProxiedBrokers; it stays the same across the node's
+// restarts and is closed by Cluster.Close.
+func (n *Node) Proxy() *tcpproxy.Proxy { return n.proxy }
 
 // PID returns the node's process ID, or 0 when it is not running.
 func (n *Node) PID() int {

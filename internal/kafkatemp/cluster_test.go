@@ -243,9 +243,123 @@ func TestStartPicksNewPortsWhenOneIsTaken(t *testing.T) {
 		return ports, err
 	}
 	defer func() { pickPorts = freePorts }()
-	c := start(t, Options{})
+	c := start(t, Options{Proxied: true})
 	if picks != 2 {
 		t.Fatalf("ports picked %d times, want 2 (the first with the taken port)", picks)
 	}
 	roundTrip(t, kgo.SeedBrokers(c.Brokers()...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	// The proxy made on the second pick forwards to its new port.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ProxiedBrokers()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "rt", Value: []byte("proxied")}).FirstErr(); err != nil {
+		t.Fatalf("produce through the proxy: %v", err)
+	}
+}
+
+// TestProxiedListener: with Options.Proxied a client of ProxiedBrokers
+// reaches the broker only through the node's proxy (the broker advertises
+// the proxy on that listener), so the proxy can hold its Produce requests
+// while a client of Brokers goes on; the proxy survives a restart.
+func TestProxiedListener(t *testing.T) {
+	c := start(t, Options{Proxied: true})
+	n := c.Node(1)
+	p := n.Proxy()
+	if p == nil || !slices.Equal(c.ProxiedBrokers(), []string{p.Addr()}) {
+		t.Fatalf("Proxy() = %v, ProxiedBrokers() = %v", p, c.ProxiedBrokers())
+	}
+	roundTrip(t, kgo.SeedBrokers(c.ProxiedBrokers()...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if p.Accepted() == 0 {
+		t.Fatal("the proxied client made no connection through the proxy")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	client := func(seeds []string) *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic("held"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	proxied, direct := client(c.ProxiedBrokers()), client(c.Brokers())
+	for cl, want := range map[*kgo.Client]string{proxied: p.Addr(), direct: n.Addr()} {
+		md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(md.Brokers) != 1 || net.JoinHostPort(md.Brokers[0].Host, fmt.Sprint(md.Brokers[0].Port)) != want {
+			t.Fatalf("brokers advertised to a client of %s: %+v", want, md.Brokers)
+		}
+	}
+	// One partition: the offsets tell the order the broker wrote in.
+	if _, err := kadm.NewClient(direct).CreateTopic(ctx, 1, -1, nil, "held"); err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	produce := func(cl *kgo.Client, value string) *kgo.Record {
+		t.Helper()
+		r, err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(value)}).First()
+		if err != nil {
+			t.Fatalf("produce %s: %v", value, err)
+		}
+		return r
+	}
+	// Warm up: both clients have their connections and producer IDs.
+	produce(proxied, "warm proxied")
+	produce(direct, "warm direct")
+
+	held := p.HeldFrames()
+	p.HoldKafka(0) // Produce
+	late := make(chan *kgo.Record, 1)
+	proxied.Produce(ctx, &kgo.Record{Value: []byte("late")}, func(r *kgo.Record, err error) {
+		if err != nil {
+			t.Errorf("held produce: %v", err)
+		}
+		late <- r
+	})
+	for p.HeldFrames() == held {
+		if ctx.Err() != nil {
+			t.Fatal("the proxied produce was not held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The request is held in the proxy: the broker cannot have answered
+	// it. The direct client is not held meanwhile.
+	onTime := produce(direct, "on time")
+	select {
+	case <-late:
+		t.Fatal("the held produce completed before ReleaseHeld")
+	default:
+	}
+	p.ReleaseHeld()
+	select {
+	case r := <-late:
+		if r.Offset <= onTime.Offset {
+			t.Errorf("held record at offset %d, the direct one at %d: want it written after", r.Offset, onTime.Offset)
+		}
+	case <-ctx.Done():
+		t.Fatal("the held produce did not complete after ReleaseHeld")
+	}
+
+	// The proxy stays the node's across a restart, and the proxied
+	// client gets through it again.
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n.Proxy() != p {
+		t.Fatal("the node's proxy changed across a restart")
+	}
+	accepted := p.Accepted()
+	produce(proxied, "after restart")
+	if p.Accepted() == accepted {
+		t.Error("the proxied client did not reconnect through the proxy")
+	}
 }

@@ -2,12 +2,15 @@
 // from a local address to a target and can refuse, cut, blackhole or delay
 // them on demand, so a test can break the network between a client (for
 // example a Postgres connection) and its server without touching either.
+// For Kafka clients it can also hold back requests of one API key
+// (HoldKafka) and deliver them late.
 //
 // It is for tests only.
 package tcpproxy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -34,10 +37,12 @@ type Proxy struct {
 	accepted atomic.Int64
 	dropped  atomic.Int64 // bytes read while blackholed, never forwarded
 	held     atomic.Int64 // closes held back while blackholed
+	frames   atomic.Int64 // frames of the held API key held so far
 
 	mu      sync.Mutex
 	mode    mode
 	delay   time.Duration
+	hold    *kafkaHold    // nil unless HoldKafka is on
 	changed chan struct{} // closed and replaced on every mode change
 	pairs   map[*pair]struct{}
 	closed  bool
@@ -130,12 +135,66 @@ func (p *Proxy) Delay(d time.Duration) {
 	p.mu.Unlock()
 }
 
-// Restore returns to normal forwarding: no refusal, no blackhole, no delay.
+// Restore returns to normal forwarding: no refusal, no blackhole, no
+// delay, no Kafka hold (it calls ReleaseHeld).
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.delay = 0
 	p.mu.Unlock()
+	p.ReleaseHeld()
 	p.setMode(modeNormal)
+}
+
+// kafkaHold is one HoldKafka period: the API key to hold and the channel
+// ReleaseHeld closes.
+type kafkaHold struct {
+	apiKey   int16
+	released chan struct{}
+}
+
+// HoldKafka holds Kafka requests with apiKey (0 is Produce) until
+// ReleaseHeld: the proxy reads the client-to-server direction of every
+// connection as Kafka request frames (a 4-byte big-endian size, then the
+// request, which starts with its int16 API key), and once a connection
+// sends a frame with apiKey, that frame and every byte the client sends
+// after it on that connection are buffered, not forwarded. Frames before
+// it, the server's answers and other connections keep flowing; a client's
+// close after held bytes is held too. Calling it again while holding
+// changes the key for frames arriving from then on. Frame boundaries are
+// tracked from each connection's first byte, so the proxy must be in
+// front of a Kafka listener (a frame whose header straddles the call may
+// be held with its first bytes already forwarded).
+func (p *Proxy) HoldKafka(apiKey int16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	released := make(chan struct{})
+	if p.hold != nil {
+		released = p.hold.released
+	}
+	p.hold = &kafkaHold{apiKey: apiKey, released: released}
+}
+
+// HeldFrames returns how many frames with the held API key the proxy has
+// held so far, over all HoldKafka periods: a test waits for it to grow to
+// know a request is being held.
+func (p *Proxy) HeldFrames() int64 { return p.frames.Load() }
+
+// ReleaseHeld ends HoldKafka: every connection's held bytes are delivered
+// to the server, in order, then the held close if any, and forwarding
+// goes on as normal. Without a hold it does nothing.
+func (p *Proxy) ReleaseHeld() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold != nil {
+		close(p.hold.released)
+		p.hold = nil
+	}
+}
+
+func (p *Proxy) kafkaHold() *kafkaHold {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hold
 }
 
 func (p *Proxy) setMode(m mode) {
@@ -231,7 +290,11 @@ func (p *Proxy) handle(client net.Conn) {
 	for _, dir := range [][2]net.Conn{{client, server}, {server, client}} {
 		go func() {
 			defer wg.Done()
-			if p.pipe(c, dir[0], dir[1]) && halfClosed.Add(1) < 2 {
+			var fr *requests // Kafka frames are tracked client to server
+			if dir[0] == client {
+				fr = &requests{}
+			}
+			if p.pipe(c, dir[0], dir[1], fr) && halfClosed.Add(1) < 2 {
 				return // the other direction still runs
 			}
 			c.close()
@@ -290,35 +353,153 @@ func (c *pair) closeWith(rst bool) {
 type chunk struct {
 	b   []byte
 	due time.Time
+	// release, when not nil, holds the chunk (and every later one) back
+	// until it is closed (HoldKafka).
+	release <-chan struct{}
 }
 
-// pipe forwards src to dst until src ends. It returns true if src ended
-// with EOF and dst's write side was closed in turn (a half-close), false
-// if the pair must be closed.
-func (p *Proxy) pipe(c *pair, src, dst net.Conn) bool {
+// heldBack reports whether ck must wait for its release.
+func (ck chunk) heldBack() bool {
+	if ck.release == nil {
+		return false
+	}
+	select {
+	case <-ck.release:
+		return false
+	default:
+		return true
+	}
+}
+
+// requests tracks the Kafka request frames of a client's byte stream.
+type requests struct {
+	left    int     // bytes left of the current frame after its header
+	hdr     [6]byte // the next frame's size and API key, as read so far
+	n       int     // bytes in hdr
+	emitted int     // bytes of hdr already passed on
+	// hold is the HoldKafka period this connection is held in, nil when
+	// it flows.
+	hold *kafkaHold
+}
+
+// feed parses b and returns what to forward at once and what to hold
+// (every byte from the first frame with the held API key on), with the
+// channel that releases it. While a hold is on, a frame header split
+// across reads is kept back until its API key is known; otherwise every
+// byte is passed on as soon as it is read.
+func (r *requests) feed(p *Proxy, b []byte) (fwd, held []byte, release <-chan struct{}) {
+	cur := p.kafkaHold()
+	if r.hold != nil {
+		select {
+		case <-r.hold.released:
+			r.hold = nil
+		default:
+			if cur != nil && cur.released == r.hold.released {
+				r.hold = cur // HoldKafka changed the key
+			}
+		}
+	}
+	out := make([]byte, 0, len(b)+r.n-r.emitted)
+	heldAt := -1
+	if r.hold != nil {
+		heldAt = 0
+	}
+	for i := 0; i < len(b); {
+		if r.left > 0 {
+			k := min(r.left, len(b)-i)
+			out = append(out, b[i:i+k]...)
+			r.left -= k
+			i += k
+			continue
+		}
+		r.hdr[r.n] = b[i]
+		r.n++
+		i++
+		if r.n < 4 {
+			continue
+		}
+		size := int(int32(binary.BigEndian.Uint32(r.hdr[:4])))
+		if size >= 2 && r.n < 6 {
+			continue
+		}
+		// The header is complete: size < 2 has no API key.
+		if size >= 2 {
+			key := int16(binary.BigEndian.Uint16(r.hdr[4:6]))
+			if r.hold == nil && cur != nil && key == cur.apiKey {
+				r.hold = cur
+				heldAt = len(out)
+			}
+			if r.hold != nil && key == r.hold.apiKey {
+				p.frames.Add(1)
+			}
+		}
+		out = append(out, r.hdr[r.emitted:r.n]...)
+		r.left = max(size, 0) - (r.n - 4)
+		r.n, r.emitted = 0, 0
+	}
+	if r.n > r.emitted && (cur == nil || r.hold != nil) {
+		out = append(out, r.hdr[r.emitted:r.n]...)
+		r.emitted = r.n
+	}
+	if heldAt < 0 {
+		return out, nil, nil
+	}
+	return out[:heldAt], out[heldAt:], r.hold.released
+}
+
+// rest returns the bytes of a partial frame header kept back, once the
+// client's stream has ended.
+func (r *requests) rest() []byte {
+	b := r.hdr[r.emitted:r.n]
+	r.emitted = r.n
+	return b
+}
+
+// pipe forwards src to dst until src ends, parsing it as Kafka requests
+// if fr is not nil. It returns true if src ended with EOF and dst's write
+// side was closed in turn (a half-close), false if the pair must be
+// closed.
+func (p *Proxy) pipe(c *pair, src, dst net.Conn, fr *requests) bool {
 	queue := make(chan chunk, 16)
 	writerDone := make(chan bool, 1)
 	go func() { writerDone <- p.write(c, dst, queue) }()
 
+	// send queues fwd, then held (to wait for release), unless blackholed.
+	send := func(fwd, held []byte, release <-chan struct{}) {
+		m, delay, _ := p.state()
+		if m == modeBlackhole { // blackholed bytes are dropped
+			p.dropped.Add(int64(len(fwd) + len(held)))
+			return
+		}
+		due := time.Now().Add(delay)
+		for _, ck := range []chunk{{b: fwd, due: due}, {b: held, due: due, release: release}} {
+			if len(ck.b) == 0 {
+				continue
+			}
+			select {
+			case queue <- ck:
+			case <-c.done:
+			}
+		}
+	}
 	var readErr error
 	for {
 		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		if n > 0 {
-			m, delay, _ := p.state()
-			if m == modeBlackhole { // blackholed bytes are dropped
-				p.dropped.Add(int64(n))
+			if fr != nil {
+				send(fr.feed(p, buf[:n]))
 			} else {
-				select {
-				case queue <- chunk{b: buf[:n], due: time.Now().Add(delay)}:
-				case <-c.done:
-				}
+				send(buf[:n], nil, nil)
 			}
 		}
 		if err != nil {
 			readErr = err
 			break
 		}
+	}
+	if fr != nil {
+		send(fr.rest(), nil, nil)
 	}
 	close(queue)
 	ok := <-writerDone
@@ -346,9 +527,10 @@ func (p *Proxy) pipe(c *pair, src, dst net.Conn) bool {
 	return false
 }
 
-// write writes the queued chunks to dst, each no earlier than its due time
-// and only if the proxy is not blackholed by then. It returns false if dst
-// failed or the pair was closed.
+// write writes the queued chunks to dst in order, each no earlier than its
+// due time and only if the proxy is not blackholed by then; a held chunk
+// and every later one wait for its release. It returns false if dst failed
+// or the pair was closed; held chunks are then dropped.
 func (p *Proxy) write(c *pair, dst net.Conn, queue <-chan chunk) bool {
 	ok := true
 	var timer *time.Timer
@@ -357,10 +539,7 @@ func (p *Proxy) write(c *pair, dst net.Conn, queue <-chan chunk) bool {
 			timer.Stop()
 		}
 	}()
-	for ck := range queue {
-		if !ok {
-			continue // drain so the reader never blocks
-		}
+	deliver := func(ck chunk) {
 		if wait := time.Until(ck.due); wait > 0 {
 			if timer == nil {
 				timer = time.NewTimer(wait)
@@ -371,16 +550,47 @@ func (p *Proxy) write(c *pair, dst net.Conn, queue <-chan chunk) bool {
 			case <-timer.C:
 			case <-c.done:
 				ok = false
-				continue
+				return
 			}
 		}
 		if m, _, _ := p.state(); m == modeBlackhole {
 			p.dropped.Add(int64(len(ck.b)))
-			continue
+			return
 		}
 		if _, err := dst.Write(ck.b); err != nil {
 			ok = false
 			c.close() // unblocks the reader
+		}
+	}
+	var held []chunk // in order; the first waits for its release
+	for queue != nil || len(held) > 0 {
+		var release <-chan struct{}
+		if len(held) > 0 {
+			release = held[0].release
+		}
+		select {
+		case ck, open := <-queue:
+			switch {
+			case !open:
+				queue = nil
+			case !ok:
+				// drain so the reader never blocks
+			case len(held) > 0 || ck.heldBack():
+				held = append(held, ck)
+			default:
+				deliver(ck)
+			}
+		case <-release:
+			for len(held) > 0 && !held[0].heldBack() && ok {
+				deliver(held[0])
+				held[0] = chunk{}
+				held = held[1:]
+			}
+		case <-c.done:
+			return false
+		}
+		if !ok {
+			held = nil
 		}
 	}
 	return ok

@@ -6,13 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-
-	"github.com/pgoutbox/outbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -67,6 +67,41 @@ func newEcho(t *testing.T) *echoServer {
 		e.wg.Wait()
 	})
 	return e
+}
+
+// eventually waits until cond holds, failing the test after timeout (a
+// guard against a hung test, not a verdict). It is testenv.Eventually,
+// which this package cannot import: testenv imports kafkatemp, which
+// imports tcpproxy.
+func eventually(t testing.TB, timeout time.Duration, cond func() bool, msgf string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for interval := 2 * time.Millisecond; !cond(); interval = min(2*interval, 50*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("eventually (after %s): "+msgf, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// refusedAddr returns a 127.0.0.1:PORT address where every connect is
+// refused, held by a bound socket that never listens (testenv.RefusedAddr).
+func refusedAddr(t testing.TB) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatalf("socket: %v", err)
+	}
+	syscall.CloseOnExec(fd)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatalf("bind: %v", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatalf("getsockname: %v", err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
 func newProxy(t *testing.T, target string) *Proxy {
@@ -230,7 +265,7 @@ func TestBlackhole(t *testing.T) {
 	}
 	// Once the proxy has dropped the bytes no answer can come: the
 	// silence below is the proof, not a guess about timing.
-	testenv.Eventually(t, time.Minute, func() bool { return p.Dropped() >= 4 }, "the blackholed bytes were not dropped")
+	eventually(t, time.Minute, func() bool { return p.Dropped() >= 4 }, "the blackholed bytes were not dropped")
 	expectSilence(t, c, 300*time.Millisecond)
 
 	// New connections are accepted and blackholed too.
@@ -238,14 +273,14 @@ func TestBlackhole(t *testing.T) {
 	if _, err := c2.Write([]byte("lost too")); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, func() bool { return p.Dropped() >= 4+8 }, "the second connection's bytes were not dropped")
+	eventually(t, time.Minute, func() bool { return p.Dropped() >= 4+8 }, "the second connection's bytes were not dropped")
 	expectSilence(t, c2, 100*time.Millisecond)
 
 	// A close is held back: the server does not see c3 go away.
 	c3 := dial(t, p.Addr())
 	drain(e.closed)
 	_ = c3.Close()
-	testenv.Eventually(t, time.Minute, func() bool { return p.HeldCloses() >= 1 }, "the close was not held back")
+	eventually(t, time.Minute, func() bool { return p.HeldCloses() >= 1 }, "the close was not held back")
 	select {
 	case <-e.closed:
 		t.Fatal("server saw the close while blackholed")
@@ -341,7 +376,7 @@ func TestCloseEndsEverything(t *testing.T) {
 }
 
 func TestTargetDown(t *testing.T) {
-	p := newProxy(t, testenv.RefusedAddr(t))
+	p := newProxy(t, refusedAddr(t))
 	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
 	if err != nil {
 		return // reset before the dial completed: fine
