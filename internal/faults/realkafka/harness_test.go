@@ -30,7 +30,9 @@ import (
 // ends (realRun registers the healing).
 func realCluster(t *testing.T) *testenv.TestKafka {
 	t.Helper()
-	return testenv.SharedRealKafka(t, "3-brokers", kafkatemp.Options{Version: kafkatemp.V44, Brokers: 3})
+	// Proxied: a relay may reach the brokers through proxies that can
+	// hold its requests (realOpts.proxied).
+	return testenv.SharedRealKafka(t, "3-brokers", kafkatemp.Options{Version: kafkatemp.V44, Brokers: 3, Proxied: true})
 }
 
 // realScale returns d, shortened under -short and by
@@ -61,6 +63,9 @@ type realOpts struct {
 	eventsPerTick int
 	// args are extra relay flags.
 	args []string
+	// proxied makes the first relay (r0) reach the brokers only through
+	// the cluster's proxies (kafkatemp.Options.Proxied).
+	proxied bool
 }
 
 // realRun is one scenario: a schema, a topic on the cluster, relays, and a
@@ -110,7 +115,11 @@ func (r *realRun) startRelay(i int) *faultkit.RelayProc {
 	if os.Getenv("OUTBOX_FAULTS_DEBUG") != "" {
 		args = append(args, "--log-level", "debug")
 	}
-	return faultkit.StartRelay(r.t, r.db.ConnString, r.k.Brokers, r.topic, args...)
+	brokers := r.k.Brokers
+	if i == 0 && r.opts.proxied {
+		brokers = r.k.Real.ProxiedBrokers()
+	}
+	return faultkit.StartRelay(r.t, r.db.ConnString, brokers, r.topic, args...)
 }
 
 // published returns the number of published rows.
