@@ -335,6 +335,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Brokers:         brokers,
 			ClientID:        "outbox-dev",
 			AutoCreateTopic: true, // external dev brokers usually allow it
+			// As outbox-relay run's default (--kafka-idempotent).
+			Idempotent: true,
 		},
 	}, log)
 	if err != nil {
