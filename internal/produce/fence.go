@@ -89,7 +89,14 @@ func (p *Idempotent) coordinator(ctx context.Context, what string, call func() e
 		if !coordinatorBusy(err) {
 			return fmt.Errorf("kafka: %s %q: %w", what, p.txnID, err)
 		}
-		if !sleepCtx(ctx, backoff.Delay(txnBackoffMin, 100*time.Millisecond, attempt)) {
+		// The previous transaction's markers take a millisecond or two:
+		// asked again at short, fixed intervals first (the Java producer
+		// waits 20 ms), then with backoff for a coordinator that moved.
+		wait := txnBackoffMin
+		if attempt >= 20 {
+			wait = backoff.Delay(txnBackoffMin, 100*time.Millisecond, attempt-20)
+		}
+		if !sleepCtx(ctx, wait) {
 			return fmt.Errorf("kafka: %s %q: %w (%w)", what, p.txnID, ctx.Err(), err)
 		}
 	}

@@ -136,7 +136,7 @@ func coordinatorBusy(err error) bool {
 
 // txnBackoffMin is the first wait before asking a busy coordinator again:
 // ending a transaction takes it about a millisecond on a local broker.
-const txnBackoffMin = 2 * time.Millisecond
+const txnBackoffMin = time.Millisecond
 
 // ProducerID returns the producer ID and epoch Init got (-1, -1 before).
 func (p *Idempotent) ProducerID() (int64, int16) {
