@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
+	"strconv"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/addpartitionstotxn"
+	"github.com/segmentio/kafka-go/protocol/endtxn"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/outbox/internal/backoff"
@@ -44,20 +49,20 @@ func (p *Idempotent) SetTransactionalID(id string, timeout time.Duration) {
 // asked again.
 func (p *Idempotent) addPartitions(ctx context.Context, topic string, parts []int) error {
 	id, epoch := p.ProducerID()
-	req := &kafkago.AddPartitionsToTxnRequest{Addr: p.addr, TransactionalID: p.txnID, ProducerID: int(id), ProducerEpoch: int(epoch),
-		Topics: map[string][]kafkago.AddPartitionToTxn{topic: nil}}
+	req := &directAddPartitions{TransactionalID: p.txnID, ProducerID: id, ProducerEpoch: epoch,
+		Topics: []addpartitionstotxn.RequestTopic{{Name: topic}}}
 	for _, n := range parts {
-		req.Topics[topic] = append(req.Topics[topic], kafkago.AddPartitionToTxn{Partition: n})
+		req.Topics[0].Partitions = append(req.Topics[0].Partitions, int32(n))
 	}
-	return p.coordinator(ctx, "add partitions to transaction", func() error {
-		res, err := p.client.AddPartitionsToTxn(ctx, req)
-		if err != nil {
-			return err
+	return p.coordinator(ctx, "add partitions to transaction", req, func(res protocol.Message) error {
+		r, ok := res.(*addpartitionstotxn.Response)
+		if !ok {
+			return fmt.Errorf("unexpected response %T", res)
 		}
-		for _, ps := range res.Topics {
-			for _, r := range ps {
-				if r.Error != nil {
-					return fmt.Errorf("partition %d: %w", r.Partition, r.Error)
+		for _, t := range r.Results {
+			for _, pr := range t.Results {
+				if pr.ErrorCode != 0 {
+					return fmt.Errorf("partition %d: %w", pr.PartitionIndex, kafkago.Error(pr.ErrorCode))
 				}
 			}
 		}
@@ -68,26 +73,36 @@ func (p *Idempotent) addPartitions(ctx context.Context, topic string, parts []in
 // endTxn commits or aborts the open transaction.
 func (p *Idempotent) endTxn(ctx context.Context, commit bool) error {
 	id, epoch := p.ProducerID()
-	req := &kafkago.EndTxnRequest{Addr: p.addr, TransactionalID: p.txnID, ProducerID: int(id), ProducerEpoch: int(epoch), Committed: commit}
-	return p.coordinator(ctx, "end transaction", func() error {
-		res, err := p.client.EndTxn(ctx, req)
-		if err == nil {
-			err = res.Error
+	req := &directEndTxn{TransactionalID: p.txnID, ProducerID: id, ProducerEpoch: epoch, Committed: commit}
+	return p.coordinator(ctx, "end transaction", req, func(res protocol.Message) error {
+		r, ok := res.(*endtxn.Response)
+		if !ok {
+			return fmt.Errorf("unexpected response %T", res)
 		}
-		return err
+		if r.ErrorCode != 0 {
+			return kafkago.Error(r.ErrorCode)
+		}
+		return nil
 	})
 }
 
-// coordinator runs one request to the transaction coordinator until it
-// is answered other than busy (coordinatorBusy) or ctx ends.
-func (p *Idempotent) coordinator(ctx context.Context, what string, call func() error) error {
+// coordinator sends req to the transaction coordinator of p's
+// transactional ID and reads its answer with read, until it is answered
+// other than busy (coordinatorBusy) or ctx ends. The coordinator's
+// address is looked up once and kept until it fails or moves: kafka-go's
+// transport would look it up before every request (FindCoordinator), a
+// round trip more each.
+func (p *Idempotent) coordinator(ctx context.Context, what string, req protocol.Message, read func(protocol.Message) error) error {
 	for attempt := 0; ; attempt++ {
-		err := call()
+		err := p.toCoordinator(ctx, req, read)
 		if err == nil {
 			return nil
 		}
-		if !coordinatorBusy(err) {
+		if !coordinatorBusy(err) && !isNetworkError(err) {
 			return fmt.Errorf("kafka: %s %q: %w", what, p.txnID, err)
+		}
+		if !errors.Is(err, kafkago.ConcurrentTransactions) {
+			p.forgetCoordinator()
 		}
 		// The previous transaction's markers take a millisecond or two:
 		// asked again at short, fixed intervals first (the Java producer
@@ -100,6 +115,72 @@ func (p *Idempotent) coordinator(ctx context.Context, what string, call func() e
 			return fmt.Errorf("kafka: %s %q: %w (%w)", what, p.txnID, ctx.Err(), err)
 		}
 	}
+}
+
+// toCoordinator sends req once to the coordinator and reads its answer.
+func (p *Idempotent) toCoordinator(ctx context.Context, req protocol.Message, read func(protocol.Message) error) error {
+	addr, err := p.coordinatorAddr(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := p.client.Transport.RoundTrip(ctx, addr, req)
+	if err != nil {
+		return err
+	}
+	return read(res)
+}
+
+// coordinatorAddr returns the address of the transaction coordinator of
+// p's transactional ID, looked up if not known.
+func (p *Idempotent) coordinatorAddr(ctx context.Context) (net.Addr, error) {
+	p.mu.Lock()
+	addr := p.coord
+	p.mu.Unlock()
+	if addr != nil {
+		return addr, nil
+	}
+	res, err := p.client.FindCoordinator(ctx, &kafkago.FindCoordinatorRequest{Addr: p.addr, Key: p.txnID, KeyType: kafkago.CoordinatorKeyTypeTransaction})
+	if err == nil {
+		err = res.Error
+	}
+	if err != nil {
+		return nil, err
+	}
+	addr = kafkago.TCP(net.JoinHostPort(res.Coordinator.Host, strconv.Itoa(res.Coordinator.Port)))
+	p.mu.Lock()
+	p.coord = addr
+	p.mu.Unlock()
+	return addr, nil
+}
+
+// forgetCoordinator makes the next request look the coordinator up.
+func (p *Idempotent) forgetCoordinator() {
+	p.mu.Lock()
+	p.coord = nil
+	p.mu.Unlock()
+}
+
+// directAddPartitions and directEndTxn are kafka-go's requests, encoded
+// the same, without the method that makes its transport route them
+// (Transaction): sent to the address given to RoundTrip, the
+// coordinator's (Idempotent.coordinator).
+type (
+	directAddPartitions addpartitionstotxn.Request
+	directEndTxn        endtxn.Request
+)
+
+// directOverride is the kafka-go override key of the direct requests'
+// types (protocol.RegisterOverride; kafka-go's own raw produce is 0).
+const directOverride protocol.OverrideTypeKey = 30
+
+func (*directAddPartitions) ApiKey() protocol.ApiKey           { return protocol.AddPartitionsToTxn }
+func (*directAddPartitions) TypeKey() protocol.OverrideTypeKey { return directOverride }
+func (*directEndTxn) ApiKey() protocol.ApiKey                  { return protocol.EndTxn }
+func (*directEndTxn) TypeKey() protocol.OverrideTypeKey        { return directOverride }
+
+func init() {
+	protocol.RegisterOverride(&directAddPartitions{}, &addpartitionstotxn.Response{}, directOverride)
+	protocol.RegisterOverride(&directEndTxn{}, &endtxn.Response{}, directOverride)
 }
 
 // writeTxn is write in one transaction: the chunk's batches are sent as

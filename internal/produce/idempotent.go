@@ -63,6 +63,9 @@ type Idempotent struct {
 	// is the transaction timeout Init gives the coordinator.
 	txnID      string
 	txnTimeout time.Duration
+	// coord is the transaction coordinator's address, once looked up
+	// (under mu).
+	coord net.Addr
 
 	mu      sync.Mutex
 	session producerSession
