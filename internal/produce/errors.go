@@ -250,6 +250,7 @@ const (
 	reasonInvalidTimestamp = "invalid_timestamp" // INVALID_TIMESTAMP: the broker's message.timestamp.*.max.ms refused the send time
 	reasonThrottled        = "throttled"         // THROTTLING_QUOTA_EXCEEDED
 	reasonTransaction      = "transaction"       // errAborted: the write's transaction ended without a commit (Config.Fence)
+	reasonCoordinator      = "coordinator"       // errCoordinator: InitProducerID, AddPartitionsToTxn or EndTxn failed
 	reasonOther            = "other"
 )
 
@@ -301,6 +302,11 @@ var classRules = []classRule{
 	{is(ErrNotAttempted), classOutage, reasonUnreachable},
 	{is(errAborted), classOutage, reasonTransaction},
 	{is(errClosed, io.ErrClosedPipe, errNoTopic, context.Canceled), classOther, reasonOther},
+	// After errClosed (a call stopped by Close or shutdown is not an
+	// outage); an authorization refusal in it is reported as such.
+	{func(err error) bool {
+		return errors.Is(err, errCoordinator) && !code(kafkago.ClusterAuthorizationFailed, kafkago.TransactionalIDAuthorizationFailed)(err)
+	}, classOutage, reasonCoordinator},
 	{func(err error) bool {
 		var tooLarge kafkago.MessageTooLargeError
 		return errors.As(err, &tooLarge)
@@ -312,7 +318,7 @@ var classRules = []classRule{
 	{code(kafkago.InvalidTopic), classRejected, reasonInvalidTopic},
 	// An ACL the relay's principal lacks is the cluster's configuration,
 	// not the event's: granting it makes the same record acceptable.
-	{code(kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed), classOutage, reasonAuthorization},
+	{code(kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed, kafkago.TransactionalIDAuthorizationFailed), classOutage, reasonAuthorization},
 	// SASL error codes reach here only when not wrapped by
 	// annotateAuth (e.g. a caller's own kafka-go error values).
 	{code(kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState),

@@ -37,6 +37,12 @@ import (
 // cluster or of the relay's ownership, never the record's fault.
 var errAborted = errors.New("kafka: transaction not committed")
 
+// errCoordinator wraps every failed exchange with the cluster about the
+// producer's ID or transaction (InitProducerID, AddPartitionsToTxn,
+// EndTxn): a condition of the cluster (a coordinator loading, moving,
+// unreachable, or busy past the call's time), never a record's fault.
+var errCoordinator = errors.New("kafka: producer coordinator")
+
 // SetTransactionalID makes p transactional under id (Config.Fence):
 // Init asks id's producer ID, with timeout as the transaction timeout,
 // and every batch is marked transactional. Call it before Init.
@@ -99,7 +105,7 @@ func (p *Idempotent) coordinator(ctx context.Context, what string, req protocol.
 			return nil
 		}
 		if !coordinatorBusy(err) && !isNetworkError(err) {
-			return fmt.Errorf("kafka: %s %q: %w", what, p.txnID, err)
+			return fmt.Errorf("%w: %s %q: %w", errCoordinator, what, p.txnID, err)
 		}
 		if !errors.Is(err, kafkago.ConcurrentTransactions) {
 			p.forgetCoordinator()
@@ -112,7 +118,7 @@ func (p *Idempotent) coordinator(ctx context.Context, what string, req protocol.
 			wait = backoff.Delay(txnBackoffMin, 100*time.Millisecond, attempt-20)
 		}
 		if !sleepCtx(ctx, wait) {
-			return fmt.Errorf("kafka: %s %q: %w (%w)", what, p.txnID, ctx.Err(), err)
+			return fmt.Errorf("%w: %s %q: %w (%w)", errCoordinator, what, p.txnID, ctx.Err(), err)
 		}
 	}
 }
@@ -201,7 +207,7 @@ func (w *idempotentWriter) writeTxn(ctx context.Context, topic string, leaders [
 	sort.Ints(parts)
 	if err := w.prod.addPartitions(ctx, topic, parts); err != nil {
 		w.abort(ctx, err)
-		return err
+		return fmt.Errorf("%w: %w", errAborted, err)
 	}
 	left, lastErr := w.deliver(ctx, topic, leaders, batches)
 	cause := lastErr

@@ -122,10 +122,10 @@ func initProducerID(ctx context.Context, client *kafkago.Client, addr net.Addr, 
 			return nil, fmt.Errorf("kafka: init producer id: %w (the idempotent producer needs the IdempotentWrite permission on clusters older than Kafka 2.8 with ACLs, or WRITE on a topic on later ones, and with Config.Fence WRITE and DESCRIBE on its transactional IDs; or set Config.Idempotent false)", err)
 		}
 		if !coordinatorBusy(err) {
-			return nil, fmt.Errorf("kafka: init producer id %q: %w", txnID, err)
+			return nil, fmt.Errorf("%w: init producer id %q: %w", errCoordinator, txnID, err)
 		}
 		if !sleepCtx(ctx, backoff.Delay(txnBackoffMin, time.Second, attempt)) {
-			return nil, fmt.Errorf("kafka: init producer id %q: %w (%w)", txnID, ctx.Err(), err)
+			return nil, fmt.Errorf("%w: init producer id %q: %w (%w)", errCoordinator, txnID, ctx.Err(), err)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package realkafka
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,9 +128,21 @@ func TestRealKafka(t *testing.T) {
 	// same batch: with one relay no copy in the topic (kafka-go's Writer
 	// wrote 39 of 34,705 in the same storm); with three, copies could come
 	// only from ownership moves, and the relays stay up: counted, logged.
-	for _, relays := range []int{1, 3} {
-		t.Run(fmt.Sprintf("StormIdempotent/%drelays", relays), func(t *testing.T) {
-			r := startReal(t, k, realOpts{relays: relays, args: []string{"--kafka-idempotent"}})
+	// The same storm with --kafka-fence (every write a transaction, the
+	// coordinators on the same brokers): nothing lost, and the whole log,
+	// aborted records included, keeps every aggregate's order.
+	for _, v := range []struct {
+		name   string
+		relays int
+		args   []string
+	}{
+		{"StormIdempotent/1relays", 1, []string{"--kafka-idempotent"}},
+		{"StormIdempotent/3relays", 3, []string{"--kafka-idempotent"}},
+		{"StormFenced/3relays", 3, []string{"--kafka-idempotent", "--kafka-fence"}},
+	} {
+		relays := v.relays
+		t.Run(v.name, func(t *testing.T) {
+			r := startReal(t, k, realOpts{relays: relays, args: v.args})
 			_, leader := r.leaders()
 			t.Cleanup(func() { healNodes(t, k, 1, 2, 3) })
 			if err := k.Real.Node(leader).Kill(); err != nil {
@@ -162,10 +176,14 @@ func TestRealKafka(t *testing.T) {
 				}
 			}
 			r.waitISR(3, 2*time.Minute)
-			rep := r.finish(fmt.Sprintf("storm: leader SIGKILLed, NOT_ENOUGH_REPLICAS, two brokers SIGSTOPped (--kafka-idempotent, %d relays)", relays), time.Now(), true)
-			t.Logf("%d relays: %d copies of %d events", relays, rep.Duplicates, rep.Committed)
+			rep := r.finish(fmt.Sprintf("storm: leader SIGKILLed, NOT_ENOUGH_REPLICAS, two brokers SIGSTOPped (%s, %d relays)", strings.Join(v.args, " "), relays), time.Now(), true)
+			breaks := r.logOrder()
+			t.Logf("%s: %d copies of %d events; %d breaks of order in the log (aborted records included)", v.name, rep.Duplicates, rep.Committed, breaks)
 			if relays == 1 && rep.Duplicates != 0 {
 				t.Errorf("%d copies of %d events with the idempotent producer, want 0", rep.Duplicates, rep.Committed)
+			}
+			if slices.Contains(v.args, "--kafka-fence") && breaks != 0 {
+				t.Errorf("%d records lie in the log after later events of their aggregate with --kafka-fence, want 0", breaks)
 			}
 		})
 	}
