@@ -117,7 +117,8 @@ type Config struct {
 	// sub-millisecond values are not what they seem: an idle Go runtime
 	// sleeps in epoll_wait with millisecond resolution, so a 100µs timer
 	// fires after about 1ms. Defaults to 1ns (flush as soon as the call's
-	// messages are queued).
+	// messages are queued). Not used with Idempotent, which sends each
+	// call's messages at once.
 	BatchTimeout time.Duration
 
 	// BatchSize is the maximum number of messages in one produce request for

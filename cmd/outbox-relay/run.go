@@ -79,7 +79,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.DurationVar(&f.startupWait, "startup-wait", 0, "how long to wait for Postgres and Kafka at start before giving up (0: forever)")
 	fs.StringVar(&f.kafka.ClientID, "kafka-client-id", kafka.DefaultClientID, "Kafka client.id")
 	fs.DurationVar(&f.kafka.WriteTimeout, "kafka-write-timeout", 0, fmt.Sprintf("timeout of one produce attempt; kafka-go makes up to %d, which with their backoffs must fit in half of --lease (default %s, less with a --lease under 26s: what fits; 0 is refused)", kafka.DefaultMaxAttempts, kafka.DefaultWriteTimeout))
-	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout (0: the publisher's small default)")
+	fs.DurationVar(&f.kafka.BatchTimeout, "kafka-batch-timeout", 0, "kafka-go Writer.BatchTimeout, with --kafka-idempotent=false only (0: the publisher's small default); the idempotent producer sends each publish at once")
 	fs.BoolVar(&f.kafka.AutoCreateTopic, "kafka-auto-create-topics", false, "let metadata requests create missing topics on brokers that allow it (auto.create.topics.enable)")
 	fs.BoolVar(&f.kafka.Idempotent, "kafka-idempotent", true, "idempotent producer: batches carry a producer ID and sequence, so a batch sent again after a timeout or a leader move is written once (Kafka's enable.idempotence); false: kafka-go's Writer")
 	fs.BoolVar(&f.kafka.Fence, "kafka-fence", false, "write every batch in a Kafka transaction under this relay's transactional ID, and fence the former owner of key partitions taken over, so a paused relay's late writes are refused (consumers should read_committed); needs --kafka-idempotent")
