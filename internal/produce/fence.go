@@ -7,6 +7,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -211,7 +212,9 @@ func (w *idempotentWriter) writeTxn(ctx context.Context, topic string, leaders [
 	}
 	left, lastErr := w.deliver(ctx, topic, leaders, batches)
 	cause := lastErr
-	if len(left) == 0 {
+	// A batch refused after a send of it that may have been written
+	// (stale) would be committed all the same: abort instead.
+	if len(left) == 0 && !w.stale {
 		if cause = w.prod.endTxn(ctx, true); cause == nil {
 			for _, b := range batches {
 				if b.refused != nil {
@@ -220,6 +223,9 @@ func (w *idempotentWriter) writeTxn(ctx context.Context, topic string, leaders [
 			}
 			return nil
 		}
+	}
+	if cause == nil {
+		cause = errors.New("a refused batch may have been written by an earlier send")
 	}
 	w.abort(ctx, cause)
 	for _, b := range batches {
@@ -236,7 +242,7 @@ func (w *idempotentWriter) writeTxn(ctx context.Context, topic string, leaders [
 // new epoch of the relay's transactional ID. If that fails the writer
 // stays dirty (Clean false) and the next write asks again first.
 func (w *idempotentWriter) abort(ctx context.Context, cause error) {
-	w.dirty.Store(true)
+	w.prod.dirty.Store(true)
 	w.stale = true
 	// The call's context may be spent (the cause may be its end): the
 	// abort gets one write timeout of its own.
@@ -252,7 +258,15 @@ func (w *idempotentWriter) abort(ctx context.Context, cause error) {
 // is always true (nothing can be promised, nothing is withheld). A relay
 // gives no key partition to another while its publisher is not clean.
 func (p *Publisher) Clean() bool {
-	return p.idem == nil || p.idem.prod.txnID == "" || !p.idem.dirty.Load()
+	if p.idem == nil {
+		return true
+	}
+	for _, t := range p.idem.txns {
+		if t.dirty.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // FenceMember makes the brokers refuse every later write of member's
@@ -262,21 +276,42 @@ func (p *Publisher) Clean() bool {
 // nothing. Errors are those of InitProducerID (the coordinator
 // unreachable: an outage).
 func (p *Publisher) FenceMember(ctx context.Context, member string) error {
-	if p.idem == nil || p.idem.prod.txnID == "" {
+	if p.idem == nil || len(p.idem.txns) == 0 {
 		return nil
 	}
-	id := p.TransactionalID(member)
 	start := time.Now()
 	// The claim waits for it: one request's time (a coordinator still
 	// aborting the member's transaction answers within it).
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout+p.cfg.WriteTimeout)
 	defer cancel()
-	res, err := initProducerID(ctx, p.idem.prod.client, p.idem.prod.addr, id, p.idem.prod.txnTimeout)
-	if err != nil {
-		p.log.Warn("could not fence a former owner: its key partitions wait", zap.String("member", member), zap.String("transactional_id", id), zap.Error(err))
+	ids := p.transactionalIDs(member)
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			t := p.idem.txns[0]
+			_, errs[i] = initProducerID(ctx, t.client, t.addr, id, t.txnTimeout)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		p.log.Warn("could not fence a former owner: its key partitions wait", zap.String("member", member), zap.Strings("transactional_ids", ids), zap.Error(err))
 		return err
 	}
-	p.log.Info("fenced a former owner", zap.String("member", member), zap.String("transactional_id", id),
-		zap.Int("epoch", res.Producer.ProducerEpoch), zap.Duration("took", time.Since(start)))
+	p.log.Info("fenced a former owner", zap.String("member", member), zap.Strings("transactional_ids", ids), zap.Duration("took", time.Since(start)))
 	return nil
+}
+
+// fenceSlots is the number of transactional IDs of a relay, used in turn
+// by its writes (idempotentWriter.txns).
+const fenceSlots = 2
+
+// transactionalIDs returns member's transactional IDs with Config.Fence:
+// TransactionalID(member) followed by "/0", "/1".
+func (p *Publisher) transactionalIDs(member string) []string {
+	ids := make([]string, fenceSlots)
+	for i := range ids {
+		ids[i] = p.TransactionalID(member) + "/" + strconv.Itoa(i)
+	}
+	return ids
 }

@@ -262,3 +262,37 @@ func TestFencePublishesInTransactions(t *testing.T) {
 		t.Fatal("timed out")
 	}
 }
+
+// A produce answer lost after the broker appended (its connection dies)
+// is sent again as the same batch inside the same transaction: the broker
+// writes it once, the transaction commits, and read_committed consumers
+// read every event once, in order, in one Publish call.
+func TestFenceWritesOnceWhenTheAnswerIsLost(t *testing.T) {
+	t.Parallel()
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 3)
+	p, ctx := fencedPublisher(t, k.Brokers, topic, "r1")
+	d := &answerDropper{}
+	p.dialer.wrap = d.wrap
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	publishAll(ctx, t, p, numbered(0, 6, keys))
+	d.drops.Store(2)
+	publishAll(ctx, t, p, numbered(100, 60, keys))
+	if d.dropped.Load() == 0 {
+		t.Fatal("no answer was dropped")
+	}
+	got := logOrder(t, k.Brokers, topic, true)
+	n := 0
+	for key, vs := range got {
+		n += len(vs)
+		for i := 1; i < len(vs); i++ {
+			if vs[i] <= vs[i-1] {
+				t.Errorf("key %s read committed: %v: a copy or out of order", key, vs)
+				break
+			}
+		}
+	}
+	if n != 66 {
+		t.Errorf("read %d committed records, want 66 (%d answers dropped)", n, d.dropped.Load())
+	}
+}

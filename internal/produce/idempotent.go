@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -66,6 +67,9 @@ type Idempotent struct {
 	// coord is the transaction coordinator's address, once looked up
 	// (under mu).
 	coord net.Addr
+	// dirty: with a transactional ID, a write's outcome is unknown and no
+	// new epoch has ended it yet (Publisher.Clean).
+	dirty atomic.Bool
 
 	mu      sync.Mutex
 	session producerSession

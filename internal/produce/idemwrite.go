@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -54,9 +53,10 @@ type idempotentWriter struct {
 	written map[tp][]writtenMsg
 	// retryLog logs the resends, rate-limited as kafka-go's retries are.
 	retryLog *retryLogger
-	// dirty: with a transactional ID, a write's outcome is unknown and no
-	// new epoch has ended it yet (Publisher.Clean).
-	dirty atomic.Bool
+	// txns are the transactional producers with Config.Fence (SetMember),
+	// used in turn: prod is txns[turn] during a write. Nil without Fence.
+	txns []*Idempotent
+	turn int
 }
 
 // write sends chunk (one topic's messages, in order) as write does on
@@ -69,6 +69,11 @@ func (w *idempotentWriter) write(ctx context.Context, chunk []kafkago.Message, f
 	// InitProducerID and metadata round trips took.
 	ctx, cancel := context.WithTimeout(ctx, p.AttemptBudget())
 	defer cancel()
+	if len(w.txns) > 0 {
+		// In turn, so that this write need not wait for the markers of the
+		// previous one's transaction (CONCURRENT_TRANSACTIONS).
+		w.prod, w.turn = w.txns[w.turn], (w.turn+1)%len(w.txns)
+	}
 	if err := w.ready(ctx); err != nil {
 		return false, err
 	}
@@ -291,7 +296,7 @@ func (w *idempotentWriter) dropWritten(b *idemBatch) {
 
 // ready gets a producer ID when there is none or it is stale.
 func (w *idempotentWriter) ready(ctx context.Context) error {
-	if _, epoch := w.prod.ProducerID(); epoch >= 0 && !w.stale {
+	if _, epoch := w.prod.ProducerID(); epoch >= 0 && !w.stale && !w.prod.dirty.Load() {
 		return nil
 	}
 	return w.renew(ctx, "", nil)
@@ -304,7 +309,7 @@ func (w *idempotentWriter) renew(ctx context.Context, topic string, batches []*i
 	if err := w.prod.Init(ctx); err != nil {
 		return err
 	}
-	w.dirty.Store(false)
+	w.prod.dirty.Store(false)
 	id, epoch := w.prod.ProducerID()
 	w.p.log.Info("idempotent producer: new producer ID", zap.Int64("producer_id", id), zap.Int16("epoch", epoch),
 		zap.Int("pending_dropped", len(w.pending)), zap.Bool("stale", w.stale))

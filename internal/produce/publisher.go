@@ -125,20 +125,32 @@ func NewPublisher(cfg kafka.Config, logger *zap.Logger) (*Publisher, error) {
 }
 
 // SetMember makes the publisher produce in transactions under member's
-// transactional ID (TransactionalID), with Config.Fence; otherwise it
+// transactional IDs (transactionalIDs), with Config.Fence; otherwise it
 // does nothing. Call it once, before the first Publish: the relay's
 // Service does, with its claimer's member name.
 func (p *Publisher) SetMember(member string) {
-	if p.idem != nil && p.cfg.Fence {
-		// Long enough for a whole write (AttemptBudget), short enough that a
-		// relay paused mid-transaction holds read_committed consumers back
-		// for about the time its ownership takes to move.
-		p.idem.prod.SetTransactionalID(p.TransactionalID(member), max(2*p.AttemptBudget(), time.Second))
+	if p.idem == nil || !p.cfg.Fence {
+		return
+	}
+	// Long enough for a whole write (AttemptBudget), short enough that a
+	// relay paused mid-transaction holds read_committed consumers back for
+	// about the time its ownership takes to move.
+	timeout := max(2*p.AttemptBudget(), time.Second)
+	first := p.idem.prod
+	for i, id := range p.transactionalIDs(member) {
+		t := first
+		if i > 0 {
+			t = NewIdempotent(first.client, first.addr, first.compression)
+		}
+		t.SetTransactionalID(id, timeout)
+		p.idem.txns = append(p.idem.txns, t)
 	}
 }
 
-// TransactionalID returns member's transactional ID with Config.Fence:
-// Config.TransactionalIDPrefix followed by member.
+// TransactionalID returns the start of member's transactional IDs with
+// Config.Fence: Config.TransactionalIDPrefix followed by member; "/0" and
+// "/1" follow it (two IDs, used in turn, so that a write does not wait
+// for the markers of the previous write's transaction).
 func (p *Publisher) TransactionalID(member string) string {
 	return p.cfg.TransactionalIDPrefix + member
 }
