@@ -178,7 +178,7 @@ type Config struct {
 	// Fence makes the brokers refuse the writes of a relay whose key
 	// partitions moved to another (paused past its lease, say, with a
 	// produce request still on its way): each relay writes every batch in
-	// a Kafka transaction under a transactional ID of its own
+	// a Kafka transaction under transactional IDs of its own
 	// (TransactionalIDPrefix and its member name), and a relay that takes
 	// key partitions over from a member whose membership ended first bumps
 	// that member's epoch (Kafka's producer fencing, KIP-98), so records
@@ -191,8 +191,9 @@ type Config struct {
 	// Defaults to false.
 	Fence bool
 
-	// TransactionalIDPrefix starts the transactional ID of every relay
-	// with Fence; the relay's member name follows. Relays of different
+	// TransactionalIDPrefix starts the transactional IDs of every relay
+	// with Fence; the relay's member name and "/0" or "/1" follow (two
+	// IDs, used in turn). Relays of different
 	// outbox tables or databases that share a Kafka cluster need
 	// different prefixes. Defaults to DefaultTransactionalIDPrefix
 	// followed by the outbox table's name and "/" (relay.NewService).

@@ -83,7 +83,7 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.BoolVar(&f.kafka.AutoCreateTopic, "kafka-auto-create-topics", false, "let metadata requests create missing topics on brokers that allow it (auto.create.topics.enable)")
 	fs.BoolVar(&f.kafka.Idempotent, "kafka-idempotent", true, "idempotent producer: batches carry a producer ID and sequence, so a batch sent again after a timeout or a leader move is written once (Kafka's enable.idempotence); false: kafka-go's Writer")
 	fs.BoolVar(&f.kafka.Fence, "kafka-fence", false, "write every batch in a Kafka transaction under this relay's transactional ID, and fence the former owner of key partitions taken over, so a paused relay's late writes are refused (consumers should read_committed); needs --kafka-idempotent")
-	fs.StringVar(&f.kafka.TransactionalIDPrefix, "kafka-transactional-id-prefix", "", "with --kafka-fence: start of every relay's transactional ID, its member name follows (default pgoutbox/<table>/)")
+	fs.StringVar(&f.kafka.TransactionalIDPrefix, "kafka-transactional-id-prefix", "", "with --kafka-fence: start of every relay's two transactional IDs, its member name and /0 or /1 follow (default pgoutbox/<table>/)")
 	fs.StringVar((*string)(&f.kafka.Compression), "kafka-compression", "none", "compression: none, gzip, snappy, lz4 or zstd")
 	fs.BoolVar(&f.kafka.TLSEnabled, "kafka-tls", false, "connect to Kafka over TLS")
 	fs.StringVar(&f.kafka.TLSCAFile, "kafka-tls-ca", "", "PEM file of CA certificates for Kafka TLS (default: system roots)")
