@@ -12,10 +12,16 @@ import (
 // ReadLog reads every record of topic as it lies in the log: read
 // uncommitted, so records of aborted transactions are included (a
 // consumer that reads uncommitted sees them, and a compacted topic keeps
-// them until compaction), up to the end offsets the partitions have when
-// it is called. Records are in offset order within each partition.
-func ReadLog(ctx context.Context, brokers []string, topic string) ([]Observed, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+// them until compaction), or, committed, as a read_committed consumer
+// reads it; up to the end offsets the partitions have when it is called
+// (their last stable offsets must reach them: no transaction open).
+// Records are in offset order within each partition.
+func ReadLog(ctx context.Context, brokers []string, topic string, committed bool) ([]Observed, error) {
+	iso := kgo.ReadUncommitted()
+	if committed {
+		iso = kgo.ReadCommitted()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords(), kgo.ClientID("outbox-checker-log"))
 	if err != nil {
 		return nil, fmt.Errorf("checker: log reader: %w", err)

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pgoutbox/outbox/internal/checker"
 	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/kafka"
 )
@@ -76,49 +76,20 @@ func numbered(first, n int, keys []string) []kafka.Message {
 }
 
 // logOrder reads every record of topic, read_uncommitted (the log as it
-// is, aborted records included) or read_committed, and returns, per key,
-// the values in log order. It reads to the end offsets of when it is
-// called (control records kept, so that the last offset is reached).
+// is, aborted records included) or read_committed (checker.ReadLog), and
+// returns, per key, the values in log order.
 func logOrder(t *testing.T, brokers []string, topic string, committed bool) map[string][]int {
 	t.Helper()
-	iso := kgo.ReadUncommitted()
-	if committed {
-		iso = kgo.ReadCommitted()
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	recs, err := checker.ReadLog(ctx, brokers, topic, committed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
 	out := map[string][]int{}
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("topic %s not read to its end offsets: %v left", topic, left)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-			if r.Attrs.IsControl() {
-				return
-			}
-			v, _ := strconv.Atoi(string(r.Value))
-			out[string(r.Key)] = append(out[string(r.Key)], v)
-		})
+	for _, r := range recs {
+		v, _ := strconv.Atoi(string(r.Value))
+		out[r.Key] = append(out[r.Key], v)
 	}
 	return out
 }

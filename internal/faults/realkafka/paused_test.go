@@ -125,7 +125,7 @@ func (r *realRun) logOrderExamples() (int, []string) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	log, err := checker.ReadLog(ctx, r.k.Brokers, r.topic)
+	log, err := checker.ReadLog(ctx, r.k.Brokers, r.topic, false)
 	if err != nil {
 		r.t.Fatal(err)
 	}
