@@ -111,25 +111,9 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	// Unless set, the publisher's attempts fit in half the lease: one
-	// publish must not outlive the claim of its rows.
-	cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout = produce.FitAttempts(cfg.Kafka.MaxAttempts, cfg.Kafka.WriteTimeout, claimer.Config().Lease/2)
-	if cfg.Kafka.TransactionalIDPrefix == "" {
-		cfg.Kafka.TransactionalIDPrefix = kafka.DefaultTransactionalIDPrefix + claimer.Config().Table + "/"
-	}
-	pub, err := produce.NewPublisher(cfg.Kafka, logger)
+	pub, err := newPublisher(cfg.Kafka, claimer, logger)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.Kafka.Fence {
-		// This relay writes under its member's transactional ID, and fences
-		// the former owners of the key partitions it takes over.
-		pub.SetMember(claimer.Member())
-		claimer.SetFencer(pub)
-	}
-	if b := pub.AttemptBudget(); b > claimer.Config().Lease/2 {
-		_ = pub.Close()
-		return nil, &BudgetError{Budget: b, Lease: claimer.Config().Lease}
 	}
 	s := &Service{claimer: claimer, pub: pub, pool: pool, log: logger, privileges: cfg.Privileges}
 	var wake <-chan struct{}
@@ -181,6 +165,33 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 		s.relay.listening = func() bool { return s.listener.State() == listen.StateListening }
 	}
 	return s, nil
+}
+
+// newPublisher returns the Service's publisher for claimer: its attempts
+// fit in half the lease unless set (one publish must not outlive the
+// claim of its rows; a *BudgetError if they cannot), and with
+// kafka.Config.Fence it writes under the claimer's member's
+// transactional IDs and fences the former owners of the key partitions
+// the claimer takes over.
+func newPublisher(cfg kafka.Config, claimer *claim.Claimer, logger *zap.Logger) (*produce.Publisher, error) {
+	lease := claimer.Config().Lease
+	cfg.MaxAttempts, cfg.WriteTimeout = produce.FitAttempts(cfg.MaxAttempts, cfg.WriteTimeout, lease/2)
+	if cfg.TransactionalIDPrefix == "" {
+		cfg.TransactionalIDPrefix = kafka.DefaultTransactionalIDPrefix + claimer.Config().Table + "/"
+	}
+	pub, err := produce.NewPublisher(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	if b := pub.AttemptBudget(); b > lease/2 {
+		_ = pub.Close()
+		return nil, &BudgetError{Budget: b, Lease: lease}
+	}
+	if cfg.Fence {
+		pub.SetMember(claimer.Member())
+		claimer.SetFencer(pub)
+	}
+	return pub, nil
 }
 
 // Run relays until ctx is done, then stops gracefully and returns nil (or
