@@ -23,6 +23,10 @@ set -uo pipefail
 
 GO=${GO:-go}
 read -r -a flags <<<"-race -count=1 -timeout ${TEST_TIMEOUT:-12m} ${TEST_FLAGS:-}"
+# The real-cluster suite is one package of many faults, each tens of
+# seconds long, one after the other on the shared cluster: it gets a
+# timeout of its own (about 15 minutes beside the others on 2 cores).
+read -r -a realflags <<<"-race -count=1 -timeout ${REAL_TEST_TIMEOUT:-25m} ${TEST_FLAGS:-}"
 read -r -a pkgs <<<"${PKGS:-./...}"
 read -r -a compat <<<"${COMPAT_PKGS:-}"
 read -r -a benchpkgs <<<"${BENCH_PKGS:-}"
@@ -36,6 +40,7 @@ sampler=""
 trap '[[ -n "$sampler" ]] && kill "$sampler" 2>/dev/null; rm -rf "$tmp"' EXIT
 "$GO" build -o "$tmp/testtime" ./internal/cmd/testtime || exit 1
 flags+=(-exec "$tmp/testtime")
+realflags+=(-exec "$tmp/testtime")
 export OUTBOX_TEST_TIMES="$tmp/times"
 # The 1-minute load average every 5 s, for the summary.
 (while :; do cut -d' ' -f1 /proc/loadavg 2>/dev/null >>"$tmp/load"; sleep 5; done) &
@@ -48,7 +53,7 @@ beside() {
 	local brc=0
 	if [[ -n "$real" ]]; then
 		echo "== beside the others: $real (OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5})"
-		OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5} "$GO" test "${flags[@]}" $real || brc=1
+		OUTBOX_FAULTS_REAL_SCALE=${OUTBOX_FAULTS_REAL_SCALE:-0.5} "$GO" test "${realflags[@]}" $real || brc=1
 		echo "== real-cluster suite done at $((SECONDS - t0)) s"
 	fi
 	if [[ -n "${OUTBOX_TEST_KAFKA_BROKERS_3_9_1:-}" && ${#compat[@]} -gt 0 ]]; then
