@@ -19,13 +19,13 @@ import (
 	"github.com/pgoutbox/outbox/internal/backoff"
 )
 
-// Fencing (kafka.Config.Fence): each relay produces under a transactional
-// ID of its own, every write one Kafka transaction (AddPartitionsToTxn,
-// the produce requests, EndTxn). A relay that takes key partitions over
-// from a member whose membership ended first asks a producer ID for that
-// member's transactional ID (FenceMember): the coordinator bumps its
-// epoch and aborts its open transaction, and every broker refuses the
-// old epoch from then on. So a produce request of a paused relay that
+// Fencing (kafka.Config.Fence): each relay produces under two
+// transactional IDs of its own, used in turn, every write one Kafka
+// transaction (AddPartitionsToTxn, the produce requests, EndTxn). A relay
+// that takes key partitions over from a member whose membership ended
+// first asks a producer ID for each of that member's transactional IDs
+// (FenceMember): the coordinator bumps their epochs and aborts their open
+// transactions, and every broker refuses the old epochs from then on. So a produce request of a paused relay that
 // reaches a broker late is refused, and its records written before the
 // fence are aborted (a read_committed consumer never sees them) and lie
 // before every record of the new owner: the log keeps each aggregate's
