@@ -328,16 +328,34 @@ func terminateListener(t *testing.T, db *testenv.TestDB, app string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	rows, err := db.Pool.Query(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", app)
+	type term struct {
+		Pid int32 `db:"pid"`
+		OK  bool  `db:"ok"`
+	}
+	rows, err := db.Pool.Query(ctx, "SELECT pid, pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = $1", app)
 	if err != nil {
 		t.Fatal(err)
 	}
-	oks, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	terms, err := pgx.CollectRows(rows, pgx.RowToStructByName[term])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(oks) != 1 || !oks[0] {
-		t.Fatalf("pg_terminate_backend on %q: %v, want exactly one backend terminated", app, oks)
+	if len(terms) != 1 || !terms[0].OK {
+		t.Fatalf("pg_terminate_backend on %q: %v, want exactly one backend terminated", app, terms)
+	}
+	// pg_terminate_backend only signals: the backend is gone once it has
+	// left pg_stat_activity, and only then may a later call count the
+	// listener's backends (under load a terminated one lingers, beside
+	// the listener's new session).
+	for {
+		var n int
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", terms[0].Pid).Scan(&n); err != nil {
+			t.Fatalf("backend %d of %q still there: %v", terms[0].Pid, app, err)
+		}
+		if n == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -28,8 +28,8 @@ import (
 // and the whole log, aborted records included (read uncommitted), keeps
 // every aggregate's order (checker.LogOrder); nothing is lost or
 // dead-lettered, and publishing goes on. Without it, the same late
-// request lands after the later events: the run shows the defect, so the
-// test is known to hold a request that matters.
+// request usually lands after the later events (6 and 8 breaks in two
+// runs): logged, as a measurement, not asserted.
 func TestRealKafkaPausedRelay(t *testing.T) {
 	k := realCluster(t)
 	for _, fence := range []bool{true, false} {
@@ -91,8 +91,13 @@ func TestRealKafkaPausedRelay(t *testing.T) {
 			if fence && n != 0 {
 				t.Errorf("%d records of an aggregate lie in the log after later events of it, with --kafka-fence: %s", n, strings.Join(examples, "; "))
 			}
-			if !fence && n == 0 {
-				t.Errorf("without --kafka-fence the late request broke no order in the log: the test did not hold a request that matters")
+			if !fence {
+				// Not a verdict: whether this run shows the hazard depends on
+				// what r0 was sending when held (a resend of a batch the
+				// broker already had is answered DUPLICATE_SEQUENCE_NUMBER and
+				// appends nothing). TestFenceRefusesALateProduceOfAFormerOwner
+				// (internal/produce) holds a fresh request and asserts it.
+				t.Logf("without --kafka-fence: %d breaks of order in the log", n)
 			}
 		})
 	}
