@@ -7,6 +7,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/config"
+	"github.com/pgoutbox/outbox/kafka/format"
 )
 
 // Config configures a Relay. Durations are wall-clock durations; all lease
@@ -106,6 +107,11 @@ type Config struct {
 	// Observer is told what the relay does (metrics, tests, benchmarks).
 	// Defaults to nil (nothing).
 	Observer Observer
+	// Format is what goes into each record: the value as the JSON payload
+	// or encoded in a Schema Registry's schema, and the CloudEvents
+	// headers. Defaults to the zero format.Config: the payload as stored,
+	// no CloudEvents headers. NewService builds the registry client.
+	Format format.Config
 }
 
 // DeadLetterMode is Config.OnDeadLetter: what happens to the later events of
@@ -173,6 +179,7 @@ func (c Config) WithDefaults() Config {
 	if c.OnDeadLetter == "" {
 		c.OnDeadLetter = DeadLetterHold
 	}
+	c.Format = c.Format.WithDefaults()
 	return c
 }
 
@@ -209,5 +216,5 @@ func (c Config) Validate() error {
 	case c.StallTimeout < time.Second:
 		return bad("StallTimeout", "must be at least 1s, got %s", c.StallTimeout)
 	}
-	return nil
+	return c.Format.Validate()
 }

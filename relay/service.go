@@ -15,7 +15,9 @@ import (
 	"github.com/pgoutbox/outbox/internal/config"
 	"github.com/pgoutbox/outbox/internal/listen"
 	"github.com/pgoutbox/outbox/internal/produce"
+	"github.com/pgoutbox/outbox/internal/serde"
 	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/kafka/format"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
 	outboxsql "github.com/pgoutbox/outbox/sql"
@@ -111,7 +113,7 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	pub, err := newPublisher(cfg.Kafka, claimer, logger)
+	pub, err := newPublisher(cfg.Kafka, cfg.Relay.Format, claimer, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -172,8 +174,13 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig, logger *zap.Logger) (*Ser
 // claim of its rows; a *BudgetError if they cannot), and with
 // kafka.Config.Fence it writes under the claimer's member's
 // transactional IDs and fences the former owners of the key partitions
-// the claimer takes over.
-func newPublisher(cfg kafka.Config, claimer *claim.Claimer, logger *zap.Logger) (*produce.Publisher, error) {
+// the claimer takes over; with a Schema Registry format it encodes every
+// value (serde.Encoder).
+func newPublisher(cfg kafka.Config, fc format.Config, claimer *claim.Claimer, logger *zap.Logger) (*produce.Publisher, error) {
+	enc, err := serde.New(fc, logger)
+	if err != nil {
+		return nil, err
+	}
 	lease := claimer.Config().Lease
 	cfg.MaxAttempts, cfg.WriteTimeout = produce.FitAttempts(cfg.MaxAttempts, cfg.WriteTimeout, lease/2)
 	if cfg.TransactionalIDPrefix == "" {
@@ -190,6 +197,9 @@ func newPublisher(cfg kafka.Config, claimer *claim.Claimer, logger *zap.Logger) 
 	if cfg.Fence {
 		pub.SetMember(claimer.Member())
 		claimer.SetFencer(pub)
+	}
+	if enc != nil {
+		pub.SetEncoder(enc)
 	}
 	return pub, nil
 }
@@ -274,6 +284,10 @@ func (s *Service) Claimer() *claim.Claimer { return s.claimer }
 // Publisher returns the Kafka publisher (Ping, CheckTopics). Its type is
 // internal to the module: for outbox-relay and the project's tests.
 func (s *Service) Publisher() *produce.Publisher { return s.pub }
+
+// Registry returns the Schema Registry client (Ping, Stats), or nil when
+// the value format uses none. Its type is internal to the module.
+func (s *Service) Registry() *serde.Encoder { return s.pub.Encoder() }
 
 // Listener returns the LISTEN session, or nil with NoNotify.
 func (s *Service) Listener() *listen.Listener { return s.listener }

@@ -198,6 +198,9 @@ func (ob *observer) attach(svc *relay.Service) error {
 	if l := svc.Listener(); l != nil {
 		comps.Listener = l
 	}
+	if r := svc.Registry(); r != nil {
+		comps.Registry = r
+	}
 	ob.m.Attach(comps)
 	ob.wg.Add(1)
 	go func() {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/internal/sqladmin"
 	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/kafka/format"
 	"github.com/pgoutbox/outbox/lease"
 	"github.com/pgoutbox/outbox/notify"
 	"github.com/pgoutbox/outbox/relay"
@@ -93,8 +95,28 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.StringVar((*string)(&f.kafka.SASLMechanism), "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: none)")
 	fs.StringVar(&f.kafka.SASLUsername, "kafka-sasl-username", "", "SASL user name")
 	fs.StringVar(&f.kafka.SASLPassword, "kafka-sasl-password", "", "SASL password (prefer the env OUTBOX_KAFKA_SASL_PASSWORD)")
+	f.registerFormat(fs)
 	f.observe.register(fs)
 	return (*flagSet)(fs)
+}
+
+// registerFormat registers the flags of the records' format (format.Config).
+func (f *runFlags) registerFormat(fs *flag.FlagSet) {
+	fc := &f.relay.Format
+	fs.StringVar((*string)(&fc.Value), "value-format", string(format.DefaultValue), "record values: json (the payload as stored), or the payload encoded in its Schema Registry schema and framed in the Confluent wire format: avro, protobuf (the JSON mapping) or json-schema (validated, sent as JSON)")
+	fs.StringVar(&fc.RegistryURL, "schema-registry-url", "", "Schema Registry base URL (Confluent REST API: Confluent, Karapace, Redpanda, Apicurio's /apis/ccompat/v7); needed by every --value-format but json")
+	fs.StringVar(&fc.RegistryUsername, "schema-registry-username", "", "Schema Registry basic-auth user")
+	fs.StringVar(&fc.RegistryPassword, "schema-registry-password", "", "Schema Registry basic-auth password (prefer the env OUTBOX_SCHEMA_REGISTRY_PASSWORD)")
+	fs.StringVar(&fc.RegistryCAFile, "schema-registry-ca", "", "PEM file of CA certificates for an https Schema Registry (default: system roots)")
+	fs.StringVar(&fc.RegistryCertFile, "schema-registry-cert", "", "PEM client certificate for Schema Registry mTLS")
+	fs.StringVar(&fc.RegistryKeyFile, "schema-registry-key", "", "PEM client key for Schema Registry mTLS")
+	fs.DurationVar(&fc.RegistryTimeout, "schema-registry-timeout", format.DefaultRegistryTimeout, "timeout of one Schema Registry request")
+	fs.StringVar((*string)(&fc.SubjectStrategy), "subject-name-strategy", string(format.DefaultSubjectStrategy), "subject of an event's schema: topic (<topic>-value), record (<record>) or topic-record (<topic>-<record>); the record name is the value of --subject-record-header")
+	fs.StringVar(&fc.RecordHeader, "subject-record-header", format.DefaultRecordHeader, "header whose value names an event's record for --subject-name-strategy record and topic-record (event_type, or one of the row's headers)")
+	fs.IntVar(&fc.SchemaVersion, "schema-version", 0, "use this version of every subject (0: the latest, checked again every --schema-refresh)")
+	fs.DurationVar(&fc.SchemaRefresh, "schema-refresh", format.DefaultSchemaRefresh, "how often the latest version of a subject in use is asked for again, in the background")
+	fs.BoolVar(&fc.CloudEvents, "cloudevents", false, "add the CloudEvents binary-mode headers (ce_specversion, ce_id, ce_source, ce_type, ce_time, ce_subject, content-type, and ce_dataschema with a registry format)")
+	fs.StringVar(&fc.CloudEventsSource, "cloudevents-source", format.DefaultCloudEventsSource, "ce_source of every event with --cloudevents")
 }
 
 // validate maps each component's validation error onto its flag, and
@@ -579,6 +601,11 @@ var configFlags = map[string]string{
 	"kafka.AutoCreateTopic": "--kafka-auto-create-topics",
 	"kafka.Idempotent":      "--kafka-idempotent",
 	"kafka.Fence":           "--kafka-fence", "kafka.TransactionalIDPrefix": "--kafka-transactional-id-prefix",
+	"format.Value": "--value-format", "format.RegistryURL": "--schema-registry-url",
+	"format.RegistryUsername": "--schema-registry-username", "format.RegistryPassword": "--schema-registry-password",
+	"format.RegistryCAFile": "--schema-registry-ca", "format.RegistryCertFile": "--schema-registry-cert", "format.RegistryKeyFile": "--schema-registry-key",
+	"format.RegistryTimeout": "--schema-registry-timeout", "format.SubjectStrategy": "--subject-name-strategy", "format.RecordHeader": "--subject-record-header",
+	"format.SchemaVersion": "--schema-version", "format.SchemaRefresh": "--schema-refresh", "format.CloudEventsSource": "--cloudevents-source",
 }
 
 // kafkaFlags rewrites the kafka package's Config field names in msg

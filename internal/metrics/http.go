@@ -74,6 +74,8 @@ type Readiness struct {
 //     listener on a standby);
 //   - "broker": Components.Broker.Ping, and, when it implements
 //     TopicChecker, that Config.Topics exist (a missing topic is named);
+//   - "registry": with a Schema Registry format, Components.Registry.Ping
+//     (unreachable, or the credentials refused);
 //   - "backlog": with Config.ReadyMaxAge, the oldest claimable event is
 //     not older than it; it fails too while the table stats, which read
 //     that age, have failed since the start (the age is unknown);
@@ -157,6 +159,13 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 		} else {
 			set("broker", errors.New("no broker attached"), "")
 		}
+		if comps.Registry != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				set("registry", ping(comps.Registry.Ping), "ok")
+			}()
+		}
 		if comps.Listener == nil {
 			set("listener", nil, "poll-only (--no-notify)")
 		} else if st := comps.Listener.State(); st != listen.StateListening {
@@ -174,7 +183,7 @@ func (m *Metrics) check(ctx context.Context) Readiness {
 	}
 	wg.Wait()
 	r := Readiness{Ready: true, Checks: checks, CheckedAt: time.Now().UTC(), Failed: []string{}}
-	for _, name := range []string{"database", "table", "partitions", "listener", "broker", "relay", "backlog", "stopping"} {
+	for _, name := range []string{"database", "table", "partitions", "listener", "broker", "registry", "relay", "backlog", "stopping"} {
 		if c, ok := checks[name]; ok && !c.OK {
 			r.Ready = false
 			r.Failed = append(r.Failed, name)

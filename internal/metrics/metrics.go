@@ -216,6 +216,18 @@ type Components struct {
 	Listener ListenerSource
 	// Broker is pinged by the readiness check. Required for readiness.
 	Broker Pinger
+	// Registry, set when the value format uses a Schema Registry, is
+	// pinged by the "registry" readiness check; its Stats feed the
+	// outbox_schema_* counters. nil: no registry.
+	Registry RegistrySource
+}
+
+// RegistrySource is the Schema Registry client (*serde.Encoder).
+type RegistrySource interface {
+	Pinger
+	// Stats returns requests sent to the registry, encodings served from
+	// the cache, and events that did not fit their schema.
+	Stats() (requests, hits, faults int64)
 }
 
 // Metrics holds the registry, the table gauges' refresher and the
@@ -750,13 +762,17 @@ var (
 	descMembers      = prometheus.NewDesc("outbox_relay_relays", "Relays running on the table, as this relay saw at its last rebalance.", nil, nil)
 	descAcquired     = prometheus.NewDesc("outbox_relay_partitions_acquired_total", "Key partitions this relay acquired.", nil, nil)
 	descGivenBack    = prometheus.NewDesc("outbox_relay_partitions_released_total", "Key partitions this relay gave back (to a relay that joined, or at shutdown).", nil, nil)
+	descRegRequests  = prometheus.NewDesc("outbox_schema_registry_requests_total", "Schema lookups sent to the Schema Registry (cache misses, references and background refreshes).", nil, nil)
+	descSchemaHits   = prometheus.NewDesc("outbox_schema_cache_hits_total", "Events encoded with a schema from the cache.", nil, nil)
+	descSchemaFaults = prometheus.NewDesc("outbox_schema_faults_total", "Events that did not fit their schema (dead-lettered, named in last_error).", nil, nil)
 	descHandovers    = prometheus.NewDesc("outbox_relay_partition_handovers_total", "Key partitions this relay took over from a relay whose membership had run out (it died, was paused or lost the database); partitions a relay gave back (on SIGTERM, or to rebalance) are acquired free and count in outbox_relay_partitions_acquired_total only.", nil, nil)
 )
 
 func (c *componentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMarked, descFailed, descDead, descHeldBack, descReleased,
 		descClaims, descEmptyClaims, descWakeups, descConnected, descNotes, descIgnored, descReconnects, descRelayRunning,
-		descStalled, descFailStreak, descPubStalled, descOwned, descPartitions, descMembers, descAcquired, descGivenBack, descHandovers} {
+		descStalled, descFailStreak, descPubStalled, descOwned, descPartitions, descMembers, descAcquired, descGivenBack, descHandovers,
+		descRegRequests, descSchemaHits, descSchemaFaults} {
 		ch <- d
 	}
 }
@@ -807,6 +823,12 @@ func (c *componentCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descNotes, l.Notifications())
 		counter(descIgnored, l.Ignored())
 		counter(descReconnects, l.Reconnects())
+	}
+	if r := comps.Registry; r != nil {
+		requests, hits, faults := r.Stats()
+		counter(descRegRequests, requests)
+		counter(descSchemaHits, hits)
+		counter(descSchemaFaults, faults)
 	}
 }
 

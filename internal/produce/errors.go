@@ -11,6 +11,8 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+
+	"github.com/pgoutbox/outbox/internal/serde"
 )
 
 // errClosed is returned (wrapped) by Publish, Ping and CheckTopics after
@@ -251,6 +253,9 @@ const (
 	reasonThrottled        = "throttled"         // THROTTLING_QUOTA_EXCEEDED
 	reasonTransaction      = "transaction"       // errAborted: the write's transaction ended without a commit (Config.Fence)
 	reasonCoordinator      = "coordinator"       // errCoordinator: InitProducerID, AddPartitionsToTxn or EndTxn failed
+	reasonSchema           = "schema"            // serde.ErrSchema: the payload does not fit its schema
+	reasonRegistry         = "registry"          // serde.ErrRegistry: the Schema Registry is unreachable or refuses
+	reasonNoSubject        = "no_subject"        // serde.ErrNoSubject: the event's schema is not registered
 	reasonOther            = "other"
 )
 
@@ -301,6 +306,9 @@ var classRules = []classRule{
 	{is(ErrTLS), classOutage, reasonTLS},
 	{is(ErrNotAttempted), classOutage, reasonUnreachable},
 	{is(errAborted), classOutage, reasonTransaction},
+	{is(serde.ErrSchema), classRejected, reasonSchema},
+	{is(serde.ErrRegistry), classOutage, reasonRegistry},
+	{is(serde.ErrNoSubject), classOutage, reasonNoSubject},
 	{is(errClosed, io.ErrClosedPipe, errNoTopic, context.Canceled), classOther, reasonOther},
 	// After errClosed (a call stopped by Close or shutdown is not an
 	// outage); an authorization refusal in it is reported as such.

@@ -106,6 +106,11 @@ type Path struct {
 	// message: larger is a DeadLetter); MaxMessages bounds their number.
 	MaxBytes    int64
 	MaxMessages int
+	// Encode, if set, encodes each message's value before it is sent
+	// (the Schema Registry formats: serde.Encoder.Encode), once per
+	// message; a message it fails is not sent, and its error is
+	// classified like the broker's.
+	Encode func(context.Context, *kafka.Message) error
 }
 
 // Publish sends msgs in order, in requests of at most MaxMessages messages
@@ -124,7 +129,7 @@ func (p Path) Publish(ctx context.Context, msgs []kafka.Message) []Result {
 	c := pathCall{p: p, res: res, held: map[string]bool{}}
 	for next := 0; next < len(msgs); {
 		var idx []int
-		idx, next = c.cut(msgs, next)
+		idx, next = c.cut(ctx, msgs, next)
 		if len(idx) == 0 {
 			continue
 		}
@@ -149,12 +154,14 @@ type pathCall struct {
 	// every failure was RetryOutage.
 	delivered, failed bool
 	onlyOutage        bool
+	// encoded is the index of the first message Path.Encode has not seen.
+	encoded int
 }
 
 // cut returns the indexes of the next request's messages from msgs[next:]
 // and the index after them. Messages of held keys become Held, and one
-// over MaxBytes a DeadLetter, without being sent.
-func (c *pathCall) cut(msgs []kafka.Message, next int) ([]int, int) {
+// that Path.Encode fails or over MaxBytes fails, without being sent.
+func (c *pathCall) cut(ctx context.Context, msgs []kafka.Message, next int) ([]int, int) {
 	var idx []int
 	var size int64
 	for ; next < len(msgs); next++ {
@@ -162,6 +169,13 @@ func (c *pathCall) cut(msgs []kafka.Message, next int) ([]int, int) {
 		if c.held[string(m.Key)] {
 			c.res[next] = Result{Outcome: Held, Err: errHeld, Reason: "held"}
 			continue
+		}
+		if c.p.Encode != nil && next >= c.encoded {
+			c.encoded = next + 1
+			if err := c.p.Encode(ctx, m); err != nil {
+				c.record(next, msgs, ResultOf(err))
+				continue
+			}
 		}
 		n := MessageSize(m)
 		if n > c.p.MaxBytes {

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/serde"
 	"github.com/pgoutbox/outbox/kafka"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -53,6 +54,9 @@ type Publisher struct {
 	// not create topics costs that wait once per createRetryAfter, not at
 	// every publish.
 	createAsked sync.Map
+
+	// encoder, when set (SetEncoder), encodes each value before it is sent.
+	encoder atomic.Pointer[serde.Encoder]
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -264,8 +268,23 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 // MaxBatchMessages messages and MaxBatchBytes bytes, each sent with Send,
 // and returns what became of each message.
 func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) []Result {
-	return Path{Send: p.Send, MaxBytes: p.cfg.BatchBytes, MaxMessages: p.cfg.BatchSize}.Publish(ctx, msgs)
+	path := Path{Send: p.Send, MaxBytes: p.cfg.BatchBytes, MaxMessages: p.cfg.BatchSize}
+	if enc := p.encoder.Load(); enc != nil {
+		path.Encode = enc.Encode
+	}
+	return path.Publish(ctx, msgs)
 }
+
+// SetEncoder makes Publish encode every message's value with enc (a
+// Schema Registry format) before sending it; nil sends values as they
+// are. A message enc fails is not sent: serde.ErrSchema makes it a
+// DeadLetter (reason "schema"), serde.ErrRegistry and serde.ErrNoSubject
+// a RetryOutage ("registry", "no_subject"); later messages of its key in
+// the call are Held.
+func (p *Publisher) SetEncoder(enc *serde.Encoder) { p.encoder.Store(enc) }
+
+// Encoder returns what SetEncoder set, or nil.
+func (p *Publisher) Encoder() *serde.Encoder { return p.encoder.Load() }
 
 // Send writes msgs synchronously, as one kafka-go call per topic: one
 // produce request per partition when they fit in one (at most

@@ -72,6 +72,9 @@ const (
 	// (a real broker when java and mvn exist, else kfake), "real" (a real
 	// broker or fail) or "kfake".
 	EnvKafka = "OUTBOX_TEST_KAFKA"
+	// EnvSchemaRegistryURL names an existing Confluent-compatible Schema
+	// Registry for Registry (see there).
+	EnvSchemaRegistryURL = "OUTBOX_TEST_SCHEMA_REGISTRY_URL"
 )
 
 // setupTimeout bounds each database set-up or tear-down step.
