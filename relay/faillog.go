@@ -33,9 +33,10 @@ type failureLog struct {
 	// outageSince is when the outage under way began (zero: none),
 	// outageEvents counts the events it failed, and outageClean is when
 	// publishes started going through again (zero: not since its last
-	// failure).
+	// failure); outageOf says whose it is ("Kafka", "Schema Registry").
 	outageSince, outageClean time.Time
 	outageEvents             int64
+	outageOf                 string
 }
 
 // outageQuiet is how long publishes must go through without an outage
@@ -72,8 +73,8 @@ func (f *failureLog) add(now time.Time, row *claim.Row, topic string, res produc
 	if !dead && res.Outcome == produce.RetryOutage {
 		f.outageClean = time.Time{}
 		if f.outageSince.IsZero() {
-			f.outageSince = now
-			f.log.Error("Kafka outage: publishes fail for a condition of the cluster; events wait and are retried, no attempt counted",
+			f.outageSince, f.outageOf = now, outageOf(res.Reason)
+			f.log.Error(f.outageOf+" outage: publishes fail for a condition of the "+outageWhat[f.outageOf]+"; events wait and are retried, no attempt counted",
 				zap.String("reason", res.Reason), zap.String("topic", topic),
 				zap.String("sample_event_id", row.ID), zap.String("sample_aggregate_id", row.AggregateID), zap.Error(err))
 		}
@@ -128,13 +129,26 @@ func (f *failureLog) flush(now time.Time, ok bool) {
 	}
 }
 
+// outageOf names whose outage a publish failure's reason is: the Schema
+// Registry's (produce's "registry" and "no_subject") or the Kafka
+// cluster's.
+func outageOf(reason string) string {
+	if reason == "registry" || reason == "no_subject" {
+		return "Schema Registry"
+	}
+	return "Kafka"
+}
+
+// outageWhat is what each outageOf is a condition of, for the log line.
+var outageWhat = map[string]string{"Kafka": "cluster", "Schema Registry": "registry (unreachable, refusing the credentials, or without the event's schema)"}
+
 // tick ends an outage whose publishes have gone through for outageQuiet;
 // the publisher calls it while idle too.
 func (f *failureLog) tick(now time.Time) {
 	if f.outageSince.IsZero() || f.outageClean.IsZero() || now.Sub(f.outageClean) < outageQuiet {
 		return
 	}
-	f.log.Info("Kafka outage over: publishing again", zap.Duration("outage", f.outageClean.Sub(f.outageSince).Round(time.Millisecond)),
+	f.log.Info(f.outageOf+" outage over: publishing again", zap.Duration("outage", f.outageClean.Sub(f.outageSince).Round(time.Millisecond)),
 		zap.Int64("failed_publishes", f.outageEvents))
 	f.outageSince, f.outageClean, f.outageEvents = time.Time{}, time.Time{}, 0
 }

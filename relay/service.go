@@ -230,6 +230,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.checkAtStart(ctx); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
+	s.pingRegistry(ctx)
 	if s.listener == nil {
 		return s.relay.Run(ctx)
 	}
@@ -243,6 +244,18 @@ func (s *Service) Run(ctx context.Context) error {
 		err = lerrv
 	}
 	return err
+}
+
+// pingRegistry asks the Schema Registry, if the value format uses one,
+// whether it answers: one that does not, or refuses the credentials, is
+// logged once now (serde.Encoder logs the start and the end of an
+// outage), and is an outage, not an error: events wait for it.
+func (s *Service) pingRegistry(ctx context.Context) {
+	if enc := s.pub.Encoder(); enc != nil {
+		pctx, cancel := context.WithTimeout(ctx, DefaultDBTimeout)
+		defer cancel()
+		_ = enc.Ping(pctx)
+	}
 }
 
 // checkTable returns an error when the claimer's table does not exist;

@@ -270,7 +270,7 @@ func (p *Publisher) MaxBatchMessages() int { return p.cfg.BatchSize }
 func (p *Publisher) Publish(ctx context.Context, msgs []kafka.Message) []Result {
 	path := Path{Send: p.Send, MaxBytes: p.cfg.BatchBytes, MaxMessages: p.cfg.BatchSize}
 	if enc := p.encoder.Load(); enc != nil {
-		path.Encode = enc.Encode
+		path.Encode = enc.Session()
 	}
 	return path.Publish(ctx, msgs)
 }

@@ -80,7 +80,6 @@ type entry struct {
 	at         time.Time // when schema or err was read
 	err        error     // the last lookup's error while schema is nil
 	refreshing bool
-	checked    time.Time // when an event's fault last made newer ask
 }
 
 // Schema is one subject's schema as the Encoder uses it.
@@ -172,7 +171,28 @@ func (e *Encoder) URL() string { return e.cfg.RegistryURL }
 // its subject's schema behind the Confluent framing, and with
 // Config.CloudEvents adds ce_dataschema. An error wraps ErrSchema,
 // ErrRegistry or ErrNoSubject (or is ctx's); m is then unchanged.
+//
+// An event that does not fit the cached schema is tried against the
+// subject's latest version, read then, before it counts as a fault: it
+// may have been written for a version registered since the cache was
+// filled. Encode reads it every time; a Session reads it once per subject.
 func (e *Encoder) Encode(ctx context.Context, m *kafka.Message) error {
+	return e.encode(ctx, m, map[string]bool{})
+}
+
+// Session returns an Encode for one publish call, whose messages were all
+// claimed before it started: an event that does not fit makes it read the
+// latest version of the subject once (a version registered after that
+// read was registered after the call began, so after the event was
+// written), however many of the call's events do not fit.
+func (e *Encoder) Session() func(context.Context, *kafka.Message) error {
+	checked := map[string]bool{}
+	return func(ctx context.Context, m *kafka.Message) error { return e.encode(ctx, m, checked) }
+}
+
+// encode is Encode; checked holds the subjects whose latest version was
+// read in this session.
+func (e *Encoder) encode(ctx context.Context, m *kafka.Message, checked map[string]bool) error {
 	subject, record, err := e.subject(m)
 	if err != nil {
 		e.faults.Add(1)
@@ -183,7 +203,8 @@ func (e *Encoder) Encode(ctx context.Context, m *kafka.Message) error {
 		return err
 	}
 	out, err := s.encode(m.Value, record)
-	if err != nil {
+	if err != nil && !checked[subject] {
+		checked[subject] = true
 		if later := e.newer(ctx, s); later != nil {
 			s = later
 			out, err = s.encode(m.Value, record)
@@ -205,29 +226,19 @@ func (s *Schema) encode(payload []byte, record string) ([]byte, error) {
 	return s.codec.encode(append(make([]byte, 0, len(s.header)+len(payload)+8), s.header...), payload, record)
 }
 
-// newer returns the latest version of s's subject when it is not s: an
-// event that does not fit the cached schema may have been written for a
-// version registered since the last refresh. It asks the registry at most
-// once per missRetry per subject, and never with Config.SchemaVersion.
+// newer returns the latest version of s's subject when it is not s
+// (never with Config.SchemaVersion), and caches it.
 func (e *Encoder) newer(ctx context.Context, s *Schema) *Schema {
 	if e.cfg.SchemaVersion != 0 {
 		return nil
 	}
-	e.mu.Lock()
-	en := e.subjects[s.Subject]
-	if en == nil || time.Since(en.checked) < missRetry {
-		e.mu.Unlock()
-		return nil
-	}
-	en.checked = time.Now()
-	e.mu.Unlock()
 	latest, err := e.fetch(ctx, s.Subject)
 	if err != nil || latest.ID == s.ID {
 		return nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if en.schema == nil || en.schema.ID == s.ID {
+	if en := e.subjects[s.Subject]; en != nil && (en.schema == nil || en.schema.ID == s.ID) {
 		e.log.Info("new schema version in use", zap.String("subject", s.Subject), zap.Int("version", latest.Version), zap.Int("schema_id", latest.ID), zap.Int("previous_version", s.Version))
 		en.schema, en.at = latest, time.Now()
 	}
