@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/rowstate"
+	"github.com/pgoutbox/outbox/internal/serde"
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/kafka/format"
 	"github.com/pgoutbox/outbox/lease"
 )
 
@@ -64,9 +68,28 @@ type eventReport struct {
 	// badIDType is the ID column's type when EventID is not a value of it
 	// (e.g. not a UUID for a uuid column); "" otherwise.
 	badIDType string
+	// Schema is, with --value-format and --schema-registry-url, the
+	// event's subject, the schema the relay encodes it in, and whether its
+	// payload fits; null without them.
+	Schema *schemaReport `json:"schema"`
 	// CheckedAt is the database's now() when the row was read.
 	CheckedAt time.Time `json:"checked_at"`
 	Message   string    `json:"message,omitempty"`
+	row       eventRow
+}
+
+// schemaReport is what the relay's encoder makes of an event
+// (serde.Encoder.Describe).
+type schemaReport struct {
+	Subject string `json:"subject"`
+	// Version and ID are the schema's: the subject's latest version, or
+	// --schema-version; 0 when the subject has none.
+	Version int `json:"version"`
+	ID      int `json:"id"`
+	// Fits says whether the payload encodes in it; Error says why not, or
+	// why the schema could not be read.
+	Fits  bool   `json:"fits"`
+	Error string `json:"error,omitempty"`
 }
 
 // errEventNotFound is inspect's failure for an unknown event ID (exit 1);
@@ -115,7 +138,7 @@ func queryEvent(ctx context.Context, q interface {
 	r.Seq, r.AggregateType, r.AggregateID, r.EventType = e.Seq, e.AggregateType, e.AggregateID, e.EventType
 	r.PublishedAt, r.Attempts, r.LastError, r.DeadLetteredAt = e.PublishedAt, e.Attempts, e.LastError, e.DeadLetteredAt
 	r.LockedBy, r.lockedUntil, r.heldForever, r.CheckedAt = e.LockedBy, e.LockedUntil, e.HeldForever, e.CheckedAt
-	r.Found, r.State, r.Published = true, e.State, e.State == rowstate.StatePublished
+	r.Found, r.State, r.Published, r.row = true, e.State, e.State == rowstate.StatePublished, e
 	if e.State == rowstate.StateHeld {
 		if err := findBlocker(ctx, q, st, r); err != nil {
 			return nil, err
@@ -165,6 +188,8 @@ type eventRow struct {
 	HeldForever    bool       `db:"held_forever"`
 	CheckedAt      time.Time  `db:"checked_at"`
 	State          string     `db:"state"`
+	Payload        []byte     `db:"payload"`
+	Headers        *string    `db:"headers"`
 }
 
 // blocker is the event a held event waits for, read by column name from
@@ -248,6 +273,9 @@ func (r *eventReport) writeHuman(w io.Writer) {
 		return *s
 	}
 	row("topic", r.topicText())
+	if r.Schema != nil {
+		row("schema", r.schemaText())
+	}
 	row("aggregate_id", r.AggregateID)
 	row("event_type", r.EventType)
 	row("seq", fmt.Sprint(r.Seq))
@@ -299,6 +327,8 @@ func cmdInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	common.register(fs)
 	tbl.register(fs, inspectTopicUsage)
 	eventID := fs.String("event-id", "", "the event's ID (the Kafka header event_id): a UUID, or the text of an adopted table's text or bigint ID (required)")
+	var fc format.Config
+	registerFormat(fs, &fc)
 	asJSON := fs.Bool("json", false, "print JSON instead of text (also for an unknown ID, with found=false; the exit code is 1 then too)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -314,6 +344,10 @@ func cmdInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	if err := tbl.validateRouting(); err != nil {
 		return err
+	}
+	enc, err := serde.New(fc, nil)
+	if err != nil {
+		return usageError{errors.New(flagError(err))}
 	}
 	pool, cols, err := connectForCommand(ctx, &common, &tbl)
 	if err != nil {
@@ -334,9 +368,60 @@ func cmdInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		}
 		return nf
 	}
+	if enc != nil {
+		r.describeSchema(ctx, enc, fc.SubjectStrategy != format.SubjectRecord)
+	}
 	if *asJSON {
 		return writeJSON(stdout, r)
 	}
 	r.writeHuman(stdout)
 	return nil
+}
+
+// describeSchema fills r.Schema: the subject of the event as the relay
+// would publish it, its schema, and whether the payload fits. byTopic says
+// the subject is named after the topic.
+func (r *eventReport) describeSchema(ctx context.Context, enc *serde.Encoder, byTopic bool) {
+	if byTopic && r.Topic == nil {
+		r.Schema = &schemaReport{Error: "the event's topic, hence its subject, is unknown: give inspect the relay's --topic (or --topic-template)"}
+		return
+	}
+	m := kafka.Message{Value: r.row.Payload, Headers: []kafka.Header{{Key: "event_type", Value: []byte(r.EventType)}}}
+	if r.Topic != nil {
+		m.Topic = *r.Topic
+	}
+	if r.row.Headers != nil {
+		var h map[string]string
+		if json.Unmarshal([]byte(*r.row.Headers), &h) == nil {
+			for k, v := range h {
+				if k != "event_type" {
+					m.Headers = append(m.Headers, kafka.Header{Key: k, Value: []byte(v)})
+				}
+			}
+		}
+	}
+	subject, s, err := enc.Describe(ctx, m)
+	r.Schema = &schemaReport{Subject: subject, Fits: err == nil}
+	if s != nil {
+		r.Schema.Version, r.Schema.ID = s.Version, s.ID
+	}
+	if err != nil {
+		r.Schema.Error = err.Error()
+	}
+}
+
+// schemaText is the schema line of the text output.
+func (r *eventReport) schemaText() string {
+	s := r.Schema
+	if s.Subject == "" {
+		return s.Error
+	}
+	where := fmt.Sprintf("subject %s", s.Subject)
+	if s.ID != 0 {
+		where += fmt.Sprintf(", version %d, schema ID %d", s.Version, s.ID)
+	}
+	if s.Fits {
+		return where + ": the payload fits"
+	}
+	return where + ": " + s.Error
 }

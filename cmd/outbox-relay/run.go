@@ -95,14 +95,16 @@ func (f *runFlags) register(fsName string, stdout io.Writer) *flagSet {
 	fs.StringVar((*string)(&f.kafka.SASLMechanism), "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: none)")
 	fs.StringVar(&f.kafka.SASLUsername, "kafka-sasl-username", "", "SASL user name")
 	fs.StringVar(&f.kafka.SASLPassword, "kafka-sasl-password", "", "SASL password (prefer the env OUTBOX_KAFKA_SASL_PASSWORD)")
-	f.registerFormat(fs)
+	registerFormat(fs, &f.relay.Format)
+	fs.BoolVar(&f.relay.Format.CloudEvents, "cloudevents", false, "add the CloudEvents binary-mode headers (ce_specversion, ce_id, ce_source, ce_type, ce_time, ce_subject, content-type, and ce_dataschema with a registry format)")
+	fs.StringVar(&f.relay.Format.CloudEventsSource, "cloudevents-source", format.DefaultCloudEventsSource, "ce_source of every event with --cloudevents")
 	f.observe.register(fs)
 	return (*flagSet)(fs)
 }
 
-// registerFormat registers the flags of the records' format (format.Config).
-func (f *runFlags) registerFormat(fs *flag.FlagSet) {
-	fc := &f.relay.Format
+// registerFormat registers the flags of the records' value format
+// (format.Config, but CloudEvents) into fc: run's and inspect's.
+func registerFormat(fs *flag.FlagSet, fc *format.Config) {
 	fs.StringVar((*string)(&fc.Value), "value-format", string(format.DefaultValue), "record values: json (the payload as stored), or the payload encoded in its Schema Registry schema and framed in the Confluent wire format: avro, protobuf (the JSON mapping) or json-schema (validated, sent as JSON)")
 	fs.StringVar(&fc.RegistryURL, "schema-registry-url", "", "Schema Registry base URL (Confluent REST API: Confluent, Karapace, Redpanda, Apicurio's /apis/ccompat/v7); needed by every --value-format but json")
 	fs.StringVar(&fc.RegistryUsername, "schema-registry-username", "", "Schema Registry basic-auth user")
@@ -115,8 +117,6 @@ func (f *runFlags) registerFormat(fs *flag.FlagSet) {
 	fs.StringVar(&fc.RecordHeader, "subject-record-header", format.DefaultRecordHeader, "header whose value names an event's record for --subject-name-strategy record and topic-record (event_type, or one of the row's headers)")
 	fs.IntVar(&fc.SchemaVersion, "schema-version", 0, "use this version of every subject (0: the latest, checked again every --schema-refresh)")
 	fs.DurationVar(&fc.SchemaRefresh, "schema-refresh", format.DefaultSchemaRefresh, "how often the latest version of a subject in use is asked for again, in the background")
-	fs.BoolVar(&fc.CloudEvents, "cloudevents", false, "add the CloudEvents binary-mode headers (ce_specversion, ce_id, ce_source, ce_type, ce_time, ce_subject, content-type, and ce_dataschema with a registry format)")
-	fs.StringVar(&fc.CloudEventsSource, "cloudevents-source", format.DefaultCloudEventsSource, "ce_source of every event with --cloudevents")
 }
 
 // validate maps each component's validation error onto its flag, and

@@ -55,6 +55,7 @@ func commandSlots(table string, cols lease.Columns) map[string]string {
 		"id":               col(cols.ID),
 		"aggregate_id":     col(cols.AggregateID),
 		"event_type":       col(cols.EventType),
+		"payload":          col(cols.Payload),
 		"aggregate_type_o": "NULL::text",
 		"state_o":          st.State("o"),
 		"state_b":          st.State("b"),

@@ -34,7 +34,11 @@ type statusReport struct {
 		Leased     int64 `json:"leased"`
 		BackingOff int64 `json:"backing_off"`
 	} `json:"unpublished"`
-	DeadLetters       int64         `json:"dead_letters"`
+	DeadLetters int64 `json:"dead_letters"`
+	// DeadLettersSchema counts the dead letters whose payload did not fit
+	// their Schema Registry schema (--value-format avro, protobuf or
+	// json-schema).
+	DeadLettersSchema int64         `json:"dead_letters_schema"`
 	Published         int64         `json:"published"`
 	OldestPublishedAt *time.Time    `json:"oldest_published_at"`
 	NewestPublishedAt *time.Time    `json:"newest_published_at"`
@@ -80,6 +84,7 @@ type statusCounts struct {
 	Leased            int64      `db:"leased"`
 	BackingOff        int64      `db:"backing_off"`
 	DeadLetters       int64      `db:"dead_letters"`
+	DeadLettersSchema int64      `db:"dead_letters_schema"`
 	Published         int64      `db:"published"`
 	OldestPublishedAt *time.Time `db:"oldest_published_at"`
 	NewestPublishedAt *time.Time `db:"newest_published_at"`
@@ -131,6 +136,7 @@ func queryStatus(ctx context.Context, pool *pgxpool.Pool, table string, cols lea
 	u := &r.Unpublished
 	r.CheckedAt, u.Total, u.Claimable, u.Held, u.Leased, u.BackingOff = c.CheckedAt.UTC(), c.Unpublished, c.Claimable, c.Held, c.Leased, c.BackingOff
 	r.DeadLetters, r.Published, r.OldestPublishedAt, r.NewestPublishedAt = c.DeadLetters, c.Published, c.OldestPublishedAt, c.NewestPublishedAt
+	r.DeadLettersSchema = c.DeadLettersSchema
 	switch o, err := queryOne[oldestUnpublished](ctx, tx, st.oldest.SQL); {
 	case err == nil:
 		r.OldestUnpublishedEventID = &o.EventID
@@ -306,6 +312,9 @@ func (r *statusReport) writeHuman(w io.Writer) {
 		hint = fmt.Sprintf("see `outbox-relay inspect %[1]s--event-id ID`, then `outbox-relay requeue %[1]s--event-id ID`", r.tableArgs)
 	}
 	fmt.Fprintf(tw, "dead letters\t%d\t%s\n", r.DeadLetters, hint)
+	if r.DeadLettersSchema > 0 {
+		fmt.Fprintf(tw, "  schema faults\t%d\tthe payload did not fit its Schema Registry schema (last_error names the field); fix the payload or register a version it fits, then requeue\n", r.DeadLettersSchema)
+	}
 	kept := ""
 	if r.OldestPublishedAt != nil {
 		kept = fmt.Sprintf("published from %s to %s", r.OldestPublishedAt.Format(timeLayout), r.NewestPublishedAt.Format(timeLayout))

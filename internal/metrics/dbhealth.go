@@ -82,12 +82,14 @@ func (m *Metrics) CheckTable(ctx context.Context) (problem error, err error) {
 	c := &m.tcheck
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QueryTimeout)
 	defer cancel()
 	p, err := m.checkTable(ctx)
 	m.tableChecks.Inc()
 	if err != nil {
-		if !c.failed {
+		// A check stopped by the caller (shutdown) did not fail: no line.
+		if !c.failed && parent.Err() == nil {
 			c.failed = true
 			m.log.Warn("table check failed; its verdict is kept", zap.String("table", m.cfg.Table), zap.Error(err))
 		}

@@ -269,10 +269,26 @@ func (e *Encoder) subject(m *kafka.Message) (subject, record string, err error) 
 	return m.Topic + "-" + record, record, nil
 }
 
-// Lookup returns subject's schema as Encode would use it (the cache, or
-// the registry on a miss).
-func (e *Encoder) Lookup(ctx context.Context, subject string) (*Schema, error) {
-	return e.schema(ctx, subject)
+// Describe says what Encode does with m, without changing it: the
+// subject, the schema it is encoded in (nil if the subject has none) and
+// Encode's error (nil: the payload fits). outbox-relay inspect shows it.
+func (e *Encoder) Describe(ctx context.Context, m kafka.Message) (subject string, s *Schema, err error) {
+	subject, _, err = e.subject(&m)
+	if err != nil {
+		return "", nil, err
+	}
+	if s, err = e.schema(ctx, subject); err != nil {
+		return subject, nil, err
+	}
+	m.Headers = append([]kafka.Header(nil), m.Headers...)
+	if err = e.Encode(ctx, &m); err != nil {
+		if latest, lerr := e.schema(ctx, subject); lerr == nil {
+			s = latest
+		}
+		return subject, s, err
+	}
+	latest, err := e.schema(ctx, subject)
+	return subject, latest, err
 }
 
 // schema returns subject's schema from the cache, starting a background

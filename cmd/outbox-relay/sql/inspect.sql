@@ -23,14 +23,15 @@ SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = @tabl
 -- text, created_at (NULL when it is not a finite time), published_at,
 -- attempts, last_error, dead_lettered_at, locked_by, locked_until (NULL
 -- for 'infinity') and whether it is 'infinity' (a dead letter holding
--- back its aggregate), the database's now(), and the row's state
--- (state_o: lease.States.State on alias o, the claim's own predicates).
+-- back its aggregate), the database's now(), the row's state
+-- (state_o: lease.States.State on alias o, the claim's own predicates),
+-- and its payload and headers (to check the payload against its schema).
 SELECT o.seq, o.topic, /* TEMPLATE: aggregate_type_o */ AS aggregate_type, o./* TEMPLATE: aggregate_id */::text AS aggregate_id,
   o./* TEMPLATE: event_type */::text AS event_type,
   CASE WHEN isfinite(o.created_at) THEN o.created_at END AS created_at, o.published_at, o.attempts, o.last_error,
   o.dead_lettered_at, o.locked_by, NULLIF(o.locked_until, 'infinity') AS locked_until,
   coalesce(o.locked_until = 'infinity', false) AS held_forever, now() AS checked_at,
-  /* TEMPLATE: state_o */ AS state
+  /* TEMPLATE: state_o */ AS state, o./* TEMPLATE: payload */ AS payload, o.headers::text AS headers
 FROM /* TEMPLATE: table */ o WHERE o./* TEMPLATE: id */ = CAST(@id::text AS /* TEMPLATE: id_type */)
 
 -- name: Blocker :one

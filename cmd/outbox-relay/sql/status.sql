@@ -5,7 +5,7 @@
 -- snapshot with the other status statements: the database's now(), the
 -- unpublished rows that are not dead-lettered and how many of them are in
 -- each state (claimable, held back, leased, backing off), the dead
--- letters, and the published rows kept, with their oldest and newest
+-- letters (and of them, the schema faults), and the published rows kept, with their oldest and newest
 -- published_at.
 --
 -- The states are the claim's own predicates (state_o: lease.States.State
@@ -19,7 +19,8 @@
 -- Slots: table; state_o; dead_lettered, claimable, held, leased and
 -- backing_off, the state names (lease.State*) as string literals.
 WITH u AS (
-  SELECT /* TEMPLATE: state_o */ AS state FROM /* TEMPLATE: table */ o WHERE o.published_at IS NULL
+  SELECT /* TEMPLATE: state_o */ AS state, o.last_error LIKE 'event does not fit its schema:%' AS schema_fault
+  FROM /* TEMPLATE: table */ o WHERE o.published_at IS NULL
 )
 SELECT
   now() AS checked_at,
@@ -29,6 +30,9 @@ SELECT
   (SELECT count(*) FROM u WHERE state = /* TEMPLATE: leased */) AS leased,
   (SELECT count(*) FROM u WHERE state = /* TEMPLATE: backing_off */) AS backing_off,
   (SELECT count(*) FROM u WHERE state = /* TEMPLATE: dead_lettered */) AS dead_letters,
+  -- Of them, those whose payload did not fit its Schema Registry schema
+  -- (last_error starts with serde.ErrSchema's text).
+  (SELECT count(*) FROM u WHERE state = /* TEMPLATE: dead_lettered */ AND schema_fault) AS dead_letters_schema,
   (SELECT count(*) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL) AS published,
   (SELECT min(published_at) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL) AS oldest_published_at,
   (SELECT max(published_at) FROM /* TEMPLATE: table */ WHERE published_at IS NOT NULL) AS newest_published_at
