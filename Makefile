@@ -151,6 +151,23 @@ bench:
 		--connections 16,32,64 --writers-duration 6s \
 		--json bench/results/latest.json --plot bench/results/latest.png \
 		--cost-plot bench/results/latest-cost.png $(BENCH_FLAGS)
+	$(MAKE) bench-formats
+
+# The Schema Registry formats against JSON, about 3 minutes (part of make
+# bench): the relay process at 1,000 events/s (3 rounds, interleaved) and
+# in a drain of 100,000 events, A with --value-format json (its default),
+# B the same binary with --value-format avro against an in-process registry
+# (franz-go's srfake) holding the payload's schema. Writes
+# bench/results/formats.json; the goal (docs/benchmarks.md): B's p50 within
+# A's + 0.3 ms, its drain at least 0.8x A's.
+.PHONY: bench-formats
+bench-formats:
+	$(GO) build -o bin/ ./cmd/outbox-relay
+	$(GO) -C bench build -o $(CURDIR)/bin/ ./cmd/outbox-bench
+	./bin/outbox-bench --relay-bin bin/outbox-relay --value-format-b avro \
+		--scenario latency,drain --mode notify-proc,notify-proc-b --rate 1000 --latency-rounds 3 \
+		--duration 10s --baseline-duration 6s --grace 5s --idle-window 1s --events 100000 \
+		--json bench/results/formats.json $(BENCH_FLAGS)
 
 # The latency scenario on a real Apache Kafka 4.4.0 broker (internal/kafkatemp:
 # java and mvn; G1 and the full JIT as in production, warmed up for 10 s before

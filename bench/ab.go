@@ -227,6 +227,9 @@ func writeRelayBins(w io.Writer, r *Report) {
 			fmt.Fprintf(w, "%s: %s (sha256 %s): %s\n", x.name, x.b.Path, sum, x.b.Version)
 		}
 	}
+	if len(r.RelayArgsB) > 0 {
+		fmt.Fprintf(w, "relay B's own flags: %s\n", strings.Join(r.RelayArgsB, " "))
+	}
 }
 
 // writeAB prints the A/B comparison (CompareAB).

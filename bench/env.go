@@ -50,6 +50,10 @@ type Env struct {
 	// (typically the build before a change, RelayBin being the one after);
 	// required for that mode only.
 	RelayBinB string
+	// RelayArgsB are more `outbox-relay run` flags for the relays of mode
+	// notify-proc-b (a value format against a registry: RegistryArgs).
+	// Defaults to none.
+	RelayArgsB []string
 	// SetBrokerUp, if set, makes the broker reachable (true) or takes it
 	// down (false); the broker-down scenario needs it (Local.SetBrokerUp:
 	// kfake refuses connections, a real broker is killed and restarted).

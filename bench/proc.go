@@ -156,7 +156,11 @@ func (e *Env) startRelayProc(db *runDB, topic, channel string, cfg RelayConfig, 
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, relayArgs(e.Brokers, topic, channel, addr, cfg)...)
+	args := relayArgs(e.Brokers, topic, channel, addr, cfg)
+	if cfg.Mode == ModeNotifyProcB {
+		args = append(args, e.RelayArgsB...)
+	}
+	cmd := exec.Command(bin, args...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "OUTBOX_") || strings.HasPrefix(kv, "DATABASE_URL=") {

@@ -1,6 +1,7 @@
 package serde
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hamba/avro/v2"
@@ -25,6 +27,9 @@ import (
 // dropped on the way to Kafka.
 type avroCodec struct {
 	schema avro.Schema
+	// defaults caches each field's default as writeAvro takes it
+	// (*avro.Field to any; defaultJSON).
+	defaults sync.Map
 }
 
 // newAvroCodec parses text, with the named types of its references in
@@ -43,7 +48,7 @@ func (c *avroCodec) encode(dst, payload []byte, _ string) ([]byte, error) {
 		return nil, err
 	}
 	w := avro.NewWriter(nil, 256)
-	if err := writeAvro(w, c.schema, v, ""); err != nil {
+	if err := c.writeAvro(w, c.schema, v, ""); err != nil {
 		return nil, err
 	}
 	if w.Error != nil {
@@ -55,7 +60,7 @@ func (c *avroCodec) encode(dst, payload []byte, _ string) ([]byte, error) {
 // decodeJSON decodes one JSON value, numbers kept as json.Number so that a
 // long keeps all of its digits.
 func decodeJSON(payload []byte) (any, error) {
-	d := json.NewDecoder(strings.NewReader(string(payload)))
+	d := json.NewDecoder(bytes.NewReader(payload))
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil {
@@ -114,14 +119,14 @@ func join(path, field string) string {
 }
 
 // writeAvro writes v in schema s to w; path names v in errors.
-func writeAvro(w *avro.Writer, s avro.Schema, v any, path string) error {
+func (c *avroCodec) writeAvro(w *avro.Writer, s avro.Schema, v any, path string) error {
 	switch s := s.(type) {
 	case *avro.RefSchema:
-		return writeAvro(w, s.Schema(), v, path)
+		return c.writeAvro(w, s.Schema(), v, path)
 	case *avro.PrimitiveSchema:
 		return writePrimitive(w, s, v, path)
 	case *avro.RecordSchema:
-		return writeRecord(w, s, v, path)
+		return c.writeRecord(w, s, v, path)
 	case *avro.EnumSchema:
 		str, ok := v.(string)
 		if !ok {
@@ -142,7 +147,7 @@ func writeAvro(w *avro.Writer, s avro.Schema, v any, path string) error {
 		if len(items) > 0 {
 			w.WriteLong(int64(len(items)))
 			for i, it := range items {
-				if err := writeAvro(w, s.Items(), it, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				if err := c.writeAvro(w, s.Items(), it, fmt.Sprintf("%s[%d]", path, i)); err != nil {
 					return err
 				}
 			}
@@ -158,7 +163,7 @@ func writeAvro(w *avro.Writer, s avro.Schema, v any, path string) error {
 			w.WriteLong(int64(len(m)))
 			for _, k := range sortedKeys(m) {
 				w.WriteString(k)
-				if err := writeAvro(w, s.Values(), m[k], join(path, k)); err != nil {
+				if err := c.writeAvro(w, s.Values(), m[k], join(path, k)); err != nil {
 					return err
 				}
 			}
@@ -166,7 +171,7 @@ func writeAvro(w *avro.Writer, s avro.Schema, v any, path string) error {
 		w.WriteLong(0)
 		return nil
 	case *avro.UnionSchema:
-		return writeUnion(w, s, v, path)
+		return c.writeUnion(w, s, v, path)
 	case *avro.FixedSchema:
 		return writeFixed(w, s, v, path)
 	}
@@ -184,7 +189,7 @@ func sortedKeys(m map[string]any) []string {
 
 // writeRecord writes the record's fields in the schema's order: a missing
 // field takes its default, a field the schema lacks is a fault.
-func writeRecord(w *avro.Writer, s *avro.RecordSchema, v any, path string) error {
+func (c *avroCodec) writeRecord(w *avro.Writer, s *avro.RecordSchema, v any, path string) error {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return mismatch(path, "an object (record "+s.FullName()+")", v)
@@ -198,9 +203,9 @@ func writeRecord(w *avro.Writer, s *avro.RecordSchema, v any, path string) error
 			if !f.HasDefault() {
 				return &fieldError{path: join(path, f.Name()), msg: "missing, and record " + s.FullName() + " gives it no default"}
 			}
-			fv = defaultJSON(f)
+			fv = c.defaultOf(f)
 		}
-		if err := writeAvro(w, f.Type(), fv, join(path, f.Name())); err != nil {
+		if err := c.writeAvro(w, f.Type(), fv, join(path, f.Name())); err != nil {
 			return err
 		}
 	}
@@ -221,6 +226,16 @@ func hasField(s *avro.RecordSchema, name string) bool {
 		}
 	}
 	return false
+}
+
+// defaultOf returns defaultJSON(f), computed once per field.
+func (c *avroCodec) defaultOf(f *avro.Field) any {
+	if v, ok := c.defaults.Load(f); ok {
+		return v
+	}
+	v := defaultJSON(f)
+	c.defaults.Store(f, v)
+	return v
 }
 
 // defaultJSON returns a field's default as writeAvro takes it: decoded
@@ -262,7 +277,7 @@ func defaultJSON(f *avro.Field) any {
 
 // writeUnion writes the first branch v fits: null for null, else the
 // first non-null branch that encodes it.
-func writeUnion(w *avro.Writer, s *avro.UnionSchema, v any, path string) error {
+func (c *avroCodec) writeUnion(w *avro.Writer, s *avro.UnionSchema, v any, path string) error {
 	var firstErr error
 	for i, branch := range s.Types() {
 		if branch.Type() == avro.Null {
@@ -276,7 +291,7 @@ func writeUnion(w *avro.Writer, s *avro.UnionSchema, v any, path string) error {
 			continue
 		}
 		bw := avro.NewWriter(nil, 64)
-		if err := writeAvro(bw, branch, v, path); err != nil {
+		if err := c.writeAvro(bw, branch, v, path); err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}

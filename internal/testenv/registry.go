@@ -29,7 +29,7 @@ type TestRegistry struct {
 //   - else franz-go's srfake, an in-process registry serving Confluent's
 //     REST API over HTTP, closed when the test ends. No real registry can
 //     be installed from the package registries this project's CI reaches
-//     (docs/testing.md says what was tried).
+//     (docs/development.md says what was tried).
 func Registry(t testing.TB) *TestRegistry {
 	t.Helper()
 	if u := os.Getenv(EnvSchemaRegistryURL); u != "" {

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -219,6 +220,7 @@ type options struct {
 	cpuProfile  string
 	relayBin    string
 	relayBinB   string
+	formatB     string // --value-format-b
 }
 
 func register(fs *flag.FlagSet, o *options) {
@@ -299,7 +301,8 @@ func register(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&s.BrokerDown.Outage, "outage", 20*time.Second, "broker-down: how long the broker refuses connections (writers go on at --rate)")
 	fs.DurationVar(&s.BrokerDown.Before, "outage-before", 3*time.Second, "broker-down: normal traffic before the outage (the baseline RSS)")
 	fs.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary for notify-proc, notify-every-tx and broker-down (empty: go build github.com/pgoutbox/outbox/cmd/outbox-relay into a temporary directory, from inside the repository)")
-	fs.StringVar(&o.relayBinB, "relay-bin-b", "", "outbox-relay binary for mode notify-proc-b (required by it): B of an A/B, e.g. the build before a change, --relay-bin being A")
+	fs.StringVar(&o.relayBinB, "relay-bin-b", "", "outbox-relay binary for mode notify-proc-b (required by it, unless --value-format-b): B of an A/B, e.g. the build before a change, --relay-bin being A")
+	fs.StringVar(&o.formatB, "value-format-b", "", "mode notify-proc-b's relays encode values in this format (avro, json-schema or protobuf) against a Schema Registry the bench runs in-process (franz-go's srfake) with the payload's schema; --relay-bin-b defaults to --relay-bin then")
 	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&o.plotFile, "plot", "", "write the latency CDF plot to this file (.png or .svg)")
 	fs.StringVar(&o.costPlot, "cost-plot", "", "write the latency-against-DB-CPU-per-event plot to this file (.png or .svg; empty: --plot's name with -cost before the extension, none without --plot; \"-\": none)")
@@ -425,7 +428,15 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 		}
 	}
 	if o.suite.NeedsRelayBinB() {
-		env.RelayBinB = o.relayBinB
+		env.RelayBinB = cmp.Or(o.relayBinB, env.RelayBin)
+	}
+	if o.formatB != "" {
+		reg, err := bench.StartRegistry(ctx, o.formatB)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		env.RelayArgsB = reg.RelayArgs(o.formatB)
 	}
 	if o.progress > 0 {
 		env.Progress = &bench.Progress{W: stderr, Interval: o.progress}
@@ -435,6 +446,7 @@ func run(ctx context.Context, o *options, args []string, stdout, stderr io.Write
 		Command: "outbox-bench " + strings.Join(redactArgs(args), " "),
 		Started: time.Now().UTC().Truncate(time.Second),
 	}
+	rep.RelayArgsB = env.RelayArgsB
 	rep.Machine.Broker = env.Broker
 	rep.Machine.BrokerJVMFlags = local.BrokerJVMFlags()
 	rep.Machine.BrokerCPUs = local.BrokerCPUs()
@@ -528,7 +540,9 @@ func (o *options) derive() {
 func (o *options) checkRelayBins() error {
 	hasB := slices.Contains(o.suite.Modes, bench.ModeNotifyProcB)
 	switch {
-	case hasB && o.relayBinB == "":
+	case o.formatB != "" && !hasB:
+		return errors.New("--value-format-b: only mode notify-proc-b runs it, and --mode has no notify-proc-b")
+	case hasB && o.relayBinB == "" && o.formatB == "":
 		return errors.New("--relay-bin-b: required by --mode notify-proc-b (the outbox-relay binary it runs, beside --relay-bin's)")
 	case !hasB && o.relayBinB != "":
 		return errors.New("--relay-bin-b: only mode notify-proc-b runs it, and --mode has no notify-proc-b")
