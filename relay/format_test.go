@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/linkedin/goavro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -149,4 +151,86 @@ func TestAvroEventsArePublishedFramedAndABadOneIsDeadLettered(t *testing.T) {
 	if d := h.relay.Stats().DeadLettered; d != 1 {
 		t.Fatalf("%d dead letters, want 1", d)
 	}
+}
+
+// TestProtobufAndJSONSchemaEventsArePublishedFramed: the other two
+// registry formats through a real broker, each record decoded without the
+// encoder's code (protowire field by field; encoding/json).
+func TestProtobufAndJSONSchemaEventsArePublishedFramed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value  format.Value
+		typ    sr.SchemaType
+		schema string
+	}{
+		{format.ValueProtobuf, sr.TypeProtobuf, `syntax = "proto3"; package test; message Counted { string agg = 1; int64 n = 2; }`},
+		{format.ValueJSONSchema, sr.TypeJSON, `{"type": "object", "properties": {"agg": {"type": "string"}, "n": {"type": "integer", "minimum": 1}}, "required": ["agg", "n"], "additionalProperties": false}`},
+	} {
+		t.Run(string(tc.value), func(t *testing.T) {
+			t.Parallel()
+			db := testenv.MigratedDB(t)
+			k := testenv.Kafka(t)
+			topic := k.Topic(t, 3)
+			reg := testenv.Registry(t)
+			id, _ := reg.Register(t, topic+"-value", tc.typ, tc.schema)
+			var evs []outbox.Event
+			for n := 1; n <= 20; n++ {
+				evs = append(evs, event(fmt.Sprintf("agg-%d", n%4), n))
+			}
+			addTx(t, db, nil, evs...)
+			startRelay(t, db, k, topic, opts{relay: relay.Config{Format: format.Config{Value: tc.value, RegistryURL: reg.URL}}})
+			recs := k.Consume(t, topic, len(evs), 30*time.Second)
+			written := map[string]outbox.Event{}
+			for _, e := range evs {
+				written[e.ID.String()] = e
+			}
+			for _, r := range recs {
+				e := written[r.Headers["event_id"]]
+				if len(r.Value) < 5 || r.Value[0] != 0 || int(binary.BigEndian.Uint32(r.Value[1:5])) != id {
+					t.Fatalf("event %s: value %x is not framed with schema ID %d", e.ID, r.Value, id)
+				}
+				var want struct {
+					Agg string `json:"agg"`
+					N   int64  `json:"n"`
+				}
+				_ = json.Unmarshal(e.Payload, &want)
+				got := want
+				if tc.value == format.ValueProtobuf {
+					got = decodeCounted(t, r.Value[5:])
+				} else if err := json.Unmarshal(r.Value[5:], &got); err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Errorf("event %s: decoded %+v, want %+v", e.ID, got, want)
+				}
+			}
+		})
+	}
+}
+
+// decodeCounted reads test.Counted (index [0], then field 1 a string,
+// field 2 a varint) with protowire.
+func decodeCounted(t *testing.T, b []byte) (c struct {
+	Agg string `json:"agg"`
+	N   int64  `json:"n"`
+}) {
+	t.Helper()
+	if b[0] != 0 {
+		t.Fatalf("message indexes %x, want 00", b[0])
+	}
+	for b = b[1:]; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			c.Agg, b = string(v), b[n:]
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			c.N, b = int64(v), b[n:]
+		default:
+			t.Fatalf("field %d wire type %d", num, typ)
+		}
+	}
+	return c
 }

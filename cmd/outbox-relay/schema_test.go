@@ -95,3 +95,62 @@ func TestStatusAndInspectNameSchemaFaults(t *testing.T) {
 		t.Errorf("inspect's text:\n%s", out)
 	}
 }
+
+// TestRunWithRefusedRegistryCredentials: a registry that refuses the
+// relay's credentials is named at start and is an outage: the event waits
+// without an attempt counted, and is published once the relay runs with
+// the right password.
+func TestRunWithRefusedRegistryCredentials(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	k := testenv.Kafka(t)
+	topic := k.Topic(t, 1)
+	reg := testenv.RegistryWithAuth(t, "relay", "right")
+	reg.Register(t, topic+"-value", sr.TypeAvro, `{"type": "record", "name": "Paid", "fields": [{"name": "amount", "type": "long"}]}`)
+	id := uuid.New()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES ($1, 'a', 'paid', '{"amount": 1}')`, id); err != nil {
+		t.Fatal(err)
+	}
+	run := func(password string, until func(stderr string) bool) string {
+		t.Helper()
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan int, 1)
+		stderr := &testenv.SyncBuffer{}
+		go func() {
+			var stdout bytes.Buffer
+			done <- Main(rctx, []string{"run", "--database-url", db.ConnString, "--brokers", k.Brokers[0], "--topic", topic, "--log-format", "console",
+				"--value-format", "avro", "--schema-registry-url", reg.URL, "--schema-registry-username", "relay", "--schema-registry-password", password,
+				"--retry-min", "100ms", "--metrics-addr", "", "--startup-wait", "10s"}, &stdout, stderr)
+		}()
+		for deadline := time.Now().Add(30 * time.Second); !until(stderr.String()); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				cancel()
+				<-done
+				t.Fatalf("with password %q: not done after 30 s; the relay said:\n%s", password, stderr.String())
+			}
+		}
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("run: exit %d: %s", code, stderr.String())
+		}
+		return stderr.String()
+	}
+	// The publish's outage line says the event was tried.
+	out := run("wrong", func(s string) bool { return strings.Contains(s, "Schema Registry outage: publishes fail") })
+	if !strings.Contains(out, "refused the credentials") || !strings.Contains(out, reg.URL) {
+		t.Errorf("the refusal is not named:\n%s", out)
+	}
+	var attempts int
+	var dead, published *time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT attempts, dead_lettered_at, published_at FROM outbox WHERE id = $1`, id).Scan(&attempts, &dead, &published); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 0 || dead != nil || published != nil {
+		t.Fatalf("after the refusal: attempts %d, dead_lettered_at %v, published_at %v: want a waiting event", attempts, dead, published)
+	}
+	run("right", func(string) bool {
+		var n int
+		return db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = $1 AND published_at IS NOT NULL`, id).Scan(&n) == nil && n == 1
+	})
+}
