@@ -84,7 +84,7 @@ type Report struct {
 	// RelayArgsB are the flags B's relays ran with besides A's
 	// (Env.RelayArgsB: a value format and its registry).
 	RelayArgsB []string `json:"relay_args_b,omitempty"`
-	AB        []ABRow      `json:"ab,omitempty"`
+	AB         []ABRow  `json:"ab,omitempty"`
 	// Deployed is the deployed scenario's verdicts (EvaluateDeployed):
 	// 3 relays against 1, idle, and the rolling restart, each with its
 	// goal.
