@@ -116,6 +116,28 @@ func TestFlagErrorsNameTheFlagTheValueAndTheForm(t *testing.T) {
 	}
 }
 
+// TestFormatFlagErrorsNameTheFlag: a bad value format setting exits 2
+// naming the flag, before anything is contacted.
+func TestFormatFlagErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	run := []string{"run", "--database-url", "postgres://u@127.0.0.1:1/d", "--brokers", "127.0.0.1:1", "--topic", "t"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{append(run, "--value-format", "avro"), `--schema-registry-url: empty: --value-format "avro" needs a Schema Registry`},
+		{append(run, "--value-format", "xml"), `--value-format: "xml": want json, avro, protobuf or json-schema`},
+		{append(run, "--schema-registry-url", "http://r:8081"), `--schema-registry-url: set, but --value-format "json" uses no registry`},
+		{append(run, "--value-format", "avro", "--schema-registry-url", "http://r:8081", "--subject-name-strategy", "name"), `--subject-name-strategy: "name": want topic, record or topic-record`},
+		{[]string{"inspect", "--event-id", "1", "--value-format", "avro", "--schema-registry-url", "registry:8081"}, `--schema-registry-url: "registry:8081": want http://host:port`},
+	} {
+		code, stdout, stderr := runMain(t, context.Background(), tc.args...)
+		if code != exitUsage || stdout != "" || lines(stderr) != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q: want exit 2 and one line saying %q", tc.args, code, stdout, stderr, tc.want)
+		}
+	}
+}
+
 // A password holding '#' or '@' unencoded leaves them in the URL's host:
 // each command stops at once with exit 2, says to percent-encode, and
 // prints no part of the password (it used to retry a DNS lookup of

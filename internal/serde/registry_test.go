@@ -323,3 +323,16 @@ func TestReferencesAreResolved(t *testing.T) {
 		t.Fatalf("city %v", city)
 	}
 }
+
+// TestATombstoneStaysNull: a NULL payload is a Kafka null value in every
+// format, as Confluent's serializers leave it, not a fault.
+func TestATombstoneStaysNull(t *testing.T) {
+	reg := testenv.Registry(t)
+	topic := testenv.TopicName(t)
+	enc := newEncoder(t, format.Config{RegistryURL: reg.URL, CloudEvents: true})
+	m := message(topic, "UserCreated", "")
+	m.Value = nil
+	if err := enc.Encode(context.Background(), m); err != nil || m.Value != nil || len(m.Headers) != 2 {
+		t.Fatalf("a tombstone: err %v, value %q, headers %v", err, m.Value, m.Headers)
+	}
+}

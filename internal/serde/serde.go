@@ -176,6 +176,7 @@ func (e *Encoder) URL() string { return e.cfg.RegistryURL }
 // subject's latest version, read then, before it counts as a fault: it
 // may have been written for a version registered since the cache was
 // filled. Encode reads it every time; a Session reads it once per subject.
+// A nil value (a tombstone) is left nil.
 func (e *Encoder) Encode(ctx context.Context, m *kafka.Message) error {
 	return e.encode(ctx, m, map[string]bool{})
 }
@@ -193,6 +194,11 @@ func (e *Encoder) Session() func(context.Context, *kafka.Message) error {
 // encode is Encode; checked holds the subjects whose latest version was
 // read in this session.
 func (e *Encoder) encode(ctx context.Context, m *kafka.Message, checked map[string]bool) error {
+	if m.Value == nil {
+		// A tombstone (SQL NULL payload) stays a null value, as
+		// Confluent's serializers leave it.
+		return nil
+	}
 	subject, record, err := e.subject(m)
 	if err != nil {
 		e.faults.Add(1)
