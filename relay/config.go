@@ -110,7 +110,9 @@ type Config struct {
 	// Format is what goes into each record: the value as the JSON payload
 	// or encoded in a Schema Registry's schema, and the CloudEvents
 	// headers. Defaults to the zero format.Config: the payload as stored,
-	// no CloudEvents headers. NewService builds the registry client.
+	// no CloudEvents headers. The value format is applied by the publisher
+	// NewService builds (with the registry client); New with a Publisher of
+	// your own applies the CloudEvents headers only.
 	Format format.Config
 }
 
