@@ -59,15 +59,19 @@ var contentTypes = map[format.Value]string{
 // cloudEvents appends the CloudEvents headers of row to h.
 func (r *Relay) cloudEvents(h []kafka.Header, row *claim.Row) []kafka.Header {
 	f := &r.cfg.Format
-	return append(h,
+	h = append(h,
 		kafka.Header{Key: "ce_specversion", Value: []byte("1.0")},
 		kafka.Header{Key: "ce_id", Value: []byte(row.ID)},
 		kafka.Header{Key: "ce_source", Value: []byte(f.CloudEventsSource)},
 		kafka.Header{Key: "ce_type", Value: []byte(row.EventType)},
 		kafka.Header{Key: "ce_time", Value: []byte(row.CreatedAt.UTC().Format(time.RFC3339Nano))},
 		kafka.Header{Key: "ce_subject", Value: []byte(row.AggregateID)},
-		kafka.Header{Key: "content-type", Value: []byte(contentTypes[f.Value])},
 	)
+	if row.Payload != nil {
+		// A tombstone has no data, hence no content type.
+		h = append(h, kafka.Header{Key: "content-type", Value: []byte(contentTypes[f.Value])})
+	}
+	return h
 }
 
 // cloudEventsHeader reports whether the relay sets header k with

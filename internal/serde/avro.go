@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hamba/avro/v2"
 )
 
@@ -251,16 +254,10 @@ func defaultJSON(f *avro.Field) any {
 		t = r.Schema()
 	}
 	if t.Type() == avro.Bytes || t.Type() == avro.Fixed {
-		var raw []byte
-		switch x := d.(type) {
-		case string:
-			for _, r := range x {
-				raw = append(raw, byte(r))
+		if raw, ok := rawBytes(d); ok {
+			if dec, ok := logicalOf(t).(*avro.DecimalLogicalSchema); ok {
+				return fromTwosComplement(raw, dec.Scale())
 			}
-		case []byte:
-			raw = x
-		}
-		if raw != nil {
 			return base64.StdEncoding.EncodeToString(raw)
 		}
 	}
@@ -275,11 +272,72 @@ func defaultJSON(f *avro.Field) any {
 	return v
 }
 
+// unionOrder is the order writeUnion tries s's branches for v: the
+// schema's, except that a string tries bytes and fixed (base64) after the
+// others, so that text stays text even when it happens to be base64.
+func unionOrder(s *avro.UnionSchema, v any) []int {
+	types := s.Types()
+	order := make([]int, 0, len(types))
+	_, str := v.(string)
+	for pass := 0; pass < 2; pass++ {
+		for i, t := range types {
+			if r, ok := t.(*avro.RefSchema); ok {
+				t = r.Schema()
+			}
+			binary := str && (t.Type() == avro.Bytes || t.Type() == avro.Fixed)
+			if binary == (pass == 1) {
+				order = append(order, i)
+			}
+		}
+	}
+	return order
+}
+
+// rawBytes returns a bytes or fixed default as hamba/avro parsed it: a
+// string of code points 0-255, a []byte, or a [N]byte.
+func rawBytes(d any) ([]byte, bool) {
+	switch x := d.(type) {
+	case string:
+		raw := make([]byte, 0, len(x))
+		for _, r := range x {
+			raw = append(raw, byte(r))
+		}
+		return raw, true
+	case []byte:
+		return x, true
+	}
+	if rv := reflect.ValueOf(d); rv.Kind() == reflect.Array && rv.Type().Elem().Kind() == reflect.Uint8 {
+		raw := make([]byte, rv.Len())
+		reflect.Copy(reflect.ValueOf(raw), rv)
+		return raw, true
+	}
+	return nil, false
+}
+
+func logicalOf(s avro.Schema) avro.LogicalSchema {
+	if l, ok := s.(avro.LogicalTypeSchema); ok {
+		return l.Logical()
+	}
+	return nil
+}
+
+// fromTwosComplement returns the decimal whose unscaled value is b
+// (big-endian two's complement), as the JSON number writeAvro takes.
+func fromTwosComplement(b []byte, scale int) json.Number {
+	n := new(big.Int).SetBytes(b)
+	if len(b) > 0 && b[0]&0x80 != 0 {
+		n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(8*len(b))))
+	}
+	r := new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil))
+	return json.Number(r.FloatString(scale))
+}
+
 // writeUnion writes the first branch v fits: null for null, else the
 // first non-null branch that encodes it.
 func (c *avroCodec) writeUnion(w *avro.Writer, s *avro.UnionSchema, v any, path string) error {
 	var firstErr error
-	for i, branch := range s.Types() {
+	for _, i := range unionOrder(s, v) {
+		branch := s.Types()[i]
 		if branch.Type() == avro.Null {
 			if v == nil {
 				w.WriteInt(int32(i))
@@ -361,13 +419,9 @@ func writePrimitive(w *avro.Writer, s *avro.PrimitiveSchema, v any, path string)
 		}
 		w.WriteLong(n)
 	case avro.Float, avro.Double:
-		num, ok := v.(json.Number)
-		if !ok {
-			return mismatch(path, "a number", v)
-		}
-		f, err := num.Float64()
+		f, err := floatValue(v, s.Type() == avro.Float, path)
 		if err != nil {
-			return mismatch(path, "a number", v)
+			return err
 		}
 		if s.Type() == avro.Float {
 			w.WriteFloat(float32(f))
@@ -385,6 +439,11 @@ func writePrimitive(w *avro.Writer, s *avro.PrimitiveSchema, v any, path string)
 		if !ok {
 			return mismatch(path, "a string", v)
 		}
+		if logical == avro.UUID {
+			if _, err := uuid.Parse(str); err != nil {
+				return mismatch(path, "a UUID", v)
+			}
+		}
 		w.WriteString(str)
 	default:
 		return &fieldError{path: path, msg: fmt.Sprintf("schema type %s is not supported", s.Type())}
@@ -392,13 +451,45 @@ func writePrimitive(w *avro.Writer, s *avro.PrimitiveSchema, v any, path string)
 	return nil
 }
 
+// floatValue reads a float (single) or a double: a JSON number in range,
+// and an integer only if it is held exactly (at most 2^24 or 2^53), so that
+// a union takes its long branch for a long a double would round.
+func floatValue(v any, single bool, path string) (float64, error) {
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, mismatch(path, "a number", v)
+	}
+	kind, exact := "double", int64(1)<<53
+	if single {
+		kind, exact = "float", 1<<24
+	}
+	f, err := num.Float64()
+	if err != nil || (single && math.IsInf(float64(float32(f)), 0)) {
+		return 0, &fieldError{path: path, msg: fmt.Sprintf("%s does not fit an Avro %s", num, kind)}
+	}
+	if integerText(num.String()) {
+		if n, ok := new(big.Int).SetString(num.String(), 10); ok && n.CmpAbs(big.NewInt(exact)) > 0 {
+			return 0, &fieldError{path: path, msg: fmt.Sprintf("%s is an integer an Avro %s cannot hold exactly", num, kind)}
+		}
+	}
+	return f, nil
+}
+
+// integerText reports whether a JSON number is written as an integer.
+func integerText(s string) bool { return !strings.ContainsAny(s, ".eE") }
+
 // intValue reads an int or long: a JSON integer, or for a date or a
-// timestamp an RFC 3339 string converted to the logical type's unit.
+// timestamp a string converted to the logical type's unit (an RFC 3339
+// time; a local timestamp keeps its wall clock, with or without an
+// offset; a time more precise than the unit is a fault, not rounded).
 func intValue(v any, logical avro.LogicalType, path string) (int64, error) {
 	switch x := v.(type) {
 	case json.Number:
 		n, err := x.Int64()
 		if err != nil {
+			if integerText(x.String()) {
+				return 0, &fieldError{path: path, msg: fmt.Sprintf("%s does not fit an Avro long", x)}
+			}
 			return 0, mismatch(path, "an integer", v)
 		}
 		return n, nil
@@ -411,17 +502,36 @@ func intValue(v any, logical avro.LogicalType, path string) (int64, error) {
 			}
 			return t.Unix() / 86400, nil
 		case avro.TimestampMillis, avro.TimestampMicros, avro.LocalTimestampMillis, avro.LocalTimestampMicros:
-			t, err := time.Parse(time.RFC3339Nano, x)
-			if err != nil {
-				return 0, mismatch(path, "a timestamp (a number, or RFC 3339)", v)
-			}
-			if logical == avro.TimestampMillis || logical == avro.LocalTimestampMillis {
-				return t.UnixMilli(), nil
-			}
-			return t.UnixMicro(), nil
+			return timestampValue(x, logical, path)
 		}
 	}
 	return 0, mismatch(path, "an integer", v)
+}
+
+func timestampValue(x string, logical avro.LogicalType, path string) (int64, error) {
+	local := logical == avro.LocalTimestampMillis || logical == avro.LocalTimestampMicros
+	t, err := time.Parse(time.RFC3339Nano, x)
+	if err != nil && local {
+		t, err = time.Parse("2006-01-02T15:04:05.999999999", x)
+	}
+	if err != nil {
+		return 0, mismatch(path, "a timestamp (a number, or RFC 3339)", x)
+	}
+	if local {
+		// The wall clock as written, whatever the offset.
+		t = time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+	}
+	unit, name := time.Microsecond, "microseconds"
+	if logical == avro.TimestampMillis || logical == avro.LocalTimestampMillis {
+		unit, name = time.Millisecond, "milliseconds"
+	}
+	if t.Nanosecond()%int(unit) != 0 {
+		return 0, &fieldError{path: path, msg: fmt.Sprintf("%s is more precise than the schema's %s", x, name)}
+	}
+	if unit == time.Millisecond {
+		return t.UnixMilli(), nil
+	}
+	return t.UnixMicro(), nil
 }
 
 // bytesValue reads bytes (base64) or a decimal (a number, or a string
@@ -442,6 +552,10 @@ func bytesValue(v any, l avro.LogicalSchema, size int, path string) ([]byte, err
 	return b, nil
 }
 
+// decimalRE is a decimal number as JSON writes one (big.Rat would also
+// take "1/2" and "0x1F").
+var decimalRE = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
 func decimalBytes(v any, d *avro.DecimalLogicalSchema, size int, path string) ([]byte, error) {
 	var text string
 	switch x := v.(type) {
@@ -452,9 +566,13 @@ func decimalBytes(v any, d *avro.DecimalLogicalSchema, size int, path string) ([
 	default:
 		return nil, mismatch(path, "a decimal (a number or a string)", v)
 	}
-	r, ok := new(big.Rat).SetString(text)
+	var r *big.Rat
+	ok := decimalRE.MatchString(text)
+	if ok {
+		r, ok = new(big.Rat).SetString(text)
+	}
 	if !ok {
-		return nil, mismatch(path, "a decimal (a number or a string)", v)
+		return nil, mismatch(path, "a decimal (a number or a string holding one)", v)
 	}
 	scaled := new(big.Rat).Mul(r, new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(d.Scale())), nil)))
 	if !scaled.IsInt() {

@@ -184,3 +184,86 @@ func BenchmarkAvroEncode(b *testing.B) {
 		}
 	}
 }
+
+// TestAvroKeepsValuesExact: what the breaker found changed silently is
+// now either written exactly or refused: integers a float branch would
+// round go to the long branch, text stays text, defaults of fixed and
+// decimal fields are written, local timestamps keep their wall clock.
+func TestAvroKeepsValuesExact(t *testing.T) {
+	schema := `{"type": "record", "name": "E", "fields": [
+	  {"name": "d", "type": ["null", "double", "long"]},
+	  {"name": "f", "type": ["float", "long"]},
+	  {"name": "s", "type": ["bytes", "string"]},
+	  {"name": "lt", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+	  {"name": "lt2", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+	  {"name": "fx", "type": {"type": "fixed", "name": "Two", "size": 2}, "default": "\u0001\u0002"},
+	  {"name": "amt", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6, "scale": 2}, "default": "\u00ff\u0085"},
+	  {"name": "famt", "type": {"type": "fixed", "name": "Four", "size": 4, "logicalType": "decimal", "precision": 8, "scale": 2}, "default": "\u0000\u0000\u0004\u00d2"}
+	]}`
+	c, err := newAvroCodec(schema, &avro.SchemaCache{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.encode(nil, []byte(`{"d": 9007199254740993, "f": 16777217, "s": "abcd",
+	  "lt": "2024-01-01T10:00:00+05:00", "lt2": "2024-01-01T10:00:00.5"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// goavro refuses a fixed decimal's default; defaults do not change
+	// the binary form, so it decodes with the schema without it.
+	dec, err := goavro.NewCodec(strings.Replace(schema, `, "default": "\u0000\u0000\u0004\u00d2"`, "", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	native, _, err := dec.NativeFromBinary(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := native.(map[string]any)
+	millis := func(v any) int64 {
+		switch x := v.(type) {
+		case time.Time:
+			return x.UnixMilli()
+		case int64:
+			return x
+		}
+		t.Fatalf("a local timestamp decoded as %T", v)
+		return 0
+	}
+	ten := time.Date(2024, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	for _, c := range []struct {
+		field string
+		ok    bool
+	}{
+		{"d", equalNative(got["d"], map[string]any{"long": int64(9007199254740993)})},
+		{"f", equalNative(got["f"], map[string]any{"long": int64(16777217)})},
+		{"s", equalNative(got["s"], map[string]any{"string": "abcd"})},
+		{"lt", millis(got["lt"]) == ten},
+		{"lt2", millis(got["lt2"]) == ten+500},
+		{"fx", equalNative(got["fx"], []byte{1, 2})},
+		{"amt", equalNative(got["amt"], big.NewRat(-123, 100))},
+		{"famt", equalNative(got["famt"], big.NewRat(1234, 100))},
+	} {
+		if !c.ok {
+			t.Errorf("%s decoded as %#v", c.field, got[c.field])
+		}
+	}
+
+	for _, tc := range []struct{ schema, payload, want string }{
+		{`"float"`, `1e39`, `1e39 does not fit an Avro float`},
+		{`"long"`, `9223372036854775808`, `9223372036854775808 does not fit an Avro long`},
+		{`"double"`, `9007199254740993`, `9007199254740993 is an integer an Avro double cannot hold exactly`},
+		{`{"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}`, `"1/2"`, `want a decimal`},
+		{`{"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}`, `"0x1F"`, `want a decimal`},
+		{`{"type": "long", "logicalType": "timestamp-micros"}`, `"2024-01-01T10:00:00.123456789Z"`, `more precise than the schema's microseconds`},
+		{`{"type": "string", "logicalType": "uuid"}`, `"not-a-uuid"`, `want a UUID`},
+	} {
+		c, err := newAvroCodec(tc.schema, &avro.SchemaCache{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.encode(nil, []byte(tc.payload), ""); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s in %s: got %v, want %q", tc.payload, tc.schema, err, tc.want)
+		}
+	}
+}

@@ -110,14 +110,19 @@ func TestProtobufEncodesTheEventsMessage(t *testing.T) {
 		t.Fatalf("placed_at seconds %v", ts[1])
 	}
 
-	// Without a record name that names one, the first message: index [0],
-	// a single 0.
-	m = message(topic, "OrderPlaced", `{"note": "n"}`)
+	// The first message: index [0], a single 0.
+	m = message(topic, "acme.Envelope", `{"note": "n"}`)
 	if err := enc.Encode(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
 	if m.Value[5] != 0 || string(wireFields(t, m.Value[6:])[1].([]byte)) != "n" {
 		t.Fatalf("first message: %x", m.Value[5:])
+	}
+	// A record name that names none of several messages is a fault, not
+	// the first message it happens to fit.
+	err := enc.Encode(context.Background(), message(topic, "OrderPlaced", `{"note": "n"}`))
+	if !errors.Is(err, serde.ErrSchema) || !strings.Contains(err.Error(), `"OrderPlaced" names none of the schema's messages (acme.Envelope, acme.Order)`) {
+		t.Fatalf("an unknown record name: %v", err)
 	}
 	// A nested message by its short name: indexes [1, 0].
 	m = message(topic, "Line", `{"sku": "B", "qty": 1}`)
@@ -128,13 +133,31 @@ func TestProtobufEncodesTheEventsMessage(t *testing.T) {
 		t.Fatalf("nested message indexes %x, want 04 02 00", got)
 	}
 
-	err := enc.Encode(context.Background(), message(topic, "acme.Order", `{"id": "42", "coupon": "X"}`))
+	err = enc.Encode(context.Background(), message(topic, "acme.Order", `{"id": "42", "coupon": "X"}`))
 	if !errors.Is(err, serde.ErrSchema) || !strings.Contains(err.Error(), `unknown field "coupon"`) || !strings.Contains(err.Error(), "acme.Order") {
 		t.Fatalf("an unknown field: %v", err)
 	}
 	err = enc.Encode(context.Background(), message(topic, "acme.Order", `{"id": "forty"}`))
 	if !errors.Is(err, serde.ErrSchema) || !strings.Contains(err.Error(), "id") {
 		t.Fatalf("a bad value: %v", err)
+	}
+}
+
+// TestProtobufAnyHoldsTheSchemasOwnMessages: an Any names a message of
+// the event's schema, or a well-known type.
+func TestProtobufAnyHoldsTheSchemasOwnMessages(t *testing.T) {
+	reg := testenv.Registry(t)
+	topic := testenv.TopicName(t)
+	reg.Register(t, topic+"-value", sr.TypeProtobuf, `syntax = "proto3"; package acme;
+import "google/protobuf/any.proto";
+message Order { string id = 1; google.protobuf.Any detail = 2; }
+message Refund { string id = 1; }`)
+	enc := newEncoder(t, format.Config{Value: format.ValueProtobuf, RegistryURL: reg.URL})
+	for _, detail := range []string{`{"@type": "type.googleapis.com/acme.Refund", "id": "r"}`, `{"@type": "type.googleapis.com/google.protobuf.Duration", "value": "1s"}`} {
+		m := message(topic, "acme.Order", `{"id": "o", "detail": `+detail+`}`)
+		if err := enc.Encode(context.Background(), m); err != nil {
+			t.Errorf("Any %s: %v", detail, err)
+		}
 	}
 }
 
@@ -168,4 +191,32 @@ func wireFields(t *testing.T, b []byte) map[protowire.Number]any {
 		}
 	}
 	return out
+}
+
+// TestJSONSchemaReferencesResolveByTheirNames: a $ref names a reference
+// by a relative name, as Confluent's examples do, or an absolute one;
+// either way the referenced subject's schema applies.
+func TestJSONSchemaReferencesResolveByTheirNames(t *testing.T) {
+	reg := testenv.Registry(t)
+	topic := testenv.TopicName(t)
+	_, av := reg.Register(t, topic+"-address", sr.TypeJSON, `{"type": "object", "properties": {"zip": {"type": "string"}}, "required": ["zip"]}`)
+	for i, name := range []string{"address.json", "https://example.com/schemas/address.json"} {
+		subject := topic + "-" + strconv.Itoa(i) + "-value"
+		_, err := reg.Client.CreateSchema(context.Background(), subject, sr.Schema{Type: sr.TypeJSON,
+			Schema:     `{"type": "object", "properties": {"ship_to": {"$ref": "` + name + `"}}, "required": ["ship_to"]}`,
+			References: []sr.SchemaReference{{Name: name, Subject: topic + "-address", Version: av}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc := newEncoder(t, format.Config{Value: format.ValueJSONSchema, RegistryURL: reg.URL})
+		if err := enc.Encode(context.Background(), message(topic+"-"+strconv.Itoa(i), "X", `{"ship_to": {"zip": "69001"}}`)); err != nil {
+			t.Errorf("%s: a payload that fits: %v", name, err)
+		}
+		for _, bad := range []string{`{"ship_to": {"zip": 69001}}`, `{"ship_to": {}}`} {
+			err := enc.Encode(context.Background(), message(topic+"-"+strconv.Itoa(i), "X", bad))
+			if !errors.Is(err, serde.ErrSchema) || !strings.Contains(err.Error(), "ship_to") {
+				t.Errorf("%s: %s: got %v, want a fault in ship_to", name, bad, err)
+			}
+		}
+	}
 }

@@ -3,6 +3,7 @@ package serde
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -17,29 +18,53 @@ type jsonSchemaCodec struct {
 	schema *jsonschema.Schema
 }
 
-// schemaURL is the name the compiled schema goes by; references are added
-// under their own names (the registry's reference names).
-const schemaURL = "urn:pgoutbox:schema"
+// schemaURL is the URL the compiled schema goes by: a reference with a
+// relative name ("address.json") resolves against it, as against the
+// schema's own $id.
+const schemaURL = "https://schema-registry.invalid/subjects/schema.json"
 
 // newJSONSchemaCodec compiles text with refs (reference name to schema
-// text). Nothing is loaded from the network or the disk: a $ref must name
-// one of refs.
+// text). Each reference is added under its name resolved against
+// schemaURL and against the schema's $id, so that a $ref finds it however
+// its name is written. Nothing is loaded from the network or the disk: a
+// $ref must name one of refs.
 func newJSONSchemaCodec(text string, refs map[string]string) (*jsonSchemaCodec, error) {
 	c := jsonschema.NewCompiler()
 	c.UseLoader(jsonschema.SchemeURLLoader{})
-	add := func(url, text string) error {
-		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
-		if err != nil {
-			return fmt.Errorf("%s: %w", url, err)
+	root, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		return nil, err
+	}
+	bases := []*url.URL{mustParse(schemaURL)}
+	if m, ok := root.(map[string]any); ok {
+		if id, ok := m["$id"].(string); ok {
+			if u, err := url.Parse(id); err == nil && u.IsAbs() {
+				bases = append(bases, u)
+			}
 		}
-		return c.AddResource(url, doc)
 	}
 	for name, ref := range refs {
-		if err := add(name, ref); err != nil {
-			return nil, err
+		rel, err := url.Parse(name)
+		if err != nil {
+			return nil, fmt.Errorf("reference %q: %w", name, err)
+		}
+		added := map[string]bool{}
+		for _, b := range bases {
+			u := b.ResolveReference(rel).String()
+			if added[u] {
+				continue
+			}
+			added[u] = true
+			doc, err := jsonschema.UnmarshalJSON(strings.NewReader(ref))
+			if err != nil {
+				return nil, fmt.Errorf("reference %q: %w", name, err)
+			}
+			if err := c.AddResource(u, doc); err != nil {
+				return nil, fmt.Errorf("reference %q: %w", name, err)
+			}
 		}
 	}
-	if err := add(schemaURL, text); err != nil {
+	if err := c.AddResource(schemaURL, root); err != nil {
 		return nil, err
 	}
 	s, err := c.Compile(schemaURL)
@@ -47,6 +72,14 @@ func newJSONSchemaCodec(text string, refs map[string]string) (*jsonSchemaCodec, 
 		return nil, err
 	}
 	return &jsonSchemaCodec{schema: s}, nil
+}
+
+func mustParse(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
 }
 
 var english = message.NewPrinter(language.English)

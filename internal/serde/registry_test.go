@@ -264,7 +264,7 @@ func TestANewVersionIsUsed(t *testing.T) {
 		t.Fatalf("pinned to version 1: schema ID %d, want %d", id, id1)
 	}
 
-	refreshing := newEncoder(t, format.Config{RegistryURL: reg.URL, SchemaRefresh: 10 * time.Millisecond})
+	refreshing := newEncoder(t, format.Config{RegistryURL: reg.URL, SchemaRefresh: format.MinSchemaRefresh})
 	if err := refreshing.Encode(ctx, message(topic, "UserCreated", `{"id": 4, "name": "w"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -334,5 +334,45 @@ func TestATombstoneStaysNull(t *testing.T) {
 	m.Value = nil
 	if err := enc.Encode(context.Background(), m); err != nil || m.Value != nil || len(m.Headers) != 2 {
 		t.Fatalf("a tombstone: err %v, value %q, headers %v", err, m.Value, m.Headers)
+	}
+}
+
+// TestAnEventForANewVersionWaitsForADownRegistry: an event that does not
+// fit the cached version while the registry cannot be asked for a newer
+// one is an outage, never a fault; it encodes once the registry answers.
+func TestAnEventForANewVersionWaitsForADownRegistry(t *testing.T) {
+	reg := testenv.Registry(t)
+	topic := testenv.TopicName(t)
+	reg.Register(t, topic+"-value", sr.TypeAvro, userV1)
+	proxy, err := tcpproxy.New(strings.TrimPrefix(reg.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	enc := newEncoder(t, format.Config{RegistryURL: "http://" + proxy.Addr(), RegistryTimeout: time.Second, SchemaRefresh: time.Hour})
+	ctx := context.Background()
+	if err := enc.Encode(ctx, message(topic, "UserCreated", `{"id": 1, "name": "x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	id2, _ := reg.Register(t, topic+"-value", sr.TypeAvro, userV2)
+	proxy.Refuse()
+	proxy.Cut()
+	session := enc.Session()
+	for i := 0; i < 2; i++ {
+		err = session(ctx, message(topic, "UserCreated", `{"id": 2, "name": "y", "email": "y@example.com"}`))
+		if !errors.Is(err, serde.ErrRegistry) || errors.Is(err, serde.ErrSchema) || !strings.Contains(err.Error(), "could not be read") {
+			t.Fatalf("event %d for version 2 while the registry is down: %v, want ErrRegistry", i, err)
+		}
+	}
+	if _, _, faults := enc.Stats(); faults != 0 {
+		t.Fatalf("%d faults counted for events that may fit", faults)
+	}
+	proxy.Restore()
+	m := message(topic, "UserCreated", `{"id": 2, "name": "y", "email": "y@example.com"}`)
+	if err := enc.Session()(ctx, m); err != nil {
+		t.Fatalf("after the registry came back: %v", err)
+	}
+	if _, id := decode(t, reg, m.Value); id != id2 {
+		t.Fatalf("schema ID %d, want %d", id, id2)
 	}
 }

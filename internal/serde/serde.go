@@ -178,7 +178,7 @@ func (e *Encoder) URL() string { return e.cfg.RegistryURL }
 // filled. Encode reads it every time; a Session reads it once per subject.
 // A nil value (a tombstone) is left nil.
 func (e *Encoder) Encode(ctx context.Context, m *kafka.Message) error {
-	return e.encode(ctx, m, map[string]bool{})
+	return e.encode(ctx, m, map[string]error{})
 }
 
 // Session returns an Encode for one publish call, whose messages were all
@@ -187,13 +187,13 @@ func (e *Encoder) Encode(ctx context.Context, m *kafka.Message) error {
 // read was registered after the call began, so after the event was
 // written), however many of the call's events do not fit.
 func (e *Encoder) Session() func(context.Context, *kafka.Message) error {
-	checked := map[string]bool{}
+	checked := map[string]error{}
 	return func(ctx context.Context, m *kafka.Message) error { return e.encode(ctx, m, checked) }
 }
 
 // encode is Encode; checked holds the subjects whose latest version was
-// read in this session.
-func (e *Encoder) encode(ctx context.Context, m *kafka.Message, checked map[string]bool) error {
+// read in this session, with the error of that read.
+func (e *Encoder) encode(ctx context.Context, m *kafka.Message, checked map[string]error) error {
 	if m.Value == nil {
 		// A tombstone (SQL NULL payload) stays a null value, as
 		// Confluent's serializers leave it.
@@ -209,11 +209,21 @@ func (e *Encoder) encode(ctx context.Context, m *kafka.Message, checked map[stri
 		return err
 	}
 	out, err := s.encode(m.Value, record)
-	if err != nil && !checked[subject] {
-		checked[subject] = true
-		if later := e.newer(ctx, s); later != nil {
-			s = later
-			out, err = s.encode(m.Value, record)
+	if err != nil {
+		cerr, done := checked[subject]
+		if !done {
+			var later *Schema
+			later, cerr = e.newer(ctx, s)
+			checked[subject] = cerr
+			if later != nil {
+				s = later
+				out, err = s.encode(m.Value, record)
+			}
+		}
+		if err != nil && cerr != nil {
+			// The event may fit the version that could not be read: it
+			// waits for the registry, as a miss does.
+			return fmt.Errorf("does not fit version %d (schema ID %d) of subject %q, and its latest version could not be read to check: %w", s.Version, s.ID, subject, cerr)
 		}
 	}
 	if err != nil {
@@ -232,15 +242,16 @@ func (s *Schema) encode(payload []byte, record string) ([]byte, error) {
 	return s.codec.encode(append(make([]byte, 0, len(s.header)+len(payload)+8), s.header...), payload, record)
 }
 
-// newer returns the latest version of s's subject when it is not s
-// (never with Config.SchemaVersion), and caches it.
-func (e *Encoder) newer(ctx context.Context, s *Schema) *Schema {
+// newer returns the latest version of s's subject when it is not s (nil
+// when it is, and always with Config.SchemaVersion), and caches it; an
+// error wraps ErrRegistry or ErrNoSubject.
+func (e *Encoder) newer(ctx context.Context, s *Schema) (*Schema, error) {
 	if e.cfg.SchemaVersion != 0 {
-		return nil
+		return nil, nil
 	}
 	latest, err := e.fetch(ctx, s.Subject)
 	if err != nil || latest.ID == s.ID {
-		return nil
+		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -248,7 +259,7 @@ func (e *Encoder) newer(ctx context.Context, s *Schema) *Schema {
 		e.log.Info("new schema version in use", zap.String("subject", s.Subject), zap.Int("version", latest.Version), zap.Int("schema_id", latest.ID), zap.Int("previous_version", s.Version))
 		en.schema, en.at = latest, time.Now()
 	}
-	return latest
+	return latest, nil
 }
 
 // SchemaURL is where the registry serves schema id.
@@ -456,6 +467,10 @@ func (e *Encoder) references(ctx context.Context, refs []sr.SchemaReference, tex
 	return nil
 }
 
+// errVersionNotFound is the Confluent REST API's error code for a
+// version a subject does not have (40401: no such subject).
+const errVersionNotFound = 40402
+
 // lookupErr classifies a failed lookup of subject: not found is
 // ErrNoSubject, anything else the registry's outage.
 func (e *Encoder) lookupErr(subject string, err error) error {
@@ -463,7 +478,7 @@ func (e *Encoder) lookupErr(subject string, err error) error {
 	if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
 		e.up()
 		what := "subject"
-		if e.cfg.SchemaVersion != 0 {
+		if e.cfg.SchemaVersion != 0 && re.ErrorCode == errVersionNotFound {
 			what = fmt.Sprintf("version %d of subject", e.cfg.SchemaVersion)
 		}
 		return fmt.Errorf("%w: the registry has no %s %q: register its schema (%s)", ErrNoSubject, what, subject, re.Error())

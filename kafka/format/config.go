@@ -64,6 +64,8 @@ const (
 	// asked for again, in the background, while its cached schema goes on
 	// encoding: a version registered meanwhile is used within this.
 	DefaultSchemaRefresh = 30 * time.Second
+	// MinSchemaRefresh is the shortest Config.SchemaRefresh.
+	MinSchemaRefresh = time.Second
 	// DefaultRegistryTimeout bounds one request to the registry.
 	DefaultRegistryTimeout = 5 * time.Second
 	// DefaultCloudEventsSource is ce_source unless configured.
@@ -109,8 +111,8 @@ type Config struct {
 	// the latest, checked again every SchemaRefresh.
 	SchemaVersion int
 	// SchemaRefresh is how often the latest version of a subject in use is
-	// asked for again. Defaults to DefaultSchemaRefresh; unused with
-	// SchemaVersion.
+	// asked for again, at least MinSchemaRefresh. Defaults to
+	// DefaultSchemaRefresh; unused with SchemaVersion.
 	SchemaRefresh time.Duration
 
 	// CloudEvents adds the CloudEvents binary-mode headers to every
@@ -158,8 +160,8 @@ func (c Config) Validate() error {
 		return fieldErr("RegistryTimeout", "negative")
 	case c.SchemaVersion < 0:
 		return fieldErr("SchemaVersion", "negative: 0 is the latest")
-	case c.SchemaRefresh < 0:
-		return fieldErr("SchemaRefresh", "negative")
+	case c.SchemaRefresh != 0 && c.SchemaRefresh < MinSchemaRefresh:
+		return fieldErr("SchemaRefresh", "%s is under the least, %s: every relay would ask the registry for every subject that often", c.SchemaRefresh, MinSchemaRefresh)
 	case strings.TrimSpace(c.RecordHeader) != c.RecordHeader:
 		return fieldErr("RecordHeader", "%q has surrounding spaces", c.RecordHeader)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/kafka/format"
@@ -27,6 +28,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{format.Config{SubjectStrategy: "name"}, "SubjectStrategy", "want topic, record or topic-record"},
 		{format.Config{Value: format.ValueAvro, RegistryURL: reg, SchemaVersion: -1}, "SchemaVersion", "negative"},
 		{format.Config{RecordHeader: " type"}, "RecordHeader", "surrounding spaces"},
+		{format.Config{SchemaRefresh: time.Millisecond}, "SchemaRefresh", "under the least, 1s"},
 	} {
 		err := tc.cfg.Validate()
 		var fe *outbox.FieldError
