@@ -160,9 +160,12 @@ func (f *failureLog) stop(now time.Time) {
 		f.last = time.Time{} // write them now
 	}
 	f.flush(now, false)
-	if !f.last.IsZero() || !f.outageSince.IsZero() {
+	// Dead letters alone are no failure under way: nothing is retried.
+	if (!f.last.IsZero() && f.retried > 0) || !f.outageSince.IsZero() {
 		f.log.Warn("relay stopping while publishes fail; the events are retried by the next relay to claim them",
 			zap.Int64("failed_events_in_episode", f.total+f.outageEvents))
+	}
+	if !f.last.IsZero() || !f.outageSince.IsZero() {
 		f.last, f.total, f.retried = time.Time{}, 0, 0
 		f.outageSince, f.outageClean, f.outageEvents = time.Time{}, time.Time{}, 0
 	}

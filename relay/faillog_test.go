@@ -53,6 +53,19 @@ func TestFailureLogEpisodes(t *testing.T) {
 	if len(msgs) != 2 || msgs[1] != "publishing works again" {
 		t.Fatalf("after a delivering batch: logged %q, want a failure and \"publishing works again\", nothing at stop", msgs)
 	}
+
+	// A relay that stops with only dead letters behind it has nothing
+	// failing to warn of (a user took the warning for an alarm).
+	f.add(now, row, "t", produce.ResultOf(errors.New("unknown topic")), true, 1)
+	f.flush(now, false)
+	f.stop(now.Add(time.Second))
+	msgs = msgs[:0]
+	for _, e := range logs.TakeAll() {
+		msgs = append(msgs, e.Message)
+	}
+	if len(msgs) != 1 || !strings.HasPrefix(msgs[0], "events dead-lettered") {
+		t.Fatalf("stopping after a dead letter: logged %q, want the dead letter's line only", msgs)
+	}
 }
 
 // An outage (NOT_ENOUGH_REPLICAS for 60 s on a real cluster) logged a

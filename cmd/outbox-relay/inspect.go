@@ -423,5 +423,10 @@ func (r *eventReport) schemaText() string {
 	if s.Fits {
 		return where + ": the payload fits"
 	}
-	return where + ": " + s.Error
+	// The error names the schema again at its end: said once, above.
+	why := s.Error
+	if i := strings.LastIndex(why, " (subject "); i > 0 && s.ID != 0 {
+		why = why[:i]
+	}
+	return where + ": " + why
 }

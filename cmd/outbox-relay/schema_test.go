@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,12 @@ func TestStatusAndInspectNameSchemaFaults(t *testing.T) {
 	r := inspect("--topic", topic)
 	if s := r.Schema; s.Subject != topic+"-value" || s.ID != id1 || s.Version != 1 || s.Fits || !strings.Contains(s.Error, `field "amount": want an integer, got string "twelve"`) {
 		t.Fatalf("inspect's schema: %+v", s)
+	}
+	_, out, _ = runMain(t, ctx, "inspect", "--database-url", db.ConnString, "--event-id", bad.String(), "--topic", topic,
+		"--value-format", "avro", "--schema-registry-url", reg.URL)
+	line := `(?m)^  schema +` + regexp.QuoteMeta(`subject `+topic+`-value, version 1, schema ID `+strconv.Itoa(id1)+`: event does not fit its schema: field "amount": want an integer, got string "twelve"`) + `$`
+	if !regexp.MustCompile(line).MatchString(out) {
+		t.Errorf("inspect's text does not match %s:\n%s", line, out)
 	}
 	if r := inspect(); r.Schema.Fits || !strings.Contains(r.Schema.Error, "give inspect the relay's --topic") {
 		t.Fatalf("inspect without --topic: %+v", r.Schema)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/bufbuild/protocompile"
@@ -138,10 +139,15 @@ func (c *protobufCodec) encode(dst, payload []byte, record string) ([]byte, erro
 	}
 	msg := dynamicpb.NewMessage(md)
 	if err := (protojson.UnmarshalOptions{Resolver: c.types}).Unmarshal(payload, msg); err != nil {
-		return nil, &fieldError{msg: fmt.Sprintf("message %s: %s", md.FullName(), strings.TrimPrefix(err.Error(), "proto: "))}
+		// protojson's "(line 1:26)" counts in the payload as stored, not
+		// as the writer wrote it: left out.
+		msg := protoPosition.ReplaceAllString(strings.TrimPrefix(err.Error(), "proto: "), "")
+		return nil, &fieldError{msg: fmt.Sprintf("message %s: %s", md.FullName(), msg)}
 	}
 	return proto.MarshalOptions{Deterministic: true}.MarshalAppend(appendIndexes(dst, index), msg)
 }
+
+var protoPosition = regexp.MustCompile(`\(line \d+:\d+\): `)
 
 // appendIndexes appends a message's indexes as Confluent frames them:
 // zig-zag varints, their count first, and [0] (the first message) as a
