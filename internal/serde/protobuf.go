@@ -60,19 +60,27 @@ type protoResolver []interface {
 }
 
 func (r protoResolver) FindMessageByName(n protoreflect.FullName) (protoreflect.MessageType, error) {
-	return first(r, func(x protoregistry.MessageTypeResolver) (protoreflect.MessageType, error) { return x.FindMessageByName(n) })
+	return first(r, func(x protoregistry.MessageTypeResolver) (protoreflect.MessageType, error) {
+		return x.FindMessageByName(n)
+	})
 }
 
 func (r protoResolver) FindMessageByURL(url string) (protoreflect.MessageType, error) {
-	return first(r, func(x protoregistry.MessageTypeResolver) (protoreflect.MessageType, error) { return x.FindMessageByURL(url) })
+	return first(r, func(x protoregistry.MessageTypeResolver) (protoreflect.MessageType, error) {
+		return x.FindMessageByURL(url)
+	})
 }
 
 func (r protoResolver) FindExtensionByName(n protoreflect.FullName) (protoreflect.ExtensionType, error) {
-	return firstExt(r, func(x protoregistry.ExtensionTypeResolver) (protoreflect.ExtensionType, error) { return x.FindExtensionByName(n) })
+	return firstExt(r, func(x protoregistry.ExtensionTypeResolver) (protoreflect.ExtensionType, error) {
+		return x.FindExtensionByName(n)
+	})
 }
 
 func (r protoResolver) FindExtensionByNumber(m protoreflect.FullName, n protoreflect.FieldNumber) (protoreflect.ExtensionType, error) {
-	return firstExt(r, func(x protoregistry.ExtensionTypeResolver) (protoreflect.ExtensionType, error) { return x.FindExtensionByNumber(m, n) })
+	return firstExt(r, func(x protoregistry.ExtensionTypeResolver) (protoreflect.ExtensionType, error) {
+		return x.FindExtensionByNumber(m, n)
+	})
 }
 
 func first(r protoResolver, find func(protoregistry.MessageTypeResolver) (protoreflect.MessageType, error)) (protoreflect.MessageType, error) {
