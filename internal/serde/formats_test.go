@@ -205,6 +205,10 @@ func TestJSONSchemaReferencesResolveByTheirNames(t *testing.T) {
 		_, err := reg.Client.CreateSchema(context.Background(), subject, sr.Schema{Type: sr.TypeJSON,
 			Schema:     `{"type": "object", "properties": {"ship_to": {"$ref": "` + name + `"}}, "required": ["ship_to"]}`,
 			References: []sr.SchemaReference{{Name: name, Subject: topic + "-address", Version: av}}})
+		if err != nil && strings.Contains(err.Error(), "not supported") {
+			// Karapace 6.2 refuses references in JSON schemas.
+			t.Skipf("the registry at %s: %v", reg.URL, err)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
