@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linkedin/goavro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -30,26 +29,10 @@ const (
 	             {"name": "note", "type": ["null", "string"], "default": null}]}`
 )
 
-// avroRecord decodes a record's value with linkedin/goavro by the schema
-// ID of its Confluent header, and returns it with the ID.
+// avroRecord decodes a record's value (testenv.TestRegistry.DecodeAvro).
 func avroRecord(t *testing.T, reg *testenv.TestRegistry, v []byte) (map[string]any, int) {
 	t.Helper()
-	if len(v) < 5 || v[0] != 0 {
-		t.Fatalf("value %q is not Confluent-framed", v)
-	}
-	id := int(binary.BigEndian.Uint32(v[1:5]))
-	s, err := reg.Client.SchemaByID(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := goavro.NewCodec(s.Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	native, rest, err := c.NativeFromBinary(v[5:])
-	if err != nil || len(rest) != 0 {
-		t.Fatalf("decode: %v (%d bytes left)", err, len(rest))
-	}
+	native, id := reg.DecodeAvro(t, v)
 	return native.(map[string]any), id
 }
 

@@ -10,14 +10,12 @@ package faults
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/linkedin/goavro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/pgoutbox/outbox/internal/checker"
@@ -32,32 +30,13 @@ const loadSchema = `{"type": "record", "name": "FaultEvent", "namespace": "pgout
   "fields": [{"name": "n", "type": "long"}, {"name": "aggregate", "type": "string"}, {"name": "pad", "type": "string"}]}`
 
 // decodeAvro replaces each observed value, Confluent-framed Avro, with
-// its JSON, decoding it with linkedin/goavro by the schema its header
-// names: what an independent consumer does.
+// its JSON, decoded as an independent consumer does
+// (testenv.TestRegistry.DecodeAvro).
 func decodeAvro(t testing.TB, reg *testenv.TestRegistry, obs []checker.Observed) {
 	t.Helper()
-	codecs := map[int]*goavro.Codec{}
 	for i := range obs {
-		v := obs[i].Value
-		if len(v) < 5 || v[0] != 0 {
-			t.Fatalf("event %s: value %q is not Confluent-framed", obs[i].EventID, v)
-		}
-		id := int(binary.BigEndian.Uint32(v[1:5]))
-		c := codecs[id]
-		if c == nil {
-			s, err := reg.Client.SchemaByID(context.Background(), id)
-			if err != nil {
-				t.Fatalf("schema ID %d: %v", id, err)
-			}
-			if c, err = goavro.NewCodec(s.Schema); err != nil {
-				t.Fatal(err)
-			}
-			codecs[id] = c
-		}
-		native, rest, err := c.NativeFromBinary(v[5:])
-		if err != nil || len(rest) != 0 {
-			t.Fatalf("event %s: %v (%d bytes left)", obs[i].EventID, err, len(rest))
-		}
+		native, _ := reg.DecodeAvro(t, obs[i].Value)
+		var err error
 		if obs[i].Value, err = json.Marshal(native); err != nil {
 			t.Fatal(err)
 		}

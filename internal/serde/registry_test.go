@@ -39,27 +39,11 @@ func newEncoder(t *testing.T, cfg format.Config) *serde.Encoder {
 	return enc
 }
 
-// decode reads a framed value as an independent consumer does: the schema
-// ID from the Confluent header, the schema by that ID from the registry,
-// the body with linkedin/goavro.
+// decode reads a framed Avro value as an independent consumer does
+// (testenv.TestRegistry.DecodeAvro).
 func decode(t *testing.T, reg *testenv.TestRegistry, value []byte) (map[string]any, int) {
 	t.Helper()
-	if len(value) < 5 || value[0] != 0 {
-		t.Fatalf("value %x is not in the Confluent wire format", value)
-	}
-	id := int(binary.BigEndian.Uint32(value[1:5]))
-	s, err := reg.Client.SchemaByID(context.Background(), id)
-	if err != nil {
-		t.Fatalf("schema ID %d: %v", id, err)
-	}
-	codec, err := goavro.NewCodec(s.Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	native, rest, err := codec.NativeFromBinary(value[5:])
-	if err != nil || len(rest) != 0 {
-		t.Fatalf("decode: %v (%d bytes left)", err, len(rest))
-	}
+	native, id := reg.DecodeAvro(t, value)
 	return native.(map[string]any), id
 }
 

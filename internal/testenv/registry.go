@@ -3,9 +3,12 @@ package testenv
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"os"
+	"sync"
 	"testing"
 
+	"github.com/linkedin/goavro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
@@ -19,6 +22,9 @@ type TestRegistry struct {
 	// Fake is the in-process registry, nil for one named by
 	// OUTBOX_TEST_SCHEMA_REGISTRY_URL.
 	Fake *srfake.Registry
+
+	mu     sync.Mutex
+	codecs map[int]*goavro.Codec // DecodeAvro's, by schema ID
 }
 
 // Registry returns the Schema Registry for t:
@@ -75,4 +81,39 @@ func (r *TestRegistry) Register(t testing.TB, subject string, typ sr.SchemaType,
 		t.Fatalf("register %s: %v", subject, err)
 	}
 	return ss.ID, ss.Version
+}
+
+// DecodeAvro decodes a Confluent-framed Avro value as an independent
+// consumer does: the schema ID from the header, the schema by that ID
+// from the registry, the body with linkedin/goavro (no code in common
+// with the relay's encoder). It returns the decoded value and the ID.
+func (r *TestRegistry) DecodeAvro(t testing.TB, value []byte) (any, int) {
+	t.Helper()
+	if len(value) < 5 || value[0] != 0 {
+		t.Fatalf("value %q is not in the Confluent wire format", value)
+	}
+	id := int(binary.BigEndian.Uint32(value[1:5]))
+	r.mu.Lock()
+	codec := r.codecs[id]
+	r.mu.Unlock()
+	if codec == nil {
+		s, err := r.Client.SchemaByID(context.Background(), id)
+		if err != nil {
+			t.Fatalf("schema ID %d: %v", id, err)
+		}
+		if codec, err = goavro.NewCodec(s.Schema); err != nil {
+			t.Fatalf("schema ID %d: %v", id, err)
+		}
+		r.mu.Lock()
+		if r.codecs == nil {
+			r.codecs = map[int]*goavro.Codec{}
+		}
+		r.codecs[id] = codec
+		r.mu.Unlock()
+	}
+	native, rest, err := codec.NativeFromBinary(value[5:])
+	if err != nil || len(rest) != 0 {
+		t.Fatalf("decode with schema ID %d: %v (%d bytes left)", id, err, len(rest))
+	}
+	return native, id
 }
