@@ -4,7 +4,7 @@
 # broker, except under CI=true).
 
 GO            ?= go
-TEST_TIMEOUT  ?= 12m
+TEST_TIMEOUT  ?= 16m
 TEST_FLAGS    ?=
 PKGS          ?= ./...
 # The tooling module (bench/: the benchmark, the soak, the image builder,

@@ -22,7 +22,9 @@
 set -uo pipefail
 
 GO=${GO:-go}
-read -r -a flags <<<"-race -count=1 -timeout ${TEST_TIMEOUT:-12m} ${TEST_FLAGS:-}"
+# The package timeout is a hang guard, not a verdict: internal/faults
+# takes 530-630 s beside the others on 2 cores (CI runs, 2026-12-04).
+read -r -a flags <<<"-race -count=1 -timeout ${TEST_TIMEOUT:-16m} ${TEST_FLAGS:-}"
 # The real-cluster suite is one package of many faults, each tens of
 # seconds long, one after the other on the shared cluster: it gets a
 # timeout of its own (about 15 minutes beside the others on 2 cores).
