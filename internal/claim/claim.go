@@ -61,9 +61,14 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	c.pres.start(c)
 	now := time.Now()
 	if c.own.rebalanceDue(now, c.cfg.Lease) {
-		// Partitions acquired bring rows below any resume point.
-		c.fl.resume.reset()
-		if err := c.rebalance(ctx, now); err != nil {
+		before := slices.Clone(c.own.claimMask)
+		err := c.rebalance(ctx, now)
+		if err != nil || claimsMore(before, c.own.claimMask) {
+			// Partitions acquired (or no longer being given back) bring
+			// rows below any resume point.
+			c.fl.resume.reset()
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -74,6 +79,17 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	}
 	c.own.track(b)
 	return b, err
+}
+
+// claimsMore reports whether claim mask after has a partition that before
+// has not.
+func claimsMore(before, after []bool) bool {
+	for p, in := range after {
+		if in && (p >= len(before) || !before[p]) {
+			return true
+		}
+	}
+	return false
 }
 
 // PollShared makes the next Claim a shared poll as well: besides this
@@ -129,8 +145,9 @@ func (c *Claimer) claim(ctx context.Context, marks []*Mark) (*Batch, error) {
 	if c.rows == c.st.partitionedRows {
 		c.created.put(batch.Token, batch.Rows)
 	}
-	full := len(batch.Rows) >= q.limit || batch.More
-	c.fl.resume.claimed(last, full, q.quiet && !q.holds, q.final)
+	q.scan.full = len(batch.Rows) >= q.limit || batch.More
+	q.scan.fromFloor, q.scan.took = q.floor <= c.fl.at, batch.Claimed.Sub(began)
+	c.fl.resume.claimed(last, q.scan, batch.Claimed)
 	if c.own.seenGen != c.own.generation {
 		// Members or owners changed since the last rebalance, so the
 		// claim may have taken nothing it could have: claim again at
@@ -170,15 +187,13 @@ type claimQueue struct {
 	batch *Batch // filled in by the claim's step
 	beat  bool   // the relay's order-guard registration is written
 	floor int64  // the seq the claim scans from
-	// quiet: no lease of an earlier holder or of rows not given back may
-	// still run; holds: a row backs off or is held (holds.SQL); final:
-	// the highest seq known final before the claim (Claimer.final). See
-	// resume.
-	quiet, holds bool
-	final        int64
-	limit        int  // the claim's row limit (lease.Config.BatchSize or rowCap)
-	declared     bool // the claim declares the presence (presence.go)
-	woke         int  // partitions whose owners a shared poll notified (WakeOwners)
+	// scan is what decides where the next claim scans from (resume):
+	// quiet and final are set before the claim, the entries of the order
+	// guard by it (holds.SQL), the rest after it.
+	scan     scanState
+	limit    int  // the claim's row limit (lease.Config.BatchSize or rowCap)
+	declared bool // the claim declares the presence (presence.go)
+	woke     int  // partitions whose owners a shared poll notified (WakeOwners)
 }
 
 // queueClaim queues one claim's statements: the plan settings (and the
@@ -189,8 +204,8 @@ type claimQueue struct {
 // one aggregate's consecutive events.
 func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *claimQueue {
 	guardKeys := c.own.guardKeys(began)
-	q := &claimQueue{final: c.fl.final, quiet: len(guardKeys) == 0 && !began.Before(c.stuckUntil)}
-	if c.rewind.Swap(false) || !q.quiet || c.fl.noResume {
+	q := &claimQueue{scan: scanState{final: c.fl.final, quiet: len(guardKeys) == 0 && !began.Before(c.stuckUntil)}}
+	if c.rewind.Swap(false) || !q.scan.quiet || c.fl.noResume {
 		c.fl.resume.reset()
 	}
 	q.floor = c.fl.resume.from(c.fl.at)
@@ -227,14 +242,16 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 	// rescan itself, before the later rows of its batch).
 	// A relay of an older version that claims on this table makes this
 	// claim take nothing (the rebalances watch for it to go).
-	a := claimArgs{LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: token, ScanFrom: q.floor, Floor: c.fl.at,
+	a := claimArgs{LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: token, ScanFrom: q.floor, Floor: c.fl.at, Requeued: c.fl.resume.requeued,
 		Member: c.own.member, Owned: []bool{}, Generation: c.own.generation, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)}
 	q.limit = c.cfg.BatchSize
 	if c.rowCap > 0 {
 		q.limit = min(q.limit, c.rowCap)
 	}
 	if c.own.legacy == "" && !c.own.replaced {
-		a.BatchSize, a.ForceGuard = q.limit, len(guardKeys) > 0
+		// A guarded resume point needs the order guard, even if 'holds'
+		// ended since the last claim (resume).
+		a.BatchSize, a.ForceGuard = q.limit, len(guardKeys) > 0 || c.fl.resume.guarded
 		a.Owned, a.OwnsAny = c.own.claimMask, c.own.claimsAny
 	}
 	if c.own.static {
@@ -249,7 +266,7 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 		q.declared = true
 		q.steps.exec(st.declare.SQL, st.declare.Args(declareArgs{Incarnation: c.own.incarnation, LeaseMS: c.cfg.Lease.Milliseconds()}), "claim batch: presence", nil)
 	}
-	q.steps.scan(st.holds.SQL, nil, "claim batch: holds", &q.holds)
+	q.steps.scan(st.holds.SQL, nil, "claim batch: holds", &q.scan.holds, &q.scan.backoff, &q.scan.requeued)
 	q.steps.add(rows.claim.SQL, rows.claim.Args(a), func(br pgx.BatchResults) (err error) {
 		q.batch, err = readClaimed(br, token, c.cfg.MaxBatchBytes)
 		return err

@@ -178,10 +178,10 @@ func genericClaimPlan(t *testing.T, c *Claimer, withSettings bool) string {
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, bool[], bool, bigint, bool, int, timestamptz) AS "+c.rows.claim.SQL); err != nil {
+	if _, err := tx.Exec(ctx, "PREPARE claim_generic(int, bigint, text, uuid, bigint, bigint, text, bool[], bool, bigint, bool, int, timestamptz, bigint) AS "+c.rows.claim.SQL); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_generic(500, 30000, 'h', '"+uuid.NewString()+"', 0, 0, 'h', '{t}', true, 0, true, 16777216, NULL)")
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_generic(500, 30000, 'h', '"+uuid.NewString()+"', 0, 0, 'h', '{t}', true, 0, true, 16777216, NULL, 0)")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,25 +13,52 @@ import (
 
 func TestResumeDecisions(t *testing.T) {
 	t.Parallel()
+	now := time.Now()
+	full := scanState{full: true, quiet: true, final: 10_000}
+	held := scanState{quiet: true, holds: true, final: 10_000}
+	with := func(s scanState, f func(*scanState)) scanState { f(&s); return s }
 	cases := []struct {
-		name         string
-		last         int64
-		full, quiet  bool
-		final, floor int64
-		want         int64 // where the next claim scans from
+		name  string
+		last  int64
+		s     scanState
+		floor int64
+		want  int64 // where the next claim scans from
 	}{
-		{"full and quiet: after the last row", 500, true, true, 10_000, 1, 501},
-		{"not full: the scan reached the end", 500, false, true, 10_000, 1, 1},
-		{"a row backs off or a lease of an earlier holder runs", 500, true, false, 10_000, 1, 1},
-		{"no seq known final yet", 500, true, true, -1, 1, 1},
-		{"no further than the last final seq", 500, true, true, 300, 1, 301},
-		{"the floor passed the resume point", 500, true, true, 10_000, 900, 900},
+		{"full and quiet: after the last row", 500, full, 1, 501},
+		{"not full: the scan reached the end", 500, with(full, func(s *scanState) { s.full = false }), 1, 1},
+		{"a lease of an earlier holder runs", 500, with(full, func(s *scanState) { s.quiet = false }), 1, 1},
+		{"no seq known final yet", 500, with(full, func(s *scanState) { s.final = -1 }), 1, 1},
+		{"no further than the last final seq", 500, with(full, func(s *scanState) { s.final = 300 }), 1, 301},
+		{"the floor passed the resume point", 500, full, 900, 900},
+		{"held rows, not full: after the last final seq", 500, held, 1, 10_001},
+		{"held rows, full: after the last row", 500, with(held, func(s *scanState) { s.full = true }), 1, 501},
+		{"held rows and a row backs off", 500, with(held, func(s *scanState) { s.backoff = true }), 1, 1},
+		{"held rows, no seq known final", 500, with(held, func(s *scanState) { s.final = -1 }), 1, 1},
+		{"held rows, a lease of an earlier holder runs", 500, with(held, func(s *scanState) { s.quiet = false }), 1, 1},
 	}
 	for _, tc := range cases {
 		var r resume
-		r.claimed(tc.last, tc.full, tc.quiet, tc.final)
+		r.claimed(tc.last, tc.s, now)
 		if got := r.from(tc.floor); got != tc.want {
 			t.Errorf("%s: scans from %d, want %d", tc.name, got, tc.want)
+		}
+		if r.guarded != (tc.s.holds && tc.want > tc.floor) {
+			t.Errorf("%s: guarded %v", tc.name, r.guarded)
+		}
+	}
+
+	// A guarded run ends when a requeue is seen, and when the holds end
+	// (the claims from its point ran the guard; the next must scan from
+	// the floor, where the requeued rows are).
+	for name, next := range map[string]scanState{
+		"requeued":    with(held, func(s *scanState) { s.requeued = 7 }),
+		"holds ended": with(held, func(s *scanState) { s.holds, s.full = false, true }),
+	} {
+		var r resume
+		r.claimed(500, held, now)
+		r.claimed(600, next, now)
+		if r.from(1) != 1 || r.guarded {
+			t.Errorf("%s: scans from %d, guarded %v", name, r.from(1), r.guarded)
 		}
 	}
 
@@ -39,18 +66,34 @@ func TestResumeDecisions(t *testing.T) {
 	// from the floor again, and the run starts over.
 	var r resume
 	for i := range maxResumed {
-		r.claimed(int64(100*(i+1)), true, true, 1<<40)
+		r.claimed(int64(100*(i+1)), full, now)
 		if r.from(1) != int64(100*(i+1)+1) {
 			t.Fatalf("claim %d: scans from %d", i+1, r.from(1))
 		}
 	}
-	r.claimed(100*(maxResumed+1), true, true, 1<<40)
+	r.claimed(100*(maxResumed+1), full, now)
 	if r.from(1) != 1 {
 		t.Fatalf("after %d resumed claims the next scans from %d, want the floor", maxResumed, r.from(1))
 	}
-	r.claimed(5, true, true, 1<<40)
+	r.claimed(5, full, now)
 	if r.from(1) != 6 {
 		t.Fatalf("a new run does not resume: %d", r.from(1))
+	}
+
+	// ... and lasts at least floorCostFactor times the last scan from the
+	// floor: one over held rows that took a second keeps the run going
+	// for 20 s, however many claims.
+	r = resume{}
+	r.claimed(0, with(held, func(s *scanState) { s.fromFloor, s.took = true, time.Second }), now)
+	for i := range 3 * maxResumed {
+		r.claimed(0, held, now.Add(time.Duration(i)*100*time.Millisecond))
+		if r.from(1) != 10_001 {
+			t.Fatalf("claim %d, %v into the run: scans from %d", i+1, time.Duration(i)*100*time.Millisecond, r.from(1))
+		}
+	}
+	r.claimed(0, held, now.Add(floorCostFactor*time.Second))
+	if r.from(1) != 1 {
+		t.Fatalf("after %v the next claim scans from %d, want the floor", floorCostFactor*time.Second, r.from(1))
 	}
 }
 

@@ -110,6 +110,10 @@ type (
 		MaxBytes   int32  `arg:"max_bytes"`
 		// Started is a static member's incarnation (nil: not static).
 		Started *time.Time `arg:"started"`
+		// Requeued is the order guard's 'requeued' entry the resume point
+		// was set under (resume.requeued): a claim that finds another
+		// scans from the floor.
+		Requeued int64 `arg:"requeued"`
 	}
 	// wakeOwnersArgs: Mine is this relay's wake mask (may be empty);
 	// Named the payload's prefix, NamedAll the payload past MaxNamed
@@ -248,7 +252,7 @@ func claimerSlots(cfg lease.Config) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	s["waiting_o"] = st.Waiting("o", "@holder", guardFrom)
+	s["waiting_o"] = st.Waiting("o", "@holder", guardFrom, "(SELECT scan FROM lo)")
 	s["held_behind_o"] = st.HeldBehind("o")
 	return s, nil
 }

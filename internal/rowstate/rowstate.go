@@ -61,22 +61,38 @@ func (s States) LeaseFree(a string) string {
 // if not empty, is a SQL expression naming a relay whose own leases do not
 // count (the claiming relay's: it publishes its batches in order); floor,
 // if not empty, a SQL expression below which no row is unpublished (the
-// claimer's floor). Written as a scalar subquery on purpose: as NOT EXISTS
-// the planner turns it into an anti-join that reads the whole table once
-// per claim; as a correlated SubPlan it is one probe of
-// outbox_unpublished_aggregate_idx per candidate, which stops at the first
-// blocking row.
-func (s States) Waiting(a, holder, floor string) string {
+// claimer's floor); skipped, if not empty, a SQL expression below which the
+// claim does not scan (its resume point): an earlier row of the aggregate
+// below it that is live and not the holder's also counts, since the claim
+// would pass over it while taking a.
+//
+// Written as a scalar subquery on purpose: as NOT EXISTS the planner turns
+// it into an anti-join that reads the whole table once per claim; as a
+// correlated SubPlan it is one probe of outbox_unpublished_aggregate_idx
+// per candidate, which stops at the first blocking row. With a floor, the
+// aggregate's range is written as row comparisons on (aggregate, seq),
+// which only that index can serve: with scalar bounds on seq the generic
+// plan may probe outbox_unpublished_seq_idx instead (it did with one
+// aggregate holding most unpublished rows), walking every row between the
+// floor and a, of every aggregate, for each candidate.
+func (s States) Waiting(a, holder, floor, skipped string) string {
 	q := `COALESCE((SELECT true FROM ` + s.table + ` p
-      WHERE p.` + s.agg + ` = ` + a + `.` + s.agg + `
-        AND p.published_at IS NULL
-        AND p.seq < ` + a + `.seq`
+      WHERE p.published_at IS NULL
+        AND (p.` + s.agg + `, p.seq) < (` + a + `.` + s.agg + `, ` + a + `.seq)`
 	if floor != "" {
 		q += `
-        AND p.seq >= ` + floor
+        AND (p.` + s.agg + `, p.seq) >= (` + a + `.` + s.agg + `, ` + floor + `)`
+	} else {
+		q += `
+        AND p.` + s.agg + ` = ` + a + `.` + s.agg
 	}
-	q += `
+	if skipped != "" {
+		q += `
+        AND (p.locked_until > now() OR (p.seq < ` + skipped + ` AND p.dead_lettered_at IS NULL))`
+	} else {
+		q += `
         AND p.locked_until > now()`
+	}
 	if holder != "" {
 		q += `
         AND p.locked_by IS DISTINCT FROM ` + holder

@@ -100,9 +100,14 @@ WITH lo AS MATERIALIZED (
   -- cutover) and new rows have seqs below the floor, where only the
   -- once-a-minute rescan would find them: the claim scans, and its guard
   -- probes, from seq 0 (one InitPlan: a sequence read) until the Claimer's
-  -- next advance drops its floor (Claimer.restarted).
-  SELECT CASE WHEN s.last < @floor - 1 THEN 0 ELSE @scan_from END AS scan, CASE WHEN s.last < @floor - 1 THEN 0 ELSE @floor END AS guard
-  FROM (SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence(/* TEMPLATE: table_literal */, 'seq')::regclass), 0) AS last) s
+  -- next advance drops its floor (Claimer.restarted). A claim from a
+  -- resume point scans from the floor instead when a requeue happened
+  -- since the point was set (the order guard's 'requeued' is no longer
+  -- @requeued): the requeued rows lie below it (resume.go).
+  SELECT CASE WHEN s.last < @floor - 1 THEN 0 WHEN @scan_from > @floor AND s.requeued <> @requeued THEN @floor ELSE @scan_from END AS scan,
+    CASE WHEN s.last < @floor - 1 THEN 0 ELSE @floor END AS guard
+  FROM (SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence(/* TEMPLATE: table_literal */, 'seq')::regclass), 0) AS last,
+    coalesce((SELECT (extract(epoch FROM g.until) * 1000000)::bigint FROM /* TEMPLATE: guard */ g WHERE g.key = 'requeued'), 0) AS requeued) s
 ), me AS MATERIALIZED (
   -- The member must be live, and its lease on a row ends no later than its
   -- membership. A static member (@started not NULL) must also be the
@@ -244,11 +249,15 @@ WITH scanned AS (
 SELECT coalesce((SELECT n FROM woken), 0)
 
 -- name: Holds :one
--- Whether a row backs off after a failed publish or is held as a dead
--- letter ('holds' in the order guard), queued before the claim in the
--- claim's own transaction: read before the claim's snapshot, false means
--- that no such row lies below the claim's resume point (resume.go).
-SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: guard */ g WHERE g.key = 'holds' AND g.until > now())
+-- The order guard's entries a claim's resume point depends on (resume.go),
+-- queued before the claim in the claim's own transaction, so read before
+-- the claim's snapshot: whether a row backs off or is held as a dead
+-- letter ('holds'), whether a row backs off ('backoff'), and the time of
+-- the last requeue ('requeued', in microseconds since 1970; 0: none).
+SELECT coalesce(bool_or(g.key = 'holds' AND g.until > now()), false),
+  coalesce(bool_or(g.key = 'backoff' AND g.until > now()), false),
+  coalesce((extract(epoch FROM max(g.until) FILTER (WHERE g.key = 'requeued')) * 1000000)::bigint, 0)
+FROM /* TEMPLATE: guard */ g WHERE g.key IN ('holds', 'backoff', 'requeued')
 
 -- name: Generation :one
 -- Read after each claim: the generation (a change means another relay

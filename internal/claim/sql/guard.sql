@@ -19,19 +19,33 @@ ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until
 -- Extends the order guard's 'holds' entry, by the database clock: a
 -- release with a delay (@delay_ms milliseconds) or a held dead letter
 -- (@delay_ms NULL: forever). While 'holds' lies in the future, claims run
--- their order guard (Claim).
+-- their order guard (Claim). A delay also extends 'backoff': while it lies
+-- in the future, a row may turn claimable by itself when its delay ends,
+-- so claims do not resume past held rows (resume.go).
 INSERT INTO /* TEMPLATE: guard */ (key, until)
-VALUES ('holds', CASE WHEN @delay_ms::bigint IS NULL THEN 'infinity'::timestamptz ELSE now() + @delay_ms * interval '1 millisecond' END)
+SELECT v.key, v.until FROM (VALUES
+  ('holds', CASE WHEN @delay_ms::bigint IS NULL THEN 'infinity'::timestamptz ELSE now() + @delay_ms * interval '1 millisecond' END),
+  ('backoff', now() + @delay_ms * interval '1 millisecond')) v (key, until)
+WHERE v.until IS NOT NULL
 ON CONFLICT (key) DO UPDATE SET until = greatest(/* TEMPLATE: guard */.until, EXCLUDED.until)
 
 -- name: HoldsReset :exec
 -- After a requeue, shrinks the order guard's 'holds' entry to what still
 -- backs off or is held: the latest locked_until of an unpublished row
--- that no relay leases.
-UPDATE /* TEMPLATE: guard */ SET until = coalesce((
-  SELECT max(locked_until) FROM /* TEMPLATE: table */
-  WHERE published_at IS NULL AND locked_by IS NULL AND locked_until > now()), '-infinity')
-WHERE key = 'holds'
+-- that no relay leases; 'backoff' likewise to what still backs off; and
+-- sets 'requeued' to the time of the requeue, which makes every relay's
+-- next claim scan from its floor (resume.go), where the requeued rows are.
+WITH unleased AS (
+  SELECT locked_until FROM /* TEMPLATE: table */
+  WHERE published_at IS NULL AND locked_by IS NULL AND locked_until > now()
+), holds AS (
+  UPDATE /* TEMPLATE: guard */ SET until = CASE key
+      WHEN 'holds' THEN coalesce((SELECT max(locked_until) FROM unleased), '-infinity')
+      ELSE coalesce((SELECT max(locked_until) FROM unleased WHERE locked_until < 'infinity'), '-infinity') END
+  WHERE key IN ('holds', 'backoff')
+)
+INSERT INTO /* TEMPLATE: guard */ (key, until) VALUES ('requeued', clock_timestamp())
+ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until
 
 -- name: Sweep :exec
 -- Removes the order-guard registrations of relays long gone (Beat).
