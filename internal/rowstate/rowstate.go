@@ -69,12 +69,13 @@ func (s States) LeaseFree(a string) string {
 // Written as a scalar subquery on purpose: as NOT EXISTS the planner turns
 // it into an anti-join that reads the whole table once per claim; as a
 // correlated SubPlan it is one probe of outbox_unpublished_aggregate_idx
-// per candidate, which stops at the first blocking row. With a floor, the
-// aggregate's range is written as row comparisons on (aggregate, seq),
-// which only that index can serve: with scalar bounds on seq the generic
-// plan may probe outbox_unpublished_seq_idx instead (it did with one
-// aggregate holding most unpublished rows), walking every row between the
-// floor and a, of every aggregate, for each candidate.
+// per candidate, which stops at the first blocking row. Its bounds are
+// row comparisons on (aggregate, seq), which only that index can serve:
+// with a bound scalar on seq, the generic plan probed
+// outbox_unpublished_seq_idx instead when one aggregate held most
+// unpublished rows, walking every row between the floor and a, of every
+// aggregate, for each candidate. (The claim also turns bitmap scans off,
+// PlanSettings: a bitmap probe reads its whole range before the first row.)
 func (s States) Waiting(a, holder, floor, skipped string) string {
 	q := `COALESCE((SELECT true FROM ` + s.table + ` p
       WHERE p.published_at IS NULL
