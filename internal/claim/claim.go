@@ -266,8 +266,12 @@ func (c *Claimer) queueClaim(began time.Time, token uuid.UUID, marks []*Mark) *c
 		q.declared = true
 		q.steps.exec(st.declare.SQL, st.declare.Args(declareArgs{Incarnation: c.own.incarnation, LeaseMS: c.cfg.Lease.Milliseconds()}), "claim batch: presence", nil)
 	}
-	q.steps.scan(st.holds.SQL, nil, "claim batch: holds", &q.scan.holds, &q.scan.backoff, &q.scan.requeued)
-	q.steps.add(rows.claim.SQL, rows.claim.Args(a), func(br pgx.BatchResults) (err error) {
+	q.steps.scan(st.holds.SQL, nil, "claim batch: holds", &q.scan.holds, &q.scan.backoff, &q.scan.requeued, &c.heldSeen)
+	claim := rows.claim
+	if c.heldNow.Swap(false) || c.heldSeen {
+		claim = rows.claimHeld
+	}
+	q.steps.add(claim.SQL, claim.Args(a), func(br pgx.BatchResults) (err error) {
 		q.batch, err = readClaimed(br, token, c.cfg.MaxBatchBytes)
 		return err
 	})

@@ -153,6 +153,12 @@ type Claimer struct {
 	// relay could not give back end at the latest (Settled).
 	rewind     atomic.Bool
 	stuckUntil time.Time
+	// heldSeen: the last claim's Holds read said a dead letter may be
+	// held, so the next claim probes the order guard by rows
+	// (rowStatements.claimHeld). Guarded by mu. heldNow, set by a
+	// dead-lettering with Hold, sets it before the next claim.
+	heldSeen bool
+	heldNow  atomic.Bool
 	// pollShared makes the next claim a shared poll (PollShared).
 	pollShared atomic.Bool
 	// settled are the calls of Settled not applied yet (applySettled).

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/testenv"
@@ -251,4 +253,40 @@ SELECT gen_random_uuid(), 'other-' || $1::int || '-' || g, 't', '{}' FROM genera
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(floorScan.Microseconds())/1000, "floor-scan-ms")
+}
+
+// While rows are held behind a dead letter, the claim probes the order
+// guard by rows (claimHeld): a claim of 3 new events from past 20,000 held
+// rows reads a few buffers per event, whatever the statistics make of the
+// held aggregate. With scalar bounds the generic plan probed the seq index
+// and walked every held row for each new event.
+func TestClaimBesideHeldRowsProbesByRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MigratedDB(t)
+	c, err := New(db.Pool, lease.Config{RelayID: "r", BatchSize: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(ctx) }()
+	dead, last := heldBacklog(t, c, db.Pool, 20_000)
+	if _, err := db.Pool.Exec(ctx, `ANALYZE outbox`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload)
+SELECT gen_random_uuid(), 'other-' || g, 't', '{}' FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	a := claimArgs{BatchSize: c.cfg.BatchSize, LeaseMS: c.cfg.Lease.Milliseconds(), Holder: c.holder.Load(), Token: uuid.New(),
+		ScanFrom: last + 1, Floor: dead, Member: c.own.member, Owned: c.own.claimMask, OwnsAny: c.own.claimsAny,
+		Generation: c.own.generation, ForceGuard: true, MaxBytes: int32(c.cfg.MaxBatchBytes)}
+	byRow := explainBuffers(t, c, c.rows.claimHeld.SQL, c.rows.claimHeld.Args(a)...)
+	scalar := explainBuffers(t, c, c.rows.claim.SQL, c.rows.claim.Args(a)...)
+	t.Logf("a claim of 3 events past 20,000 held rows touched %d buffers probing by rows, %d with scalar bounds", byRow, scalar)
+	if byRow > 500 {
+		t.Fatalf("a claim of 3 events past 20,000 held rows touched %d buffers: its probes walk the held rows", byRow)
+	}
+	if !c.heldNow.Load() && !c.heldSeen {
+		t.Fatal("after a dead-lettering with hold the next claim would not probe by rows")
+	}
 }

@@ -64,6 +64,7 @@ func (c *Claimer) DeadLetter(ctx context.Context, s Settle) (int64, error) {
 	b := c.settleSteps(q.SQL, q.Args(deadArgs{Seqs: s.Seqs, Token: s.Token, Hold: s.Hold, AttemptInc: attemptInc(s.CountAttempt), LastError: s.LastError}), &n)
 	if s.Hold {
 		b.exec(c.st.hold.SQL, c.st.hold.Args(holdArgs{}), "", nil)
+		c.heldNow.Store(true)
 	}
 	if err := b.send(ctx, c.pool, ""); err != nil {
 		return 0, fmt.Errorf("dead-letter: %w", err)

@@ -54,7 +54,11 @@ type statements struct {
 
 // rowStatements are the statements that name rows by address.
 type rowStatements struct {
-	claim   sqlfile.Stmt[claimArgs]
+	// claim probes the order guard with scalar bounds; claimHeld with row
+	// comparisons, while rows are held behind a dead letter
+	// (rowstate.States.Waiting).
+	claim     sqlfile.Stmt[claimArgs]
+	claimHeld sqlfile.Stmt[claimArgs]
 	mark    sqlfile.Stmt[settleArgs]
 	extend  sqlfile.Stmt[extendArgs]
 	release sqlfile.Stmt[releaseArgs]
@@ -252,7 +256,8 @@ func claimerSlots(cfg lease.Config) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	s["waiting_o"] = st.Waiting("o", "@holder", guardFrom, "(SELECT scan FROM lo)")
+	s["waiting_o"] = st.Waiting("o", "@holder", guardFrom, "(SELECT scan FROM lo)", false)
+	s["waiting_by_row_o"] = st.Waiting("o", "@holder", guardFrom, "(SELECT scan FROM lo)", true)
 	s["held_behind_o"] = st.HeldBehind("o")
 	return s, nil
 }
@@ -320,6 +325,11 @@ func newRowStatements(r *sqlfile.Renderer, cfg lease.Config, partitioned bool) *
 	rr := sqlfile.Renderer{Set: queries, Slots: s}
 	rs := &rowStatements{}
 	sqlfile.Into(&rr, &rs.claim, "Claim")
+	held := sqlfile.Renderer{Set: queries, Slots: sqlfile.With(s, "waiting_o", s["waiting_by_row_o"])}
+	sqlfile.Into(&held, &rs.claimHeld, "Claim")
+	if held.Err != nil && rr.Err == nil {
+		rr.Err = held.Err
+	}
 	sqlfile.Into(&rr, &rs.mark, "Mark")
 	sqlfile.Into(&rr, &rs.extend, "Extend")
 	sqlfile.Into(&rr, &rs.release, "Release")

@@ -271,11 +271,14 @@ SELECT coalesce((SELECT n FROM woken), 0)
 -- The order guard's entries a claim's resume point depends on (resume.go),
 -- queued before the claim in the claim's own transaction, so read before
 -- the claim's snapshot: whether a row backs off or is held as a dead
--- letter ('holds'), whether a row backs off ('backoff'), and the time of
--- the last requeue ('requeued', in microseconds since 1970; 0: none).
+-- letter ('holds'), whether a row backs off ('backoff'), the time of the
+-- last requeue ('requeued', in microseconds since 1970; 0: none), and
+-- whether a dead letter may be held ('holds' is infinity: the claim probes
+-- the guard by rows, Claimer.heldSeen).
 SELECT coalesce(bool_or(g.key = 'holds' AND g.until > now()), false),
   coalesce(bool_or(g.key = 'backoff' AND g.until > now()), false),
-  coalesce((extract(epoch FROM max(g.until) FILTER (WHERE g.key = 'requeued')) * 1000000)::bigint, 0)
+  coalesce((extract(epoch FROM max(g.until) FILTER (WHERE g.key = 'requeued')) * 1000000)::bigint, 0),
+  coalesce(bool_or(g.key = 'holds' AND g.until = 'infinity'), false)
 FROM /* TEMPLATE: guard */ g WHERE g.key IN ('holds', 'backoff', 'requeued')
 
 -- name: Generation :one
