@@ -61,11 +61,16 @@ func (c *Claimer) Claim(ctx context.Context, marks ...*Mark) (*Batch, error) {
 	c.pres.start(c)
 	now := time.Now()
 	if c.own.rebalanceDue(now, c.cfg.Lease) {
-		before := slices.Clone(c.own.claimMask)
+		// Only a renewal of a membership that cannot have lapsed (renewed
+		// within half a lease, nothing else changed) that adds no
+		// partition to the claim keeps the resume point: partitions
+		// acquired bring rows below it, and a relay paused past its
+		// membership may have dropped rows it had claimed.
+		o := c.own
+		renewal := o.joined && !o.expired && o.seenGen == o.generation && now.Sub(o.renewed) < c.cfg.Lease/2
+		before := slices.Clone(o.claimMask)
 		err := c.rebalance(ctx, now)
-		if err != nil || claimsMore(before, c.own.claimMask) {
-			// Partitions acquired (or no longer being given back) bring
-			// rows below any resume point.
+		if err != nil || !renewal || claimsMore(before, o.claimMask) {
 			c.fl.resume.reset()
 		}
 		if err != nil {

@@ -290,3 +290,110 @@ SELECT gen_random_uuid(), 'other-' || g, 't', '{}' FROM generate_series(1, 3) g`
 		t.Fatal("after a dead-lettering with hold the next claim would not probe by rows")
 	}
 }
+
+// A relay paused past its membership (a GC pause, SIGSTOP, a frozen VM)
+// with a batch in its pipeline finds that batch's lease gone: Extend
+// renews nothing and the relay drops the batch. Whichever comes first
+// after the pause, that Extend or the next claim (whose rebalance renews
+// the membership), the dropped event must be claimed before the later
+// events of its aggregate: no claim may resume past it.
+func TestClaimAfterAPausePastItsMembershipTakesTheDroppedEventFirst(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		held        bool // resumed past rows held behind a dead letter, or draining a backlog
+		extendFirst bool
+	}{
+		{"held/extend-first", true, true},
+		{"held/claim-first", true, false},
+		{"backlog/extend-first", false, true},
+		{"backlog/claim-first", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testenv.MigratedDB(t)
+			const leaseFor = 2 * time.Second
+			c, err := New(db.Pool, lease.Config{RelayID: "r", BatchSize: 50, Lease: leaseFor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = c.Close(ctx) }()
+			var x1 int64
+			if tc.held {
+				_, last := heldBacklog(t, c, db.Pool, 200)
+				resumePastHeld(t, c, db.Pool, last)
+			}
+			if err := db.Pool.QueryRow(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'x', 't', '{}') RETURNING seq`).Scan(&x1); err != nil {
+				t.Fatal(err)
+			}
+			var b1 *Batch // x1's batch, kept in the pipeline
+			if tc.held {
+				if b1, err = c.Claim(ctx); err != nil || len(b1.Rows) != 1 || b1.Rows[0].Seq != x1 {
+					t.Fatalf("claim of x1: %v, %v", b1, err)
+				}
+				// Resume past x1 too.
+				deadline := time.Now().Add(time.Minute) // a hang guard
+				for round := 0; c.fl.scanFrom <= x1; round++ {
+					if time.Now().After(deadline) {
+						t.Fatalf("no claim resumed past x1 %d: scans from %d", x1, c.fl.scanFrom)
+					}
+					claimOthers(t, c, db.Pool, 100+round)
+				}
+			} else {
+				insertRows(t, db.Pool, 5_000, 10)
+				batches := drainUntilResumed(t, c)
+				if b1 = batches[0]; b1.Rows[0].Seq != x1 {
+					t.Fatalf("the first batch starts at %d, not x1 %d", b1.Rows[0].Seq, x1)
+				}
+				for _, b := range batches[1:] {
+					if _, err := c.MarkPublished(ctx, b.Token, seqs(b)); err != nil {
+						t.Fatal(err)
+					}
+					c.Settled(b.Token, time.Time{})
+				}
+			}
+			if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'x', 't', '{}')`); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(leaseFor + leaseFor/4) // the pause: past the lease and the membership
+
+			drop := func() {
+				kept, _, err := c.Extend(ctx, b1.Token, seqs(b1))
+				if err != nil || len(kept) != 0 {
+					t.Fatalf("extend after the pause kept %v, %v: want nothing", kept, err)
+				}
+				c.Settled(b1.Token, time.Time{})
+			}
+			if tc.extendFirst {
+				drop()
+			}
+			for round := 0; ; round++ {
+				b, err := c.Claim(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !tc.extendFirst && round == 0 {
+					t.Logf("claim 0 after the pause scanned from %d (floor %d): %v", c.fl.scanFrom, c.fl.at, seqs(b))
+					drop()
+				}
+				for _, r := range b.Rows {
+					if r.AggregateID != "x" {
+						continue
+					}
+					if r.Seq != x1 {
+						t.Fatalf("claim %d took x's seq %d before the dropped x1 %d", round, r.Seq, x1)
+					}
+					return
+				}
+				if _, err := c.MarkPublished(ctx, b.Token, seqs(b)); err != nil {
+					t.Fatal(err)
+				}
+				c.Settled(b.Token, time.Time{})
+				if round > 200 {
+					t.Fatalf("x1 %d not claimed again in 200 claims", x1)
+				}
+			}
+		})
+	}
+}

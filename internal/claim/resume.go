@@ -30,8 +30,11 @@ import "time"
 // Everything else that makes a row below it claimable is this relay's own
 // doing and drops the resume point: a release or a dead-lettering (rewind,
 // set before the statement is sent; the hold-back state covers the claims
-// that started before it committed), a rebalance (partitions acquired
-// bring rows of their own), a rescan, a lost claim, a restarted sequence.
+// that started before it committed), an extension that renewed fewer rows
+// than asked (the relay drops the others: rewind too), a rebalance other
+// than a timely renewal (partitions acquired bring rows of their own, and
+// a relay paused past its membership may have dropped rows it claimed), a
+// rescan, a lost claim, a restarted sequence.
 // A claim that is not full means the scan reached the end of what is
 // claimable: the next one starts from the floor again, and picks up what
 // was skipped.

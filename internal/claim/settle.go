@@ -196,6 +196,12 @@ func (c *Claimer) Extend(ctx context.Context, token uuid.UUID, seqs []int64) ([]
 	if err := b.send(ctx, c.pool, "extend lease: commit"); err != nil {
 		return nil, 0, err
 	}
+	if len(kept) < len(seqs) {
+		// The relay drops the rows not renewed (a pause past its
+		// membership, say): whoever claims them next, the next claim of
+		// this relay scans from the floor, where they are (resume).
+		c.rewind.Store(true)
+	}
 	return kept, lease, nil
 }
 

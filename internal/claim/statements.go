@@ -59,10 +59,10 @@ type rowStatements struct {
 	// (rowstate.States.Waiting).
 	claim     sqlfile.Stmt[claimArgs]
 	claimHeld sqlfile.Stmt[claimArgs]
-	mark    sqlfile.Stmt[settleArgs]
-	extend  sqlfile.Stmt[extendArgs]
-	release sqlfile.Stmt[releaseArgs]
-	dead    sqlfile.Stmt[deadArgs]
+	mark      sqlfile.Stmt[settleArgs]
+	extend    sqlfile.Stmt[extendArgs]
+	release   sqlfile.Stmt[releaseArgs]
+	dead      sqlfile.Stmt[deadArgs]
 	// takeOver is a static member's first join (sql/membership.sql).
 	takeOver sqlfile.Stmt[takeOverArgs]
 }
