@@ -475,10 +475,13 @@ func TestSuiteCost(t *testing.T) {
 	// Each writer transaction is counted: the baseline has about one per
 	// event (plus a prepare per connection at most), and the database
 	// counts autovacuum's transactions too: on a busy machine some of the
-	// run's fall into the window.
+	// run's fall into the window. Those of an autovacuum worker that
+	// visits the database and vacuums nothing are not in autovacuum_count:
+	// a fresh-clone CI run counted 108 for 100 with 2 passes. A tenth more
+	// than one per event still tells one transaction per event from two.
 	av := autovacuums(t, dsn) - autovacuumsBefore
 	t.Logf("baseline: %d transactions for %d one-event transactions, %d autovacuum and autoanalyze passes in the run", base.DBXacts, base.Committed, av)
-	if base.DBXacts < base.Committed || base.DBXacts > base.Committed+4+av {
+	if base.DBXacts < base.Committed || base.DBXacts > base.Committed+max(4, base.Committed/10)+av {
 		t.Errorf("baseline: %d transactions for %d one-event transactions (%d autovacuum and autoanalyze passes in the run)", base.DBXacts, base.Committed, av)
 	}
 	if *run.RelayXactsPerEvent <= 0 {
