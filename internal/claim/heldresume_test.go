@@ -13,6 +13,20 @@ import (
 	"github.com/pgoutbox/outbox/lease"
 )
 
+// heldClaimer returns a migrated database and a Claimer on it (relay ID
+// "r", batches of 50, cfg's lease), closed when the test ends.
+func heldClaimer(t *testing.T, cfg lease.Config) (*testenv.TestDB, *Claimer) {
+	t.Helper()
+	db := testenv.MigratedDB(t)
+	cfg.RelayID, cfg.BatchSize = "r", 50
+	c, err := New(db.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return db, c
+}
+
 // heldBacklog dead-letters, with hold, the first event of aggregate 'hot'
 // and writes n more events of it behind: they are held. It returns the
 // dead letter's seq and the last held seq.
@@ -107,12 +121,7 @@ func resumePastHeld(t testing.TB, c *Claimer, pool *pgxpool.Pool, last int64) {
 func TestClaimResumesPastHeldRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.MigratedDB(t)
-	c, err := New(db.Pool, lease.Config{RelayID: "r", BatchSize: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(ctx) }()
+	db, c := heldClaimer(t, lease.Config{})
 	dead, last := heldBacklog(t, c, db.Pool, 5_000)
 	resumePastHeld(t, c, db.Pool, last)
 	for round := range 5 {
@@ -150,12 +159,7 @@ func TestClaimResumesPastHeldRows(t *testing.T) {
 func TestClaimResumedPastHeldRowsKeepsOrderAfterARequeueByHand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.MigratedDB(t)
-	c, err := New(db.Pool, lease.Config{RelayID: "r", BatchSize: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(ctx) }()
+	db, c := heldClaimer(t, lease.Config{})
 	dead, last := heldBacklog(t, c, db.Pool, 2_000)
 	resumePastHeld(t, c, db.Pool, last)
 	if _, err := db.Pool.Exec(ctx, `UPDATE outbox SET dead_lettered_at = NULL, locked_until = NULL, attempts = 0 WHERE seq = $1`, dead); err != nil {
@@ -188,12 +192,7 @@ func TestClaimResumedPastHeldRowsKeepsOrderAfterARequeueByHand(t *testing.T) {
 func TestClaimDoesNotResumePastHeldRowsWhileARowBacksOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.MigratedDB(t)
-	c, err := New(db.Pool, lease.Config{RelayID: "r", BatchSize: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(ctx) }()
+	db, c := heldClaimer(t, lease.Config{})
 	_, last := heldBacklog(t, c, db.Pool, 2_000)
 	resumePastHeld(t, c, db.Pool, last)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'slow', 't', '{}')`); err != nil {
@@ -263,12 +262,7 @@ SELECT gen_random_uuid(), 'other-' || $1::int || '-' || g, 't', '{}' FROM genera
 func TestClaimBesideHeldRowsProbesByRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.MigratedDB(t)
-	c, err := New(db.Pool, lease.Config{RelayID: "r", BatchSize: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(ctx) }()
+	db, c := heldClaimer(t, lease.Config{})
 	dead, last := heldBacklog(t, c, db.Pool, 20_000)
 	if _, err := db.Pool.Exec(ctx, `ANALYZE outbox`); err != nil {
 		t.Fatal(err)
@@ -312,13 +306,8 @@ func TestClaimAfterAPausePastItsMembershipTakesTheDroppedEventFirst(t *testing.T
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := testenv.MigratedDB(t)
 			const leaseFor = 2 * time.Second
-			c, err := New(db.Pool, lease.Config{RelayID: "r", BatchSize: 50, Lease: leaseFor})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = c.Close(ctx) }()
+			db, c := heldClaimer(t, lease.Config{Lease: leaseFor})
 			var x1 int64
 			if tc.held {
 				_, last := heldBacklog(t, c, db.Pool, 200)
@@ -328,6 +317,7 @@ func TestClaimAfterAPausePastItsMembershipTakesTheDroppedEventFirst(t *testing.T
 				t.Fatal(err)
 			}
 			var b1 *Batch // x1's batch, kept in the pipeline
+			var err error
 			if tc.held {
 				if b1, err = c.Claim(ctx); err != nil || len(b1.Rows) != 1 || b1.Rows[0].Seq != x1 {
 					t.Fatalf("claim of x1: %v, %v", b1, err)
